@@ -1,0 +1,48 @@
+/* Shared pieces of the `tide` subcommands. */
+#ifndef TIDE_CLI_H
+#define TIDE_CLI_H
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "loader.h"
+
+/* Exit codes, documented in `tide --help` and README. */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_RUNTIME = 1,
+    CLI_EXIT_USAGE = 2,
+    CLI_EXIT_INTERRUPTED = 130,
+};
+
+#define CLI_MAX_SETS 128
+
+/* What most subcommands need: the plugins found and the effective config. */
+struct cli_ctx {
+    const char *config_path;           /* -c FILE, or NULL */
+    const char *sets[CLI_MAX_SETS];    /* --set section.key=value, in order */
+    int n_sets;
+    struct tide_plugin_set *plugins;
+    struct tide_config *cfg;
+};
+
+/* Handle -c/--config and --set at argv[*i] (advancing *i). Returns 1 when the
+ * argument was consumed, 0 when it is not one of these, -1 on a usage error. */
+int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i);
+
+/* Scan plugins, register every section, load the file, apply --set.
+ * Returns TIDE_OK or a status (logged). */
+int cli_setup(struct cli_ctx *c);
+void cli_teardown(struct cli_ctx *c);
+
+/* Map a status to an exit code: config and usage problems exit 2. */
+int cli_exit_code(int status);
+
+int cmd_plugins(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+#endif

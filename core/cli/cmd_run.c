@@ -1,0 +1,12 @@
+/* PLACEHOLDER: replaced by the real implementation before this lands. */
+#include <stdio.h>
+
+#include "cli.h"
+
+int cmd_run(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "tide run: not implemented yet\n");
+    return CLI_EXIT_RUNTIME;
+}

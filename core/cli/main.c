@@ -1,0 +1,85 @@
+/* The `tide` command line: a table of subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+
+#ifndef TIDE_VERSION_STRING
+#define TIDE_VERSION_STRING "0.0.0"
+#endif
+
+struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct cli_command commands[] = {
+    {"run", cmd_run, "generate text from a prompt (block diffusion)"},
+    {"inspect", cmd_inspect, "describe a checkpoint: shapes, parameters, memory per budget"},
+    {"mkmodel", cmd_mkmodel, "write a synthetic checkpoint (tiny, llada2-mini, llada2-flash)"},
+    {"tokenize", cmd_tokenize, "show how a tokenizer.json splits text (debugging)"},
+    {"plugins", cmd_plugins, "list the plugins found, and why any file was refused"},
+    {"config", cmd_config, "check a config file (config check FILE) or print the reference "
+                           "(config doc)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tide [--quiet|--verbose] COMMAND [ARGS]\n\n"
+               "TIDE runs mixture-of-experts diffusion language models (LLaDA2.0) on one GPU\n"
+               "plus the CPU, with a pluggable expert-placement policy.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`tide COMMAND --help` describes each command.\n\n"
+               "common options:\n"
+               "  -c, --config FILE           INI configuration (see docs/config.md)\n"
+               "  --set section.key=value     override one option; may repeat; wins over FILE\n"
+               "  --quiet / --verbose         log level warn / debug (or TIDE_LOG_LEVEL)\n\n"
+               "environment:\n"
+               "  TIDE_PLUGIN_PATH   extra plugin folders, ':'-separated, searched last\n"
+               "  TIDE_LOG_LEVEL     error, warn, info (default) or debug\n\n"
+               "exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error,\n"
+               "            130 interrupted (Ctrl-C)\n");
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) {
+            printf("tide %s (plugin ABI %u)\n", TIDE_VERSION_STRING, TIDE_ABI_VERSION);
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
+            tide_log_set_level(TIDE_LOG_WARN);
+            continue;
+        }
+        if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
+            tide_log_set_level(TIDE_LOG_DEBUG);
+            continue;
+        }
+        fprintf(stderr, "tide: unknown option '%s'\n\n", argv[i]);
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
+        if (!strcmp(argv[i], commands[c].name))
+            return commands[c].run(argc - i, argv + i);
+    if (!strcmp(argv[i], "help")) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    fprintf(stderr, "tide: unknown command '%s' (see tide --help)\n", argv[i]);
+    return CLI_EXIT_USAGE;
+}

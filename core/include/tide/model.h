@@ -1,0 +1,88 @@
+/* Model plugin interface (struct tide_model_ops, version 1).
+ *
+ * A model plugin reads its checkpoint directory, describes itself, and runs a
+ * forward pass over a span of positions with backend ops. Routed experts go
+ * through the core's MoE dispatcher (tide/moe.h). The model owns its KV cache.
+ *
+ * Growth: slots are only appended; TIDE_MODEL_OPS_MIN_SIZE is required. */
+#ifndef TIDE_MODEL_H
+#define TIDE_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tide/backend.h"
+#include "tide/moe.h"
+#include "tide/option.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tide_model; /* instance, created by open, destroyed by close */
+
+/* What the core needs to know about a model. Static for the model's life. */
+struct tide_model_info {
+    uint32_t size;           /* sizeof(struct tide_model_info) */
+    const char *arch;        /* "llada2_moe" */
+    int n_layers;            /* all transformer layers */
+    int n_moe_layers;        /* layers with routed experts */
+    int n_experts;           /* routed experts per MoE layer */
+    int top_k;               /* experts per token */
+    int hidden;              /* model width */
+    int vocab_size;          /* logits per position */
+    int64_t max_ctx;         /* max positions (max_position_embeddings) */
+    uint64_t expert_bytes;   /* one routed expert, all its matrices, bytes */
+    uint64_t dense_bytes;    /* every weight that is not a routed expert, bytes */
+    /* Token names the generator looks up in the tokenizer (never ids). */
+    const char *mask_token;  /* "<|mask|>" */
+    const char *eos_token;   /* "<|endoftext|>" */
+    const char *stop_token;  /* "<|role_end|>", or NULL */
+    /* Chat template with one "{prompt}" placeholder. */
+    const char *chat_template;
+};
+
+struct tide_model_args {
+    uint32_t size;                      /* sizeof(struct tide_model_args) */
+    const char *dir;                    /* checkpoint directory */
+    const struct tide_opts *opts;       /* the plugin's own section */
+    const struct tide_backend_ref *dev; /* runs the forward */
+    struct tide_moe *moe;               /* the core's dispatcher; register experts here */
+    int64_t max_tokens;                 /* most positions in one forward call */
+    int64_t n_ctx;                      /* KV cache capacity in positions */
+    int block;                          /* block length of the block-causal mask */
+};
+
+/* Arguments of `tide inspect`. */
+struct tide_inspect_args {
+    uint32_t size;
+    int budget;                         /* experts per MoE layer kept on the device */
+    FILE *out;
+};
+
+struct tide_model_ops {
+    uint32_t size;
+    /* Open the checkpoint in args->dir and make its weights available on the
+     * device backend. Errors name the file or tensor at fault. */
+    int (*open)(const struct tide_model_args *args, struct tide_model **out);
+    void (*close)(struct tide_model *m); /* NULL is a no-op */
+    const struct tide_model_info *(*info)(const struct tide_model *m);
+    /* Forward over positions pos0 .. pos0+n-1 with token ids[n]. Attends to
+     * the cached K/V of positions < pos0 and writes the K/V of this span into
+     * the cache. When logits is not NULL it receives f32 [n, vocab_size]. */
+    int (*forward)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                   float *logits);
+    /* Describe a checkpoint directory without loading weights to a backend. */
+    int (*inspect)(const char *dir, const struct tide_inspect_args *args);
+    /* Write a synthetic checkpoint (config.json, model.safetensors,
+     * tokenizer.json) into dir, which must not exist or be empty.
+     * preset is model-specific; layers <= 0 keeps the preset's depth. */
+    int (*mkmodel)(const char *dir, const char *preset, int layers, uint64_t seed);
+};
+
+#define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* Element types, host tensor views and bf16 conversion.
+ *
+ * A struct tide_view is a non-owning view of host memory, typically a tensor
+ * used in place inside an mmapped safetensors file. Whoever created the memory
+ * owns it; a view never frees. */
+#ifndef TIDE_TENSOR_H
+#define TIDE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tide_dtype {
+    TIDE_DTYPE_INVALID = 0,
+    TIDE_DTYPE_F32 = 1,
+    TIDE_DTYPE_F16 = 2,
+    TIDE_DTYPE_BF16 = 3,
+    TIDE_DTYPE_I64 = 4,
+    TIDE_DTYPE_I32 = 5,
+};
+
+#define TIDE_MAX_DIMS 4
+
+/* Bytes per element, 0 for TIDE_DTYPE_INVALID. */
+size_t tide_dtype_size(enum tide_dtype t);
+/* Safetensors spelling: "F32", "F16", "BF16", "I64", "I32"; "?" if invalid. */
+const char *tide_dtype_name(enum tide_dtype t);
+
+struct tide_view {
+    const void *data;            /* first element; not owned */
+    enum tide_dtype dtype;
+    int ndim;                    /* 0..TIDE_MAX_DIMS */
+    int64_t shape[TIDE_MAX_DIMS]; /* outermost first; row-major, contiguous */
+    size_t nbytes;               /* product(shape) * dtype size */
+    const char *name;            /* tensor name, owned by whoever made the view; may be NULL */
+};
+
+/* Product of the shape (1 for a scalar). */
+static inline int64_t tide_view_numel(const struct tide_view *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+/* bf16 <-> f32. Rounding is to nearest, ties to even; NaN stays NaN. */
+static inline float tide_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t tide_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* f32 rounded through bf16, the value a bf16 tensor would hold. */
+static inline float tide_round_bf16(float f)
+{
+    return tide_bf16_to_f32(tide_f32_to_bf16(f));
+}
+
+/* IEEE half -> f32 (for F16 checkpoints). */
+float tide_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

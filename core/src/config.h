@@ -1,0 +1,51 @@
+/* Configuration: option schemas, INI parsing (inih), --set overrides.
+ * Core-internal; plugins only see struct tide_opts (tide/option.h). */
+#ifndef TIDE_CONFIG_INTERNAL_H
+#define TIDE_CONFIG_INTERNAL_H
+
+#include <stdio.h>
+
+#include "tide/option.h"
+
+struct tide_config;
+
+/* Create an empty config (no sections). Returns NULL on allocation failure. */
+struct tide_config *tide_config_create(void);
+void tide_config_destroy(struct tide_config *cfg); /* NULL is a no-op */
+
+/* Register a section and its option table (NULL-name terminated, static
+ * storage). `owner` is "core" or the plugin name, for `config doc`. Values
+ * start at the table's defaults. Returns TIDE_OK, TIDE_E_INVAL (a duplicate
+ * section or a default that does not parse: a bug, logged). */
+int tide_config_add_section(struct tide_config *cfg, const char *name,
+                            const struct tide_option *table, const char *owner,
+                            const char *summary);
+
+/* Parse an INI file into the registered sections. Every problem is logged as
+ * "FILE:LINE: ..."; all are reported, then TIDE_E_CONFIG is returned. */
+int tide_config_load_file(struct tide_config *cfg, const char *path);
+
+/* Apply one "section.key=value" override (origin "--set"). */
+int tide_config_set(struct tide_config *cfg, const char *assignment);
+
+/* Set a value programmatically with an origin label (bench sweeps). */
+int tide_config_set_value(struct tide_config *cfg, const char *section, const char *key,
+                          const char *value, const char *origin);
+
+/* The resolved options of a section, or NULL when it is not registered. */
+const struct tide_opts *tide_config_section(const struct tide_config *cfg, const char *name);
+
+/* The file most recently loaded, or NULL. */
+const char *tide_config_path(const struct tide_config *cfg);
+
+/* Print the effective configuration as INI, each value annotated with its
+ * origin. With only_sections (NULL-terminated), restrict to those. */
+void tide_config_print(const struct tide_config *cfg, FILE *out, const char *const *only_sections);
+
+/* Print the Markdown reference of every registered option. */
+void tide_config_doc(const struct tide_config *cfg, FILE *out);
+
+/* Levenshtein distance, capped; exposed for "did you mean" in the CLI. */
+int tide_edit_distance(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,107 @@
+#include "core_options.h"
+#include "tide/status.h"
+
+static const struct tide_option model_options[] = {
+    {"plugin", TIDE_OPT_STRING, "model-llada2", "model plugin that reads the checkpoint", NULL,
+     NULL},
+    {"path", TIDE_OPT_STRING, "models/llada2-tiny",
+     "checkpoint directory (config.json, *.safetensors, tokenizer.json); relative paths are "
+     "taken from the current directory",
+     NULL, NULL},
+    {"create", TIDE_OPT_STRING, "",
+     "if path does not exist, generate a synthetic checkpoint there with this preset (e.g. "
+     "tiny); empty: fail instead",
+     NULL, NULL},
+    {"create_layers", TIDE_OPT_INT, "0", "layers of the generated checkpoint; 0 = the preset's",
+     NULL, "[0,]"},
+    {"create_seed", TIDE_OPT_INT, "1", "seed of the generated checkpoint's weights", NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct tide_option backend_options[] = {
+    {"device", TIDE_OPT_STRING, "auto",
+     "backend plugin that runs the forward pass and resident experts; auto = backend-cuda when "
+     "a CUDA device is present, else the host backend",
+     NULL, NULL},
+    {"host", TIDE_OPT_STRING, "backend-cpu-onednn",
+     "backend plugin that runs experts which are not resident on the device", NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct tide_option policy_options[] = {
+    {"plugin", TIDE_OPT_STRING, "policy-tide", "expert-placement policy plugin", NULL, NULL},
+    {"budget", TIDE_OPT_INT, "-1",
+     "routed experts per MoE layer kept in device slots; -1 = all (no offload) unless "
+     "expert_memory is set; 0 = every expert runs on the host",
+     NULL, "[-1,]"},
+    {"expert_memory", TIDE_OPT_SIZE, "0",
+     "device memory for routed experts across all MoE layers (e.g. 12GiB); the per-layer "
+     "budget is derived from it; 0 = unset",
+     NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct tide_option generation_options[] = {
+    {"gen_length", TIDE_OPT_INT, "128", "tokens to generate (rounded up to whole blocks)", NULL,
+     "[1,]"},
+    {"block_length", TIDE_OPT_INT, "32", "tokens per diffusion block", NULL, "[1,4096]"},
+    {"steps", TIDE_OPT_INT, "32", "most denoising steps per block", NULL, "[1,4096]"},
+    {"threshold", TIDE_OPT_FLOAT, "0.95",
+     "commit every masked position whose probability exceeds this (at least one per step)",
+     NULL, "(0,1]"},
+    {"temperature", TIDE_OPT_FLOAT, "0", "0 = greedy (argmax); > 0 samples from softmax(l/T)",
+     NULL, "[0,]"},
+    {"top_k", TIDE_OPT_INT, "0", "sample among the k most likely tokens; 0 = all", NULL, "[0,]"},
+    {"top_p", TIDE_OPT_FLOAT, "1", "nucleus sampling mass", NULL, "(0,1]"},
+    {"seed", TIDE_OPT_INT, "0", "random seed for sampling", NULL, NULL},
+    {"chat", TIDE_OPT_BOOL, "false", "wrap the prompt in the model's chat template", NULL, NULL},
+    {"recompute", TIDE_OPT_BOOL, "false",
+     "debug: recompute the whole prefix every step instead of using the KV cache", NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct tide_option output_options[] = {
+    {"metrics", TIDE_OPT_STRING, "", "write per-step, per-layer telemetry as JSON Lines here",
+     NULL, NULL},
+    {"trace", TIDE_OPT_STRING, "", "record the routing of every MoE layer and step here", NULL,
+     NULL},
+    {"stream", TIDE_OPT_BOOL, "true", "print committed text block by block as it is decoded",
+     NULL, NULL},
+    {"progress", TIDE_OPT_BOOL, "true", "show progress (step, tokens/s) on stderr", NULL, NULL},
+    {"overwrite", TIDE_OPT_BOOL, "false",
+     "allow replacing existing metrics or trace files; otherwise refuse", NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+int tide_core_register_sections(struct tide_config *cfg)
+{
+    static const struct {
+        const char *name;
+        const struct tide_option *table;
+        const char *summary;
+    } secs[] = {
+        {"model", model_options, "Which model plugin reads which checkpoint."},
+        {"backend", backend_options, "Which backends run the model and the experts."},
+        {"policy", policy_options, "Expert placement: the policy and its device budget."},
+        {"generation", generation_options, "Block-diffusion decoding."},
+        {"output", output_options, "What is printed and recorded."},
+    };
+    for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
+        int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core",
+                                         secs[i].summary);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    return TIDE_OK;
+}
+
+int tide_config_add_plugins(struct tide_config *cfg, const struct tide_plugin_set *set)
+{
+    for (int i = 0; i < set->n; i++) {
+        const struct tide_plugin_desc *d = set->items[i].desc;
+        int rc = tide_config_add_section(cfg, d->name, d->options, d->name, d->summary);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    return TIDE_OK;
+}

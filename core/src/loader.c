@@ -1,0 +1,367 @@
+/* Plugin loader: dlopen every *.so in the search path, call its single entry
+ * symbol with our ABI version, validate the descriptor and the ops table
+ * size, and keep a record of every refusal with its reason. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "loader.h"
+#include "tide/backend.h"
+#include "tide/log.h"
+#include "tide/model.h"
+#include "tide/policy.h"
+#include "tide/status.h"
+
+#ifndef TIDE_INSTALL_PLUGIN_DIR
+#define TIDE_INSTALL_PLUGIN_DIR "/usr/local/lib/tide/plugins"
+#endif
+
+#define DESC_MIN_SIZE (offsetof(struct tide_plugin_desc, probe) + sizeof(void (*)(void)))
+
+const char *tide_plugin_kind_str(int kind)
+{
+    switch (kind) {
+    case TIDE_PLUGIN_MODEL: return "model";
+    case TIDE_PLUGIN_BACKEND: return "backend";
+    case TIDE_PLUGIN_POLICY: return "policy";
+    }
+    return "unknown";
+}
+
+static char *ld_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+int tide_plugin_default_dirs(char **dirs, int max)
+{
+    int n = 0;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0 && n < max) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            char d[PATH_MAX + 16];
+            snprintf(d, sizeof d, "%s/plugins", exe);
+            dirs[n++] = ld_strdup(d);
+        }
+    }
+    if (n < max)
+        dirs[n++] = ld_strdup(TIDE_INSTALL_PLUGIN_DIR);
+    const char *env = getenv("TIDE_PLUGIN_PATH");
+    if (env) {
+        char *copy = ld_strdup(env), *save = NULL;
+        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok && n < max;
+             tok = strtok_r(NULL, ":", &save)) {
+            struct stat st;
+            if (stat(tok, &st) == 0 && (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+                tide_warn("TIDE_PLUGIN_PATH entry %s is world-writable: anyone on this machine "
+                          "can plant a plugin there",
+                          tok);
+            dirs[n++] = ld_strdup(tok);
+        }
+        free(copy);
+    }
+    return n;
+}
+
+static int ld_refuse(struct tide_plugin_set *set, const char *path, const char *fmt, ...)
+    TIDE_PRINTF(3, 4);
+
+static int ld_refuse(struct tide_plugin_set *set, const char *path, const char *fmt, ...)
+{
+    char reason[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    struct tide_refusal *r = realloc(set->refused, sizeof *r * (size_t)(set->n_refused + 1));
+    if (!r)
+        return TIDE_E_NOMEM;
+    set->refused = r;
+    r[set->n_refused].path = ld_strdup(path);
+    r[set->n_refused].reason = ld_strdup(reason);
+    set->n_refused++;
+    tide_debug("plugin %s refused: %s", path, reason);
+    return TIDE_OK;
+}
+
+/* Minimum ops-table size for a kind, 0 for an unknown kind. */
+static size_t ld_min_ops_size(uint32_t kind)
+{
+    switch (kind) {
+    case TIDE_PLUGIN_MODEL: return TIDE_MODEL_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_BACKEND: return TIDE_BACKEND_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_POLICY: return TIDE_POLICY_OPS_MIN_SIZE;
+    }
+    return 0;
+}
+
+/* Validate a descriptor; on refusal write the reason and return false. */
+static bool ld_check_desc(const struct tide_plugin_desc *d, char *why, size_t len)
+{
+    if (d->struct_size < DESC_MIN_SIZE) {
+        snprintf(why, len, "descriptor is %u bytes, at least %zu expected (built for another ABI)",
+                 d->struct_size, DESC_MIN_SIZE);
+        return false;
+    }
+    if (d->abi_version != TIDE_ABI_VERSION) {
+        snprintf(why, len, "ABI mismatch: plugin built for ABI %u, this tide speaks ABI %u",
+                 d->abi_version, TIDE_ABI_VERSION);
+        return false;
+    }
+    size_t min = ld_min_ops_size(d->kind);
+    if (!min) {
+        snprintf(why, len, "unknown plugin kind %u", d->kind);
+        return false;
+    }
+    if (!d->name || !*d->name) {
+        snprintf(why, len, "descriptor has no name");
+        return false;
+    }
+    if (strchr(d->name, '/') || strchr(d->name, '\\')) {
+        snprintf(why, len, "plugin name '%s' contains a path separator; names are not paths",
+                 d->name);
+        return false;
+    }
+    for (const char *p = d->name; *p; p++) {
+        if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= 'a' && *p <= 'z') ||
+              (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) {
+            snprintf(why, len, "plugin name '%s' has a character other than [A-Za-z0-9._-]",
+                     d->name);
+            return false;
+        }
+    }
+    if (!d->ops) {
+        snprintf(why, len, "descriptor has no ops table");
+        return false;
+    }
+    uint32_t ops_size;
+    memcpy(&ops_size, d->ops, sizeof ops_size);
+    if (ops_size < min) {
+        snprintf(why, len, "%s ops table is %u bytes, at least %zu expected (ABI mismatch)",
+                 tide_plugin_kind_str((int)d->kind), ops_size, min);
+        return false;
+    }
+    return true;
+}
+
+static int ld_load_file(struct tide_plugin_set *set, const char *path)
+{
+    char why[512];
+    for (int i = 0; i < set->n; i++)
+        if (!strcmp(set->items[i].path, path))
+            return TIDE_OK; /* the same file reached through two search entries */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        return ld_refuse(set, path, "dlopen failed: %s", e ? e : "unknown error");
+    }
+    void *sym = dlsym(h, TIDE_PLUGIN_ENTRY_SYMBOL);
+    if (!sym) {
+        dlclose(h);
+        return ld_refuse(set, path, "no entry symbol '%s' (not a TIDE plugin?)",
+                         TIDE_PLUGIN_ENTRY_SYMBOL);
+    }
+    tide_plugin_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry);
+    const struct tide_plugin_desc *d = entry(TIDE_ABI_VERSION);
+    if (!d) {
+        dlclose(h);
+        return ld_refuse(set, path, "entry returned no descriptor for ABI %u (ABI mismatch)",
+                         TIDE_ABI_VERSION);
+    }
+    if (!ld_check_desc(d, why, sizeof why)) {
+        dlclose(h);
+        return ld_refuse(set, path, "%s", why);
+    }
+    for (int i = 0; i < set->n; i++) {
+        if (!strcmp(set->items[i].desc->name, d->name)) {
+            dlclose(h);
+            return ld_refuse(set, path, "duplicate name '%s': already loaded from %s", d->name,
+                             set->items[i].path);
+        }
+    }
+    struct tide_plugin *items = realloc(set->items, sizeof *items * (size_t)(set->n + 1));
+    if (!items) {
+        dlclose(h);
+        return TIDE_E_NOMEM;
+    }
+    set->items = items;
+    struct tide_plugin *p = &items[set->n];
+    memset(p, 0, sizeof *p);
+    p->path = ld_strdup(path);
+    p->handle = h;
+    p->desc = d;
+    p->usable = 1;
+    if (d->probe && d->probe(p->why, sizeof p->why) != TIDE_OK) {
+        p->usable = 0;
+        if (!p->why[0])
+            snprintf(p->why, sizeof p->why, "probe refused without a reason");
+    }
+    set->n++;
+    return TIDE_OK;
+}
+
+static int ld_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ld_scan_dir(struct tide_plugin_set *set, const char *dir)
+{
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return TIDE_OK; /* absent folders are normal (no install, no env) */
+    char **names = NULL;
+    int n = 0, rc = TIDE_OK;
+    struct dirent *de;
+    while ((de = readdir(dp))) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".so"))
+            continue;
+        char **nn = realloc(names, sizeof *nn * (size_t)(n + 1));
+        if (!nn) {
+            rc = TIDE_E_NOMEM;
+            break;
+        }
+        names = nn;
+        names[n++] = ld_strdup(de->d_name);
+    }
+    closedir(dp);
+    /* Sorted, so "which duplicate wins" does not depend on the file system. */
+    if (n)
+        qsort(names, (size_t)n, sizeof *names, ld_name_cmp);
+    for (int i = 0; i < n; i++) {
+        if (rc == TIDE_OK && names[i]) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+            char real[PATH_MAX];
+            rc = ld_load_file(set, realpath(path, real) ? real : path);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+int tide_plugins_scan_dirs(const char *const *dirs, int n_dirs, struct tide_plugin_set **out)
+{
+    struct tide_plugin_set *set = calloc(1, sizeof *set);
+    if (!set)
+        return TIDE_E_NOMEM;
+    set->dirs = calloc((size_t)(n_dirs ? n_dirs : 1), sizeof *set->dirs);
+    if (!set->dirs) {
+        free(set);
+        return TIDE_E_NOMEM;
+    }
+    for (int i = 0; i < n_dirs; i++) {
+        set->dirs[set->n_dirs++] = ld_strdup(dirs[i]);
+        int rc = ld_scan_dir(set, dirs[i]);
+        if (rc != TIDE_OK) {
+            tide_plugins_free(set);
+            return rc;
+        }
+    }
+    *out = set;
+    return TIDE_OK;
+}
+
+int tide_plugins_scan(struct tide_plugin_set **out)
+{
+    char *dirs[64];
+    int n = tide_plugin_default_dirs(dirs, 64);
+    int rc = tide_plugins_scan_dirs((const char *const *)dirs, n, out);
+    for (int i = 0; i < n; i++)
+        free(dirs[i]);
+    return rc;
+}
+
+void tide_plugins_free(struct tide_plugin_set *set)
+{
+    if (!set)
+        return;
+    for (int i = set->n - 1; i >= 0; i--) {
+        /* Under sanitizers, keep the code mapped so leak reports can be symbolised. */
+        if (!getenv("TIDE_NO_DLCLOSE"))
+            dlclose(set->items[i].handle);
+        free(set->items[i].path);
+    }
+    for (int i = 0; i < set->n_refused; i++) {
+        free(set->refused[i].path);
+        free(set->refused[i].reason);
+    }
+    for (int i = 0; i < set->n_dirs; i++)
+        free(set->dirs[i]);
+    free(set->dirs);
+    free(set->items);
+    free(set->refused);
+    free(set);
+}
+
+const struct tide_plugin *tide_plugins_find(const struct tide_plugin_set *set, const char *name)
+{
+    for (int i = 0; i < set->n; i++)
+        if (!strcmp(set->items[i].desc->name, name))
+            return &set->items[i];
+    return NULL;
+}
+
+const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, const char *name,
+                                           enum tide_plugin_kind kind, const char *what)
+{
+    if (strchr(name, '/') || strchr(name, '\\')) {
+        tide_error("%s = %s: config names plugins, not paths; put the file in a folder on "
+                   "TIDE_PLUGIN_PATH and name it by its plugin name",
+                   what, name);
+        return NULL;
+    }
+    const struct tide_plugin *p = tide_plugins_find(set, name);
+    if (!p) {
+        const char *best = NULL;
+        int bd = 99;
+        for (int i = 0; i < set->n; i++) {
+            if (set->items[i].desc->kind != (uint32_t)kind)
+                continue;
+            int d = tide_edit_distance(name, set->items[i].desc->name);
+            if (d < bd) {
+                bd = d;
+                best = set->items[i].desc->name;
+            }
+        }
+        char hint[256] = "";
+        if (best && bd <= 4)
+            snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+        tide_error("%s = %s: no %s plugin of that name was found%s (see `tide plugins`)", what,
+                   name, tide_plugin_kind_str(kind), hint);
+        for (int i = 0; i < set->n_refused; i++)
+            if (strstr(set->refused[i].path, name))
+                tide_error("  %s was refused: %s", set->refused[i].path,
+                           set->refused[i].reason);
+        return NULL;
+    }
+    if (p->desc->kind != (uint32_t)kind) {
+        tide_error("%s = %s: %s is a %s plugin, not a %s plugin", what, name, p->path,
+                   tide_plugin_kind_str((int)p->desc->kind), tide_plugin_kind_str(kind));
+        return NULL;
+    }
+    if (!p->usable) {
+        tide_error("%s = %s: the plugin cannot run here: %s", what, name, p->why);
+        return NULL;
+    }
+    return p;
+}

@@ -1,0 +1,61 @@
+/* Plugin discovery and loading. Core-internal. */
+#ifndef TIDE_LOADER_H
+#define TIDE_LOADER_H
+
+#include <stddef.h>
+
+#include "tide/plugin.h"
+
+/* One loaded plugin. */
+struct tide_plugin {
+    char *path;                         /* file it was loaded from */
+    void *handle;                       /* dlopen handle */
+    const struct tide_plugin_desc *desc;
+    int usable;                         /* probe() passed, or no probe */
+    char why[256];                      /* probe's reason when !usable */
+};
+
+/* A file that was refused, and why. */
+struct tide_refusal {
+    char *path;
+    char *reason;
+};
+
+struct tide_plugin_set {
+    struct tide_plugin *items;
+    int n;
+    struct tide_refusal *refused;
+    int n_refused;
+    char **dirs; /* directories searched, in order */
+    int n_dirs;
+};
+
+/* The default search path: <dir of the executable>/plugins, the install
+ * prefix's plugin folder, then each entry of TIDE_PLUGIN_PATH (':'-separated).
+ * Writes up to max entries into dirs (malloc'd strings, caller frees) and
+ * returns how many. */
+int tide_plugin_default_dirs(char **dirs, int max);
+
+/* Load every *.so in the given directories, in order. Files that fail are
+ * recorded in set->refused with the reason; they are not errors. Returns
+ * TIDE_OK or TIDE_E_NOMEM. The caller frees the set with tide_plugins_free
+ * only after destroying every instance created from it. */
+int tide_plugins_scan_dirs(const char *const *dirs, int n_dirs, struct tide_plugin_set **out);
+
+/* tide_plugins_scan_dirs over tide_plugin_default_dirs(). */
+int tide_plugins_scan(struct tide_plugin_set **out);
+
+void tide_plugins_free(struct tide_plugin_set *set);
+
+/* Resolve a plugin named in the configuration for a slot of the given kind.
+ * `what` names the config key for messages ("[policy] plugin"). Logs and
+ * returns NULL when: the name holds a path separator, no plugin has that name
+ * (with a "did you mean" and any refusal that may explain it), the plugin is
+ * of another kind, or its probe refused. */
+const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, const char *name,
+                                           enum tide_plugin_kind kind, const char *what);
+
+/* Like tide_plugins_get without logging; NULL when absent. */
+const struct tide_plugin *tide_plugins_find(const struct tide_plugin_set *set, const char *name);
+
+#endif

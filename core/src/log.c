@@ -1,0 +1,71 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tide/log.h"
+
+static int log_level = -1;
+static void (*log_sink)(void *user, enum tide_log_level level, const char *msg);
+static void *log_sink_user;
+
+void tide_log_set_sink(void (*fn)(void *user, enum tide_log_level level, const char *msg),
+                       void *user)
+{
+    log_sink = fn;
+    log_sink_user = user;
+}
+
+static enum tide_log_level log_env_level(void)
+{
+    const char *s = getenv("TIDE_LOG_LEVEL");
+    if (!s)
+        return TIDE_LOG_INFO;
+    if (!strcmp(s, "error"))
+        return TIDE_LOG_ERROR;
+    if (!strcmp(s, "warn"))
+        return TIDE_LOG_WARN;
+    if (!strcmp(s, "debug"))
+        return TIDE_LOG_DEBUG;
+    return TIDE_LOG_INFO;
+}
+
+void tide_log_set_level(enum tide_log_level level)
+{
+    log_level = (int)level;
+}
+
+enum tide_log_level tide_log_get_level(void)
+{
+    if (log_level < 0)
+        log_level = (int)log_env_level();
+    return (enum tide_log_level)log_level;
+}
+
+void tide_log(enum tide_log_level level, const char *fmt, ...)
+{
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    if ((int)level > (int)tide_log_get_level())
+        return;
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "tide: %s: ", names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof buf - 2)
+        len = sizeof buf - 2;
+    if (log_sink) {
+        buf[len] = 0;
+        log_sink(log_sink_user, level, buf + n);
+        return;
+    }
+    buf[len++] = '\n';
+    /* One write per message keeps lines whole when threads log at once. */
+    ssize_t w = write(STDERR_FILENO, buf, len);
+    (void)w;
+}
