@@ -3,6 +3,8 @@
 #define TIDE_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "loader.h"
@@ -19,8 +21,8 @@ enum {
 
 /* What most subcommands need: the plugins found and the effective config. */
 struct cli_ctx {
-    const char *config_path;           /* -c FILE, or NULL */
-    const char *sets[CLI_MAX_SETS];    /* --set section.key=value, in order */
+    const char *config_path;        /* -c FILE, or NULL */
+    const char *sets[CLI_MAX_SETS]; /* --set section.key=value, in order */
     int n_sets;
     struct tide_plugin_set *plugins;
     struct tide_config *cfg;
@@ -35,6 +37,15 @@ int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i);
 int cli_setup(struct cli_ctx *c);
 void cli_teardown(struct cli_ctx *c);
 
+/* Parse "1,2,3" into a malloc'd array. Returns TIDE_OK or TIDE_E_CONFIG (logged). */
+int cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer. */
+int cli_read_file(const char *path, char **out, size_t *len);
+
+/* Install a SIGINT handler that asks long work to stop (tide_request_stop). */
+void cli_catch_interrupt(void);
+
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
 
@@ -44,5 +55,6 @@ int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_forward(int argc, char **argv);
 
 #endif

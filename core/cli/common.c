@@ -1,8 +1,13 @@
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "core_options.h"
+#include "generate.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -71,9 +76,103 @@ void cli_teardown(struct cli_ctx *c)
 int cli_exit_code(int status)
 {
     switch (status) {
-    case TIDE_OK: return CLI_EXIT_OK;
-    case TIDE_E_CONFIG: return CLI_EXIT_USAGE;
-    case TIDE_E_INTERRUPTED: return CLI_EXIT_INTERRUPTED;
+    case TIDE_OK:
+        return CLI_EXIT_OK;
+    case TIDE_E_CONFIG:
+        return CLI_EXIT_USAGE;
+    case TIDE_E_INTERRUPTED:
+        return CLI_EXIT_INTERRUPTED;
     }
     return CLI_EXIT_RUNTIME;
+}
+
+int cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n)
+{
+    size_t cap = 16, len = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return TIDE_E_NOMEM;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            tide_error("%s: '%s' is not a comma-separated list of token ids", what, text);
+            free(v);
+            return TIDE_E_CONFIG;
+        }
+        if (len == cap) {
+            int32_t *nv = realloc(v, 2 * cap * sizeof *v);
+            if (!nv) {
+                free(v);
+                return TIDE_E_NOMEM;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[len++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (!len) {
+        tide_error("%s: no token ids given", what);
+        free(v);
+        return TIDE_E_CONFIG;
+    }
+    *ids = v;
+    *n = len;
+    return TIDE_OK;
+}
+
+int cli_read_file(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tide_error("cannot open %s: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf)
+        return TIDE_E_NOMEM;
+    if (err) {
+        tide_error("cannot read %s", path);
+        free(buf);
+        return TIDE_E_IO;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return TIDE_OK;
+}
+
+static void cli_on_sigint(int sig)
+{
+    (void)sig;
+    tide_request_stop();
+}
+
+void cli_catch_interrupt(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cli_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 }

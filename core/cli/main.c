@@ -21,9 +21,11 @@ static const struct cli_command commands[] = {
     {"inspect", cmd_inspect, "describe a checkpoint: shapes, parameters, memory per budget"},
     {"mkmodel", cmd_mkmodel, "write a synthetic checkpoint (tiny, llada2-mini, llada2-flash)"},
     {"tokenize", cmd_tokenize, "show how a tokenizer.json splits text (debugging)"},
+    {"forward", cmd_forward, "write the logits of one forward pass (verification)"},
     {"plugins", cmd_plugins, "list the plugins found, and why any file was refused"},
-    {"config", cmd_config, "check a config file (config check FILE) or print the reference "
-                           "(config doc)"},
+    {"config", cmd_config,
+     "check a config file (config check FILE) or print the reference "
+     "(config doc)"},
 };
 
 static void usage(FILE *f)

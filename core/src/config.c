@@ -96,8 +96,8 @@ int tide_edit_distance(const char *a, const char *b)
     for (size_t i = 1; i <= la; i++) {
         cur[0] = (int)i;
         for (size_t j = 1; j <= lb; j++) {
-            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
-                                     tolower((unsigned char)b[j - 1]));
+            int sub = prev[j - 1] +
+                      (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
             int del = prev[j] + 1, ins = cur[j - 1] + 1;
             cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
         }
@@ -111,12 +111,18 @@ int tide_edit_distance(const char *a, const char *b)
 static const char *cfg_type_short(enum tide_opt_type t)
 {
     switch (t) {
-    case TIDE_OPT_INT: return "int";
-    case TIDE_OPT_FLOAT: return "float";
-    case TIDE_OPT_BOOL: return "bool";
-    case TIDE_OPT_STRING: return "string";
-    case TIDE_OPT_ENUM: return "enum";
-    case TIDE_OPT_SIZE: return "size";
+    case TIDE_OPT_INT:
+        return "int";
+    case TIDE_OPT_FLOAT:
+        return "float";
+    case TIDE_OPT_BOOL:
+        return "bool";
+    case TIDE_OPT_STRING:
+        return "string";
+    case TIDE_OPT_ENUM:
+        return "enum";
+    case TIDE_OPT_SIZE:
+        return "size";
     }
     return "?";
 }
@@ -167,10 +173,20 @@ int tide_parse_size(const char *text, uint64_t *out)
         const char *unit;
         double mul;
     } units[] = {
-        {"", 1},          {"b", 1},         {"kib", 1024.0},  {"mib", 1048576.0},
-        {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6},
-        {"gb", 1e9},      {"tb", 1e12},     {"k", 1024.0},    {"m", 1048576.0},
-        {"g", 1073741824.0}, {"t", 1099511627776.0},
+        {"", 1},
+        {"b", 1},
+        {"kib", 1024.0},
+        {"mib", 1048576.0},
+        {"gib", 1073741824.0},
+        {"tib", 1099511627776.0},
+        {"kb", 1e3},
+        {"mb", 1e6},
+        {"gb", 1e9},
+        {"tb", 1e12},
+        {"k", 1024.0},
+        {"m", 1048576.0},
+        {"g", 1073741824.0},
+        {"t", 1099511627776.0},
     };
     if (!text)
         return TIDE_E_INVAL;
@@ -178,6 +194,10 @@ int tide_parse_size(const char *text, uint64_t *out)
         text++;
     if (!isdigit((unsigned char)*text) && *text != '.')
         return TIDE_E_INVAL;
+    /* Plain decimal only: strtod would also take hex and exponents. */
+    for (const char *q = text; *q && (isalnum((unsigned char)*q) || *q == '.'); q++)
+        if (*q == 'x' || *q == 'X' || ((*q == 'e' || *q == 'E') && isdigit((unsigned char)q[1])))
+            return TIDE_E_INVAL;
     errno = 0;
     char *end;
     double v = strtod(text, &end);
@@ -260,7 +280,8 @@ static int cfg_parse_value(const struct tide_option *opt, const char *text, stru
         snprintf(why, why_len, "expected a boolean: true/false, yes/no, on/off or 1/0");
         return TIDE_E_CONFIG;
     }
-    case TIDE_OPT_STRING: return TIDE_OK;
+    case TIDE_OPT_STRING:
+        return TIDE_OK;
     case TIDE_OPT_ENUM:
         if (!cfg_enum_has(opt->choices, text)) {
             snprintf(why, why_len, "expected one of %s", opt->choices);
@@ -306,8 +327,7 @@ static int cfg_key_index(const struct tide_opts *o, const char *key)
 }
 
 int tide_config_add_section(struct tide_config *cfg, const char *name,
-                            const struct tide_option *table, const char *owner,
-                            const char *summary)
+                            const struct tide_option *table, const char *owner, const char *summary)
 {
     if (cfg_find(cfg, name)) {
         tide_error("config: section [%s] is declared twice (by %s)", name, owner);
@@ -335,21 +355,30 @@ int tide_config_add_section(struct tide_config *cfg, const char *name,
         free(o->vals);
         return TIDE_E_NOMEM;
     }
-    cfg->n_sec++;
+    /* Every value is set before the section counts, so a failure leaves no
+     * half-built section behind. */
     for (int i = 0; i < n; i++) {
         char why[256];
         struct cfg_value *v = &o->vals[i];
         const char *def = table[i].def ? table[i].def : "";
-        if (cfg_parse_value(&table[i], def, v, why, sizeof why) != TIDE_OK) {
+        int rc = cfg_parse_value(&table[i], def, v, why, sizeof why);
+        if (rc != TIDE_OK)
             tide_error("config: default of [%s] %s = '%s' does not parse (%s): a bug in %s", name,
                        table[i].name, def, why, o->owner);
-            return TIDE_E_INVAL;
+        else if (!(v->text = cfg_strdup(def)))
+            rc = TIDE_E_NOMEM;
+        if (rc != TIDE_OK) {
+            for (int j = 0; j <= i; j++)
+                free(o->vals[j].text);
+            free(o->vals);
+            free(o->section);
+            free(o->owner);
+            free(o->summary);
+            return rc == TIDE_E_NOMEM ? rc : TIDE_E_INVAL;
         }
-        v->text = cfg_strdup(def);
-        if (!v->text)
-            return TIDE_E_NOMEM;
         snprintf(v->origin, sizeof v->origin, "default");
     }
+    cfg->n_sec++;
     return TIDE_OK;
 }
 
@@ -401,8 +430,9 @@ static void cfg_suggest_section(const struct tide_config *cfg, const char *name,
     if (hit && best <= 3)
         snprintf(buf, len, "; did you mean [%s]?", hit);
     else
-        snprintf(buf, len, " (sections are [model], [backend], [policy], [generation], "
-                           "[output] and one per plugin found; see `tide config doc`)");
+        snprintf(buf, len,
+                 " (sections are [model], [backend], [policy], [generation], "
+                 "[output] and one per plugin found; see `tide config doc`)");
 }
 
 static int cfg_assign(struct tide_config *cfg, const char *where, int line, const char *section,
@@ -469,7 +499,9 @@ static int cfg_locate(struct cfg_parse *ps, const char *name)
             }
         }
     }
-    return 0;
+    /* Not found: an indented continuation of the previous key's value. Give
+     * that key's line, so cfg_assign reports it as set twice. */
+    return ps->cursor;
 }
 
 static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value)
@@ -533,6 +565,19 @@ static int cfg_read_lines(struct cfg_parse *ps)
         if (strlen(line) < len) {
             tide_error("%s:%d: line contains a NUL byte", ps->path, ps->n_lines + 1);
             ps->errors++;
+        }
+        const char *h = cfg_skip_ws(line);
+        const char *close = *h == '[' ? strchr(h, ']') : NULL;
+        if (close && close > h + 1 && (size_t)(close - h - 1) < 128) {
+            char name[128];
+            memcpy(name, h + 1, (size_t)(close - h - 1));
+            name[close - h - 1] = 0;
+            if (!cfg_find(ps->cfg, name)) {
+                char hint[512];
+                cfg_suggest_section(ps->cfg, name, hint, sizeof hint);
+                tide_error("%s:%d: unknown section [%s]%s", ps->path, ps->n_lines + 1, name, hint);
+                ps->errors++;
+            }
         }
         ps->lines[ps->n_lines] = cfg_strdup(line);
         if (!ps->lines[ps->n_lines]) {

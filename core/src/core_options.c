@@ -47,10 +47,10 @@ static const struct tide_option generation_options[] = {
     {"block_length", TIDE_OPT_INT, "32", "tokens per diffusion block", NULL, "[1,4096]"},
     {"steps", TIDE_OPT_INT, "32", "most denoising steps per block", NULL, "[1,4096]"},
     {"threshold", TIDE_OPT_FLOAT, "0.95",
-     "commit every masked position whose probability exceeds this (at least one per step)",
-     NULL, "(0,1]"},
-    {"temperature", TIDE_OPT_FLOAT, "0", "0 = greedy (argmax); > 0 samples from softmax(l/T)",
-     NULL, "[0,]"},
+     "commit every masked position whose probability exceeds this (at least one per step)", NULL,
+     "(0,1]"},
+    {"temperature", TIDE_OPT_FLOAT, "0", "0 = greedy (argmax); > 0 samples from softmax(l/T)", NULL,
+     "[0,]"},
     {"top_k", TIDE_OPT_INT, "0", "sample among the k most likely tokens; 0 = all", NULL, "[0,]"},
     {"top_p", TIDE_OPT_FLOAT, "1", "nucleus sampling mass", NULL, "(0,1]"},
     {"seed", TIDE_OPT_INT, "0", "random seed for sampling", NULL, NULL},
@@ -61,12 +61,12 @@ static const struct tide_option generation_options[] = {
 };
 
 static const struct tide_option output_options[] = {
-    {"metrics", TIDE_OPT_STRING, "", "write per-step, per-layer telemetry as JSON Lines here",
-     NULL, NULL},
+    {"metrics", TIDE_OPT_STRING, "", "write per-step, per-layer telemetry as JSON Lines here", NULL,
+     NULL},
     {"trace", TIDE_OPT_STRING, "", "record the routing of every MoE layer and step here", NULL,
      NULL},
-    {"stream", TIDE_OPT_BOOL, "true", "print committed text block by block as it is decoded",
-     NULL, NULL},
+    {"stream", TIDE_OPT_BOOL, "true", "print committed text block by block as it is decoded", NULL,
+     NULL},
     {"progress", TIDE_OPT_BOOL, "true", "show progress (step, tokens/s) on stderr", NULL, NULL},
     {"overwrite", TIDE_OPT_BOOL, "false",
      "allow replacing existing metrics or trace files; otherwise refuse", NULL, NULL},
@@ -87,8 +87,7 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"output", output_options, "What is printed and recorded."},
     };
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
-        int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core",
-                                         secs[i].summary);
+        int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core", secs[i].summary);
         if (rc != TIDE_OK)
             return rc;
     }

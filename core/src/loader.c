@@ -29,9 +29,12 @@
 const char *tide_plugin_kind_str(int kind)
 {
     switch (kind) {
-    case TIDE_PLUGIN_MODEL: return "model";
-    case TIDE_PLUGIN_BACKEND: return "backend";
-    case TIDE_PLUGIN_POLICY: return "policy";
+    case TIDE_PLUGIN_MODEL:
+        return "model";
+    case TIDE_PLUGIN_BACKEND:
+        return "backend";
+    case TIDE_PLUGIN_POLICY:
+        return "policy";
     }
     return "unknown";
 }
@@ -104,9 +107,12 @@ static int ld_refuse(struct tide_plugin_set *set, const char *path, const char *
 static size_t ld_min_ops_size(uint32_t kind)
 {
     switch (kind) {
-    case TIDE_PLUGIN_MODEL: return TIDE_MODEL_OPS_MIN_SIZE;
-    case TIDE_PLUGIN_BACKEND: return TIDE_BACKEND_OPS_MIN_SIZE;
-    case TIDE_PLUGIN_POLICY: return TIDE_POLICY_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_MODEL:
+        return TIDE_MODEL_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_BACKEND:
+        return TIDE_BACKEND_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_POLICY:
+        return TIDE_POLICY_OPS_MIN_SIZE;
     }
     return 0;
 }
@@ -166,6 +172,9 @@ static int ld_load_file(struct tide_plugin_set *set, const char *path)
     for (int i = 0; i < set->n; i++)
         if (!strcmp(set->items[i].path, path))
             return TIDE_OK; /* the same file reached through two search entries */
+    for (int i = 0; i < set->n_refused; i++)
+        if (!strcmp(set->refused[i].path, path))
+            return TIDE_OK;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
@@ -191,9 +200,11 @@ static int ld_load_file(struct tide_plugin_set *set, const char *path)
     }
     for (int i = 0; i < set->n; i++) {
         if (!strcmp(set->items[i].desc->name, d->name)) {
+            /* d lives in the library: format the reason before unloading it. */
+            int rc = ld_refuse(set, path, "duplicate name '%s': already loaded from %s", d->name,
+                               set->items[i].path);
             dlclose(h);
-            return ld_refuse(set, path, "duplicate name '%s': already loaded from %s", d->name,
-                             set->items[i].path);
+            return rc;
         }
     }
     struct tide_plugin *items = realloc(set->items, sizeof *items * (size_t)(set->n + 1));
@@ -350,8 +361,7 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
                    name, tide_plugin_kind_str(kind), hint);
         for (int i = 0; i < set->n_refused; i++)
             if (strstr(set->refused[i].path, name))
-                tide_error("  %s was refused: %s", set->refused[i].path,
-                           set->refused[i].reason);
+                tide_error("  %s was refused: %s", set->refused[i].path, set->refused[i].reason);
         return NULL;
     }
     if (p->desc->kind != (uint32_t)kind) {

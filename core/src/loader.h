@@ -8,11 +8,11 @@
 
 /* One loaded plugin. */
 struct tide_plugin {
-    char *path;                         /* file it was loaded from */
-    void *handle;                       /* dlopen handle */
+    char *path;   /* file it was loaded from */
+    void *handle; /* dlopen handle */
     const struct tide_plugin_desc *desc;
-    int usable;                         /* probe() passed, or no probe */
-    char why[256];                      /* probe's reason when !usable */
+    int usable;    /* probe() passed, or no probe */
+    char why[256]; /* probe's reason when !usable */
 };
 
 /* A file that was refused, and why. */

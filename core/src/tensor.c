@@ -5,12 +5,18 @@
 size_t tide_dtype_size(enum tide_dtype t)
 {
     switch (t) {
-    case TIDE_DTYPE_F32: return 4;
-    case TIDE_DTYPE_F16: return 2;
-    case TIDE_DTYPE_BF16: return 2;
-    case TIDE_DTYPE_I64: return 8;
-    case TIDE_DTYPE_I32: return 4;
-    case TIDE_DTYPE_INVALID: break;
+    case TIDE_DTYPE_F32:
+        return 4;
+    case TIDE_DTYPE_F16:
+        return 2;
+    case TIDE_DTYPE_BF16:
+        return 2;
+    case TIDE_DTYPE_I64:
+        return 8;
+    case TIDE_DTYPE_I32:
+        return 4;
+    case TIDE_DTYPE_INVALID:
+        break;
     }
     return 0;
 }
@@ -18,12 +24,18 @@ size_t tide_dtype_size(enum tide_dtype t)
 const char *tide_dtype_name(enum tide_dtype t)
 {
     switch (t) {
-    case TIDE_DTYPE_F32: return "F32";
-    case TIDE_DTYPE_F16: return "F16";
-    case TIDE_DTYPE_BF16: return "BF16";
-    case TIDE_DTYPE_I64: return "I64";
-    case TIDE_DTYPE_I32: return "I32";
-    case TIDE_DTYPE_INVALID: break;
+    case TIDE_DTYPE_F32:
+        return "F32";
+    case TIDE_DTYPE_F16:
+        return "F16";
+    case TIDE_DTYPE_BF16:
+        return "BF16";
+    case TIDE_DTYPE_I64:
+        return "I64";
+    case TIDE_DTYPE_I32:
+        return "I32";
+    case TIDE_DTYPE_INVALID:
+        break;
     }
     return "?";
 }

@@ -58,7 +58,7 @@ enum tide_backend_role {
 };
 
 struct tide_backend_args {
-    uint32_t size;               /* sizeof(struct tide_backend_args) */
+    uint32_t size;                /* sizeof(struct tide_backend_args) */
     const struct tide_opts *opts; /* the plugin's own section */
     enum tide_backend_role role;
 };
@@ -78,8 +78,8 @@ struct tide_attn_args {
     int n_heads;
     int n_kv_heads; /* divides n_heads (GQA) */
     int head_dim;
-    int block;      /* block length of the block-causal mask */
-    float scale;    /* usually 1/sqrt(head_dim) */
+    int block;   /* block length of the block-causal mask */
+    float scale; /* usually 1/sqrt(head_dim) */
 };
 
 /* Arguments of the router op: sigmoid scores, selection with bias and
@@ -146,8 +146,8 @@ struct tide_backend_ops {
                 float theta, int64_t pos0);
     int (*attention)(struct tide_backend *bk, const struct tide_attn_args *a);
     /* out = silu(g) * u; g, u f32 [T,I]; out bf16 [T,I]. */
-    int (*swiglu)(struct tide_backend *bk, const struct tide_tensor *g,
-                  const struct tide_tensor *u, const struct tide_tensor *out);
+    int (*swiglu)(struct tide_backend *bk, const struct tide_tensor *g, const struct tide_tensor *u,
+                  const struct tide_tensor *out);
     /* acc += x; both f32, same shape. */
     int (*add)(struct tide_backend *bk, const struct tide_tensor *acc, const struct tide_tensor *x);
     /* dst = src with dtype conversion (f32 <-> bf16, or same-type copy); same shape. */
@@ -157,14 +157,39 @@ struct tide_backend_ops {
     /* For i < n: out[dst_rows[i]] = down(silu(gate x) * up x) with x = x_all[rows[i]].
      * x_all bf16 [T,H]; out f32 [R,H]; rows and dst_rows are host arrays. */
     int (*expert_ffn)(struct tide_backend *bk, const struct tide_expert *e,
-                      const struct tide_tensor *x_all, const int32_t *rows,
-                      const int32_t *dst_rows, int64_t n, const struct tide_tensor *out);
+                      const struct tide_tensor *x_all, const int32_t *rows, const int32_t *dst_rows,
+                      int64_t n, const struct tide_tensor *out);
     /* y[t] = sum_{j<k} w[t*k+j] * parts[t*k+j], summed in order j = 0..k-1.
      * parts f32 [T*k,H]; w host [T*k]; y f32 [T,H]. */
     int (*moe_combine)(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
                        int k, const struct tide_tensor *y);
     /* Wait until all issued work is complete. */
     int (*sync)(struct tide_backend *bk);
+
+    /* ---- Expert offload. Optional: beyond TIDE_BACKEND_OPS_MIN_SIZE. ---- */
+
+    /* An empty expert slot (gate, up [inter, hidden], down [hidden, inter],
+     * bf16) in this backend's memory. Destroy with expert_destroy. */
+    int (*slot_create)(struct tide_backend *bk, int64_t hidden, int64_t inter,
+                       struct tide_expert **out);
+    /* Promotion: copy an expert's host weights into a slot. May be
+     * asynchronous (a copy queue); the backend orders it after every earlier
+     * op that reads the slot and before every later op that reads it. The
+     * views must stay valid until copy_sync returns. */
+    int (*slot_load)(struct tide_backend *bk, struct tide_expert *slot,
+                     const struct tide_view *gate, const struct tide_view *up,
+                     const struct tide_view *down);
+    /* dst[i] = src[rows[i]] for i < n; dst packed [n, cols]; rows on the host. */
+    int (*gather_rows)(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,
+                       int64_t n, const struct tide_tensor *dst);
+    /* dst[rows[i]] = src[i] for i < n; src packed [n, cols]; rows on the host. */
+    int (*scatter_rows)(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,
+                        int64_t n, const struct tide_tensor *dst);
+    /* Wait until every issued slot_load has landed. */
+    int (*copy_sync)(struct tide_backend *bk);
+    /* Cumulative timings since create (seconds, measured with events on an
+     * asynchronous backend): promotions busy, expert FFN compute. May be NULL. */
+    int (*timings)(struct tide_backend *bk, double *copy_seconds, double *expert_seconds);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))

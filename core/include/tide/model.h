@@ -8,6 +8,7 @@
 #ifndef TIDE_MODEL_H
 #define TIDE_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -23,21 +24,21 @@ struct tide_model; /* instance, created by open, destroyed by close */
 
 /* What the core needs to know about a model. Static for the model's life. */
 struct tide_model_info {
-    uint32_t size;           /* sizeof(struct tide_model_info) */
-    const char *arch;        /* "llada2_moe" */
-    int n_layers;            /* all transformer layers */
-    int n_moe_layers;        /* layers with routed experts */
-    int n_experts;           /* routed experts per MoE layer */
-    int top_k;               /* experts per token */
-    int hidden;              /* model width */
-    int vocab_size;          /* logits per position */
-    int64_t max_ctx;         /* max positions (max_position_embeddings) */
-    uint64_t expert_bytes;   /* one routed expert, all its matrices, bytes */
-    uint64_t dense_bytes;    /* every weight that is not a routed expert, bytes */
+    uint32_t size;         /* sizeof(struct tide_model_info) */
+    const char *arch;      /* "llada2_moe" */
+    int n_layers;          /* all transformer layers */
+    int n_moe_layers;      /* layers with routed experts */
+    int n_experts;         /* routed experts per MoE layer */
+    int top_k;             /* experts per token */
+    int hidden;            /* model width */
+    int vocab_size;        /* logits per position */
+    int64_t max_ctx;       /* max positions (max_position_embeddings) */
+    uint64_t expert_bytes; /* one routed expert, all its matrices, bytes */
+    uint64_t dense_bytes;  /* every weight that is not a routed expert, bytes */
     /* Token names the generator looks up in the tokenizer (never ids). */
-    const char *mask_token;  /* "<|mask|>" */
-    const char *eos_token;   /* "<|endoftext|>" */
-    const char *stop_token;  /* "<|role_end|>", or NULL */
+    const char *mask_token; /* "<|mask|>" */
+    const char *eos_token;  /* "<|endoftext|>" */
+    const char *stop_token; /* "<|role_end|>", or NULL */
     /* Chat template with one "{prompt}" placeholder. */
     const char *chat_template;
 };
@@ -48,15 +49,13 @@ struct tide_model_args {
     const struct tide_opts *opts;       /* the plugin's own section */
     const struct tide_backend_ref *dev; /* runs the forward */
     struct tide_moe *moe;               /* the core's dispatcher; register experts here */
-    int64_t max_tokens;                 /* most positions in one forward call */
-    int64_t n_ctx;                      /* KV cache capacity in positions */
     int block;                          /* block length of the block-causal mask */
 };
 
 /* Arguments of `tide inspect`. */
 struct tide_inspect_args {
     uint32_t size;
-    int budget;                         /* experts per MoE layer kept on the device */
+    int budget; /* experts per MoE layer kept on the device */
     FILE *out;
 };
 
@@ -67,6 +66,10 @@ struct tide_model_ops {
     int (*open)(const struct tide_model_args *args, struct tide_model **out);
     void (*close)(struct tide_model *m); /* NULL is a no-op */
     const struct tide_model_info *(*info)(const struct tide_model *m);
+    /* Make room for n_ctx cached positions and max_tokens positions per
+     * forward call (KV cache and activations). Growing discards the cache
+     * contents. Errors (no memory, n_ctx beyond the model) are logged. */
+    int (*reserve)(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
     /* Forward over positions pos0 .. pos0+n-1 with token ids[n]. Attends to
      * the cached K/V of positions < pos0 and writes the K/V of this span into
      * the cache. When logits is not NULL it receives f32 [n, vocab_size]. */

@@ -20,6 +20,20 @@ extern "C" {
 
 struct tide_moe; /* owned by the core */
 
+/* The MoE shape a model declares before registering experts. */
+struct tide_moe_shape {
+    uint32_t size; /* sizeof(struct tide_moe_shape) */
+    int n_layers;  /* MoE layers */
+    int n_experts; /* routed experts per MoE layer */
+    int top_k;     /* experts per token */
+    int hidden;    /* expert input and output width */
+    int inter;     /* expert intermediate width */
+};
+
+/* Declare the shape; once, before any other call. Returns TIDE_OK,
+ * TIDE_E_INVAL (bad or repeated declaration) or TIDE_E_NOMEM. */
+int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *shape);
+
 /* Register expert e of MoE layer `layer` (0-based among MoE layers). The views
  * must stay valid until the model closes. Returns TIDE_OK, TIDE_E_INVAL
  * (index out of range, shape mismatch: the tensor name is logged) or a

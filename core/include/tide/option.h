@@ -25,12 +25,12 @@ enum tide_opt_type {
 
 /* One option. Tables end with an entry whose name is NULL. */
 struct tide_option {
-    const char *name;        /* key inside the section, [a-z0-9_] */
+    const char *name; /* key inside the section, [a-z0-9_] */
     enum tide_opt_type type;
-    const char *def;         /* default, as it would be written in the INI file */
-    const char *help;        /* one line */
-    const char *choices;     /* TIDE_OPT_ENUM: "a|b|c"; else NULL */
-    const char *range;       /* INT/FLOAT/SIZE: "[lo,hi]", "(0,1]", "[1,]"; NULL = any */
+    const char *def;     /* default, as it would be written in the INI file */
+    const char *help;    /* one line */
+    const char *choices; /* TIDE_OPT_ENUM: "a|b|c"; else NULL */
+    const char *range;   /* INT/FLOAT/SIZE: "[lo,hi]", "(0,1]", "[1,]"; NULL = any */
 };
 
 /* A resolved section: the values of one option table. Owned by the core's

@@ -38,13 +38,13 @@ enum tide_plugin_kind {
 const char *tide_plugin_kind_str(int kind);
 
 struct tide_plugin_desc {
-    uint32_t struct_size;  /* sizeof(struct tide_plugin_desc) the plugin was built with */
-    uint32_t abi_version;  /* TIDE_ABI_VERSION the plugin was built with */
-    uint32_t kind;         /* enum tide_plugin_kind */
-    const char *name;      /* unique, no path separators, e.g. "policy-lru" */
-    const char *version;   /* the plugin's own version, e.g. "0.1.0" */
-    const char *summary;   /* one line for `tide plugins` */
-    const void *ops;       /* kind-specific ops table; starts with uint32_t size */
+    uint32_t struct_size; /* sizeof(struct tide_plugin_desc) the plugin was built with */
+    uint32_t abi_version; /* TIDE_ABI_VERSION the plugin was built with */
+    uint32_t kind;        /* enum tide_plugin_kind */
+    const char *name;     /* unique, no path separators, e.g. "policy-lru" */
+    const char *version;  /* the plugin's own version, e.g. "0.1.0" */
+    const char *summary;  /* one line for `tide plugins` */
+    const void *ops;      /* kind-specific ops table; starts with uint32_t size */
     const struct tide_option *options; /* NULL-name terminated; may be NULL */
     /* Optional. Can this plugin work here? Returns TIDE_OK, or a negative
      * status after writing a one-line reason into why[why_len] (for example
@@ -70,6 +70,9 @@ typedef const struct tide_plugin_desc *(*tide_plugin_entry_fn)(uint32_t host_abi
 #else
 #define TIDE_PLUGIN_EXPORT TIDE_PLUGIN_VISIBLE
 #endif
+
+/* The entry point every plugin defines (and the only symbol it exports). */
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
 
 /* True when an ops table of declared size `ops->size` contains `field` and the
  * slot is set. Use it for every slot that is not in the kind's minimum size. */

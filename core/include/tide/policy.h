@@ -13,6 +13,7 @@
 #define TIDE_POLICY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tide/option.h"
@@ -24,10 +25,10 @@ extern "C" {
 struct tide_policy; /* instance */
 
 struct tide_policy_shape {
-    uint32_t size;         /* sizeof(struct tide_policy_shape) */
-    int n_layers;          /* all layers */
-    int n_moe_layers;      /* layers the policy is asked about, 0-based */
-    int n_experts;         /* per MoE layer */
+    uint32_t size;    /* sizeof(struct tide_policy_shape) */
+    int n_layers;     /* all layers */
+    int n_moe_layers; /* layers the policy is asked about, 0-based */
+    int n_experts;    /* per MoE layer */
     int top_k;
     uint64_t expert_bytes; /* bytes moved by one promotion */
     int budget;            /* device slots per MoE layer, 0 .. n_experts */
@@ -49,11 +50,11 @@ struct tide_policy_view {
 
 /* The policy's answer. The core provides the arrays, sized n_experts. */
 struct tide_plan {
-    int n_promote;      /* promotions this step, <= budget */
-    int32_t *promote;   /* [n_promote] experts to copy into device slots */
-    int32_t *evict;     /* [n_promote] resident to free for each, or -1 for a free slot */
-    uint8_t *place;     /* [n_experts] enum tide_place for every expert with counts > 0,
-                           evaluated after the promotions */
+    int n_promote;    /* promotions this step, <= budget */
+    int32_t *promote; /* [n_promote] experts to copy into device slots */
+    int32_t *evict;   /* [n_promote] resident to free for each, or -1 for a free slot */
+    uint8_t *place;   /* [n_experts] enum tide_place for every expert with counts > 0,
+                         evaluated after the promotions */
 };
 
 struct tide_policy_ops {

@@ -31,12 +31,12 @@ size_t tide_dtype_size(enum tide_dtype t);
 const char *tide_dtype_name(enum tide_dtype t);
 
 struct tide_view {
-    const void *data;            /* first element; not owned */
+    const void *data; /* first element; not owned */
     enum tide_dtype dtype;
-    int ndim;                    /* 0..TIDE_MAX_DIMS */
+    int ndim;                     /* 0..TIDE_MAX_DIMS */
     int64_t shape[TIDE_MAX_DIMS]; /* outermost first; row-major, contiguous */
-    size_t nbytes;               /* product(shape) * dtype size */
-    const char *name;            /* tensor name, owned by whoever made the view; may be NULL */
+    size_t nbytes;                /* product(shape) * dtype size */
+    const char *name;             /* tensor name, owned by whoever made the view; may be NULL */
 };
 
 /* Product of the shape (1 for a scalar). */

@@ -1,0 +1,117 @@
+/* Safetensors checkpoints: a zero-copy reader and a streaming writer.
+ *
+ * Reader. tide_st_open maps one .safetensors file, or a checkpoint directory
+ * (DIR/model.safetensors.index.json with its shards, else DIR/model.safetensors),
+ * read-only, and validates every header completely: tensors are handed out as
+ * struct tide_view pointing INTO the mapping, so the weights are used in place.
+ * Supported dtypes: BF16, F16, F32, I64, I32; any other is refused at open.
+ * Every refusal is logged once, naming the file and, where relevant, the tensor.
+ * After open, a struct tide_st is immutable: any number of threads may call the
+ * query functions concurrently. Views and names stay valid until tide_st_close.
+ *
+ * Writer. Declare every tensor with tide_st_writer_add, then stream the data in
+ * declaration order with tide_st_writer_write (any chunking). The file is
+ * written as PATH.tmp and renamed onto PATH by tide_st_writer_finish, so PATH
+ * never holds a half-written checkpoint. The format is exactly Hugging Face's:
+ * an 8-byte little-endian header length, a JSON header padded with spaces to a
+ * multiple of 8 bytes whose first entry is "__metadata__": {"format": "pt"},
+ * then the tensor data, contiguous, in declaration order. The writer holds no
+ * more than a small fixed buffer of data in memory. A writer is used by one
+ * thread at a time. */
+#ifndef TIDE_SAFETENSORS_H
+#define TIDE_SAFETENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tide/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The largest JSON header accepted, bytes (as in the Hugging Face library). */
+#define TIDE_ST_MAX_HEADER (100u * 1024u * 1024u)
+
+struct tide_st; /* an opened checkpoint: one file, or a directory of shards */
+
+/* Open PATH: a .safetensors file, or a directory holding model.safetensors or
+ * model.safetensors.index.json (then every shard it names is opened once, and
+ * every tensor it maps must be in that shard and in no other). On success *out
+ * owns the mappings; free it with tide_st_close.
+ * Returns TIDE_OK, TIDE_E_NOTFOUND (no such file, directory or shard),
+ * TIDE_E_IO (open/mmap failed), TIDE_E_FORMAT (malformed header, truncated
+ * file, unsupported dtype, overlapping tensors, ...), TIDE_E_NOMEM. */
+int tide_st_open(const char *path, struct tide_st **out);
+
+/* Unmap and free everything; every view from st becomes invalid. NULL is a no-op. */
+void tide_st_close(struct tide_st *st);
+
+/* Number of tensors, over all shards. */
+int tide_st_count(const struct tide_st *st);
+
+/* The i-th tensor, 0 <= i < tide_st_count, or NULL when i is out of range.
+ * Order: shard by shard (shards sorted by file name), within a shard by data
+ * offset, which is the order that reads the files sequentially. view->name is
+ * set. The view is owned by st. */
+const struct tide_view *tide_st_at(const struct tide_st *st, int i);
+
+/* The tensor called NAME, or NULL when there is none (nothing is logged).
+ * O(log n). The view is owned by st. */
+const struct tide_view *tide_st_find(const struct tide_st *st, const char *name);
+
+/* Path of the file that holds tensor NAME (for messages), or NULL when there is
+ * none. Owned by st. */
+const char *tide_st_file_of(const struct tide_st *st, const char *name);
+
+/* Path that st was opened with (file or directory). Owned by st. */
+const char *tide_st_path(const struct tide_st *st);
+
+/* Get tensor NAME and check its dtype and shape. DTYPE TIDE_DTYPE_INVALID
+ * accepts any dtype; a dimension of -1 in SHAPE accepts any extent (SHAPE may
+ * be NULL when NDIM is 0). On a mismatch, logs e.g.
+ *   "DIR/model.safetensors: tensor 'x': expected BF16 [64, 64], found F32 [64, 64]"
+ * and on absence "DIR: missing tensor 'x'".
+ * Returns TIDE_OK and sets *out (owned by st; OUT may be NULL), TIDE_E_NOTFOUND,
+ * TIDE_E_FORMAT (wrong dtype or shape) or TIDE_E_INVAL (NDIM outside
+ * 0..TIDE_MAX_DIMS). */
+int tide_st_expect(const struct tide_st *st, const char *name, enum tide_dtype dtype, int ndim,
+                   const int64_t *shape, const struct tide_view **out);
+
+/* Sum of the byte sizes of every tensor. */
+uint64_t tide_st_data_bytes(const struct tide_st *st);
+
+struct tide_st_writer; /* a safetensors file being written */
+
+/* Start writing PATH (through PATH.tmp, which is truncated if a stale one is
+ * there). Refuses, with TIDE_E_INVAL, when PATH exists and OVERWRITE is false.
+ * On success *out is owned by the caller until tide_st_writer_finish or
+ * tide_st_writer_abort. Returns TIDE_OK, TIDE_E_INVAL, TIDE_E_IO, TIDE_E_NOMEM. */
+int tide_st_writer_create(const char *path, bool overwrite, struct tide_st_writer **out);
+
+/* Declare the next tensor: NDIM in 0..TIDE_MAX_DIMS, every dimension >= 0,
+ * a name not yet declared (and not "__metadata__"). Only before the first
+ * tide_st_writer_write. Returns TIDE_OK, TIDE_E_INVAL, TIDE_E_NOMEM. */
+int tide_st_writer_add(struct tide_st_writer *w, const char *name, enum tide_dtype dtype, int ndim,
+                       const int64_t *shape);
+
+/* Append BYTES bytes of tensor data, in declaration order, in chunks of any
+ * size. The first call writes the header, after which no tensor may be added.
+ * Writing more than was declared is refused. Returns TIDE_OK, TIDE_E_INVAL,
+ * TIDE_E_IO, TIDE_E_NOMEM. After an error, w must still be aborted. */
+int tide_st_writer_write(struct tide_st_writer *w, const void *data, size_t bytes);
+
+/* Check that every declared byte was written, flush, fsync, and rename
+ * PATH.tmp onto PATH. Always frees w; on failure the temporary file is removed
+ * and PATH is untouched. Returns TIDE_OK, TIDE_E_INVAL (data missing, or PATH
+ * appeared meanwhile and overwrite is false), TIDE_E_IO. */
+int tide_st_writer_finish(struct tide_st_writer *w);
+
+/* Give up: close and remove PATH.tmp, free w. PATH is untouched. NULL is a no-op. */
+void tide_st_writer_abort(struct tide_st_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,194 @@
+/* backend-cpu-onednn internals, shared by its source files. Nothing here is
+ * exported: the plugin is built with hidden visibility and only
+ * tide_plugin_entry leaves the shared object. */
+#ifndef DNNL_BK_H
+#define DNNL_BK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "tide/backend.h"
+#include "tide/log.h"
+#include "tide/status.h"
+#include "tide/tensor.h"
+
+#define DNNL_BK_NAME "backend-cpu-onednn"
+
+/* Largest M of one oneDNN matmul call; larger T is processed in chunks. */
+#define DNNL_BK_MAX_BUCKET 256
+
+/* Tag in every buffer, to refuse tensors of another backend's memory. */
+#define DNNL_BK_BUF_MAGIC 0x7d1eb0f5u
+
+struct tide_buffer {
+    uint32_t magic; /* DNNL_BK_BUF_MAGIC */
+    void *ptr;      /* 64-byte aligned, zero-filled at allocation */
+    size_t bytes;   /* usable size */
+};
+
+/* Where a matrix lives and how oneDNN reads it. */
+enum dnnl_bk_layout {
+    DNNL_BK_PACKED = 0, /* reordered once into oneDNN's blocked layout (a copy) */
+    DNNL_BK_RAW = 1,    /* the checkpoint's [N][K] rows used in place (tag ba) */
+};
+
+/* A bf16 matrix W[N,K] for y = x W^T. */
+struct dnnl_bk_mat {
+    int64_t n, k;
+    enum dnnl_bk_layout layout;
+    const void *data;      /* packed copy (== own) or the caller's raw rows */
+    void *own;             /* owned packed or converted copy, or NULL */
+    size_t own_bytes;      /* bytes of `own` */
+    dnnl_memory_desc_t md; /* weights desc, dims {K, N} */
+};
+
+struct tide_weight {
+    enum tide_weight_kind kind;
+    int64_t rows, cols;     /* [N,K] for MATMUL, [V,H] for EMBED, [1,C] for VECTOR */
+    enum tide_dtype dtype;  /* EMBED: dtype of data; else the source dtype */
+    struct dnnl_bk_mat mat; /* MATMUL */
+    float *vec;             /* VECTOR: owned f32 copy [cols] */
+    const void *data;       /* EMBED: aliased table rows */
+    char name[96];          /* tensor name for messages ("?" when unnamed) */
+};
+
+struct tide_expert {
+    int64_t hidden, inter;      /* H and I */
+    enum dnnl_bk_layout layout; /* PACKED: gate_up fused; RAW: gate and up apart */
+    struct dnnl_bk_mat gate_up; /* PACKED: [2I,H], gate rows first */
+    struct dnnl_bk_mat gate;    /* RAW: [I,H] */
+    struct dnnl_bk_mat up;      /* RAW: [I,H] */
+    struct dnnl_bk_mat down;    /* [H,I] */
+};
+
+/* One cached matmul primitive: fixed M bucket, shapes and weight layout; dense
+ * source and destination. */
+struct dnnl_bk_prim {
+    int64_t m, n, k;
+    dnnl_memory_desc_t wmd; /* weights desc the primitive was built for */
+    dnnl_primitive_t prim;
+    dnnl_memory_t src, wei, dst; /* handles set per call */
+};
+
+struct tide_backend {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    enum tide_backend_role role;
+    int threads;                       /* OpenMP threads for oneDNN and our loops */
+    enum dnnl_bk_layout expert_layout; /* layout for expert_create */
+    struct dnnl_bk_prim *prims;        /* [n_prims] primitive cache */
+    int n_prims, cap_prims;
+    void *scratch; /* staging for padded matmuls and expert_ffn, 64-byte aligned */
+    size_t scratch_bytes;
+    size_t packed_bytes; /* host memory held by packed/converted weight copies */
+    size_t expert_bytes; /* of which experts */
+    int n_experts;       /* live experts */
+    bool warned_ref;     /* logged once that oneDNN picked a reference kernel */
+    bool raw_kernel;     /* this CPU runs raw_kernel.c (AVX512-BF16) */
+    char desc[192];
+};
+
+/* Check a status from oneDNN; on failure log "<op>: <call>: <status>" and
+ * return TIDE_E_DEVICE from the calling function. */
+#define DNNL_BK_TRY(op, call)                                                                      \
+    do {                                                                                           \
+        dnnl_status_t st_ = (call);                                                                \
+        if (st_ != dnnl_success)                                                                   \
+            return dnnl_bk_fail((op), #call, st_);                                                 \
+    } while (0)
+
+/* Log a oneDNN failure and return TIDE_E_DEVICE. */
+int dnnl_bk_fail(const char *op, const char *call, dnnl_status_t st);
+
+/* Log "backend-cpu-onednn: <op>: <message>" at error level and return TIDE_E_INVAL. */
+int dnnl_bk_inval(const char *op, const char *fmt, ...) TIDE_PRINTF(2, 3);
+
+/* Bit for a dtype in the `dtypes` masks below. */
+#define DNNL_BK_DT(t) (1u << (unsigned)(t))
+
+/* Validate a tensor view: non-NULL, a buffer of this backend, a dtype in the
+ * mask, non-negative shape, stride >= cols and the view inside its buffer.
+ * Returns TIDE_OK or TIDE_E_INVAL (logged as "<op>: <what> ..."). */
+int dnnl_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
+                         unsigned dtypes);
+
+/* Validate a weight handle and its kind; TIDE_OK or TIDE_E_INVAL (logged). */
+int dnnl_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
+                         enum tide_weight_kind kind);
+
+/* Address of element (r, c) of a view. */
+static inline void *dnnl_bk_at(const struct tide_tensor *t, int64_t r, int64_t c)
+{
+    return (char *)t->buf->ptr + t->offset +
+           (size_t)(r * t->stride + c) * tide_dtype_size(t->dtype);
+}
+
+/* Make this thread's OpenMP team size the instance's (oneDNN reads it). */
+void dnnl_bk_enter(struct tide_backend *bk);
+
+/* Grow the scratch area to at least `bytes`; TIDE_OK or TIDE_E_NOMEM. */
+int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes);
+
+/* The M a primitive is built for when m rows are multiplied (m <= DNNL_BK_MAX_BUCKET). */
+int64_t dnnl_bk_bucket(int64_t m);
+
+/* Make W[N,K] (bf16 rows, row-major, `data`) available in `layout`. PACKED
+ * reorders into a new owned copy; RAW aliases `data`. */
+int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data, int64_t n,
+                     int64_t k, enum dnnl_bk_layout layout, const char *what);
+void dnnl_bk_mat_free(struct dnnl_bk_mat *m);
+
+/* y[mb,N] = x[mb,K] W^T with dense f32 y and bf16 x, mb a bucket (dnnl_bk_bucket). */
+int dnnl_bk_gemm(struct tide_backend *bk, const struct dnnl_bk_mat *w, const uint16_t *x,
+                 int64_t mb, float *y, const char *op);
+
+void dnnl_bk_prims_free(struct tide_backend *bk);
+
+/* Token counts up to which the inplace expert layout uses raw_kernel.c rather
+ * than oneDNN on the raw layout (see bench/expert-ffn). */
+#define DNNL_BK_RAW_MAX_M 64
+
+/* One weight matrix of a raw-kernel call: rows w[n][k] (bf16, row-major) and
+ * the output rows: y[t][0..n) for token t. */
+struct dnnl_bk_raw_seg {
+    const uint16_t *w;
+    int64_t n;
+    float *const *y;
+};
+
+/* True when this CPU has AVX512-BF16, which raw_kernel.c needs. */
+bool dnnl_bk_raw_available(void);
+
+/* For each segment: y[t][j] = x[t] . w[j] over k, for t < m, in f32 with
+ * VDPBF16PS; x[t] are bf16 rows of k values. Runs on `threads` threads. */
+void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+                      int n_segs, int64_t k, int threads);
+
+/* Ops (backend.h documents each). */
+int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
+                   const struct tide_weight *w, const struct tide_tensor *y);
+int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
+                       const struct tide_tensor *x_all, const int32_t *rows,
+                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out);
+int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
+                  int64_t n, const struct tide_tensor *out);
+int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
+                    const struct tide_weight *w, int group, float eps, const struct tide_tensor *y);
+int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_dim, int rot_dim,
+                 float theta, int64_t pos0);
+int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a);
+int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
+                   const struct tide_tensor *u, const struct tide_tensor *out);
+int dnnl_bk_add(struct tide_backend *bk, const struct tide_tensor *acc,
+                const struct tide_tensor *x);
+int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
+                    const struct tide_tensor *dst);
+int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a);
+int dnnl_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
+                        int k, const struct tide_tensor *y);
+
+#endif

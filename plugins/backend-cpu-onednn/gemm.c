@@ -1,0 +1,397 @@
+/* oneDNN matmuls: weight packing, the primitive cache, the matmul op and the
+ * expert FFN.
+ *
+ * oneDNN 2.6 is slow with a runtime M (it falls back to gemm:jit), so every
+ * primitive has a fixed M. M is padded up to a bucket (dnnl_bk_bucket) and one
+ * primitive is cached per (bucket, N, K, weight layout); at small M the cost
+ * is the weight traffic, so padding rows is almost free. Source and
+ * destination are always dense: with a row stride other than K or N, oneDNN
+ * 2.6 leaves its brgemm kernel for gemm:jit, or for its reference kernel with
+ * packed weights, so strided views are staged through scratch instead.
+ * The packed weight layout oneDNN picks (BA16a64b2a on avx512_core_bf16) is
+ * the same for every M, so one packed copy serves all buckets. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+#include "dnnl_bk_math.h"
+
+int64_t dnnl_bk_bucket(int64_t m)
+{
+    if (m <= 16) {
+        int64_t b = 1;
+        while (b < m)
+            b <<= 1;
+        return b;
+    }
+    if (m <= 64)
+        return (m + 15) / 16 * 16;
+    return (m + 63) / 64 * 64;
+}
+
+/* Matmul op desc for dense y[m,N] f32 = x[m,K] bf16 * W. */
+static int dnnl_bk_mm_desc(dnnl_matmul_desc_t *mm, int64_t m, int64_t n, int64_t k,
+                           const dnnl_memory_desc_t *wmd, const char *op)
+{
+    dnnl_memory_desc_t s, d;
+    DNNL_BK_TRY(op, dnnl_memory_desc_init_by_tag(&s, 2, (dnnl_dims_t){m, k}, dnnl_bf16, dnnl_ab));
+    DNNL_BK_TRY(op, dnnl_memory_desc_init_by_tag(&d, 2, (dnnl_dims_t){m, n}, dnnl_f32, dnnl_ab));
+    DNNL_BK_TRY(op, dnnl_matmul_desc_init(mm, &s, wmd, NULL, &d));
+    return TIDE_OK;
+}
+
+void dnnl_bk_mat_free(struct dnnl_bk_mat *m)
+{
+    free(m->own);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reorder raw [N][K] rows (oneDNN tag ba of dims {K,N}) into m->md. */
+static int dnnl_bk_pack(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data,
+                        const char *what)
+{
+    const char *op = "weight packing";
+    dnnl_memory_desc_t raw;
+    dnnl_memory_t src = NULL, dst = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    DNNL_BK_TRY(
+        op, dnnl_memory_desc_init_by_tag(&raw, 2, (dnnl_dims_t){m->k, m->n}, dnnl_bf16, dnnl_ba));
+    m->own_bytes = dnnl_memory_desc_get_size(&m->md);
+    m->own = aligned_alloc(64, (m->own_bytes + 63) & ~(size_t)63);
+    if (!m->own) {
+        tide_error(DNNL_BK_NAME ": cannot allocate %zu bytes to pack %s", m->own_bytes, what);
+        m->own_bytes = 0;
+        return TIDE_E_NOMEM;
+    }
+    dnnl_status_t st = dnnl_memory_create(&src, &raw, bk->eng, (void *)data);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&dst, &m->md, bk->eng, m->own);
+    if (st == dnnl_success)
+        st = dnnl_reorder_primitive_desc_create(&rpd, &raw, bk->eng, &m->md, bk->eng, NULL);
+    if (st == dnnl_success)
+        st = dnnl_primitive_create(&r, rpd);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+        st = dnnl_primitive_execute(r, bk->stream, 2, args);
+    }
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(bk->stream);
+    if (r)
+        dnnl_primitive_destroy(r);
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    if (src)
+        dnnl_memory_destroy(src);
+    if (dst)
+        dnnl_memory_destroy(dst);
+    if (st != dnnl_success) {
+        tide_error(DNNL_BK_NAME ": packing %s [%lld,%lld] failed: %s", what, (long long)m->n,
+                   (long long)m->k, dnnl_status2str(st));
+        return TIDE_E_DEVICE;
+    }
+    return TIDE_OK;
+}
+
+int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data, int64_t n,
+                     int64_t k, enum dnnl_bk_layout layout, const char *what)
+{
+    memset(m, 0, sizeof *m);
+    m->n = n;
+    m->k = k;
+    m->layout = layout;
+    if (layout == DNNL_BK_RAW) {
+        m->data = data;
+        DNNL_BK_TRY("weight_create", dnnl_memory_desc_init_by_tag(&m->md, 2, (dnnl_dims_t){k, n},
+                                                                  dnnl_bf16, dnnl_ba));
+        return TIDE_OK;
+    }
+    /* Ask oneDNN which layout it wants, with a mid-size M. */
+    dnnl_memory_desc_t any;
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_desc_t pd = NULL;
+    DNNL_BK_TRY("weight_create", dnnl_memory_desc_init_by_tag(&any, 2, (dnnl_dims_t){k, n},
+                                                              dnnl_bf16, dnnl_format_tag_any));
+    int rc = dnnl_bk_mm_desc(&mm, 32, n, k, &any, "weight_create");
+    if (rc)
+        return rc;
+    DNNL_BK_TRY("weight_create", dnnl_primitive_desc_create(&pd, &mm, NULL, bk->eng, NULL));
+    m->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_primitive_desc_destroy(pd);
+    rc = dnnl_bk_pack(bk, m, data, what);
+    if (rc) {
+        dnnl_bk_mat_free(m);
+        return rc;
+    }
+    m->data = m->own;
+    return TIDE_OK;
+}
+
+void dnnl_bk_prims_free(struct tide_backend *bk)
+{
+    for (int i = 0; i < bk->n_prims; i++) {
+        struct dnnl_bk_prim *p = &bk->prims[i];
+        dnnl_memory_destroy(p->src);
+        dnnl_memory_destroy(p->wei);
+        dnnl_memory_destroy(p->dst);
+        dnnl_primitive_destroy(p->prim);
+    }
+    free(bk->prims);
+    bk->prims = NULL;
+    bk->n_prims = bk->cap_prims = 0;
+}
+
+/* Build the primitive for a key and append it to the cache. */
+static int dnnl_bk_prim_new(struct tide_backend *bk, const struct dnnl_bk_mat *w, int64_t mb,
+                            const char *op, struct dnnl_bk_prim **out)
+{
+    if (bk->n_prims == bk->cap_prims) {
+        int cap = bk->cap_prims ? 2 * bk->cap_prims : 32;
+        struct dnnl_bk_prim *p = realloc(bk->prims, sizeof *p * (size_t)cap);
+        if (!p)
+            return TIDE_E_NOMEM;
+        bk->prims = p;
+        bk->cap_prims = cap;
+    }
+    struct dnnl_bk_prim p = {.m = mb, .n = w->n, .k = w->k, .wmd = w->md};
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_desc_t pd = NULL;
+    int rc = dnnl_bk_mm_desc(&mm, mb, w->n, w->k, &w->md, op);
+    if (rc)
+        return rc;
+    DNNL_BK_TRY(op, dnnl_primitive_desc_create(&pd, &mm, NULL, bk->eng, NULL));
+    const char *impl = "?";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (!bk->warned_ref && !strncmp(impl, "ref", 3)) {
+        bk->warned_ref = true;
+        tide_warn(DNNL_BK_NAME ": oneDNN chose its reference matmul (%s) for %lldx%lldx%lld: "
+                               "this CPU lacks a fast bf16 kernel, expect slow matmuls",
+                  impl, (long long)mb, (long long)w->n, (long long)w->k);
+    }
+    dnnl_status_t st = dnnl_primitive_create(&p.prim, pd);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *dmd = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&p.src, smd, bk->eng, DNNL_MEMORY_NONE);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&p.wei, &w->md, bk->eng, DNNL_MEMORY_NONE);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&p.dst, dmd, bk->eng, DNNL_MEMORY_NONE);
+    dnnl_primitive_desc_destroy(pd);
+    if (st != dnnl_success) {
+        dnnl_memory_destroy(p.src);
+        dnnl_memory_destroy(p.wei);
+        dnnl_memory_destroy(p.dst);
+        dnnl_primitive_destroy(p.prim);
+        return dnnl_bk_fail(op, "dnnl_primitive_create", st);
+    }
+    bk->prims[bk->n_prims] = p;
+    *out = &bk->prims[bk->n_prims++];
+    return TIDE_OK;
+}
+
+int dnnl_bk_gemm(struct tide_backend *bk, const struct dnnl_bk_mat *w, const uint16_t *x,
+                 int64_t mb, float *y, const char *op)
+{
+    struct dnnl_bk_prim *p = NULL;
+    for (int i = 0; i < bk->n_prims; i++) {
+        struct dnnl_bk_prim *c = &bk->prims[i];
+        if (c->m == mb && c->n == w->n && c->k == w->k && dnnl_memory_desc_equal(&c->wmd, &w->md)) {
+            p = c;
+            break;
+        }
+    }
+    if (!p) {
+        int rc = dnnl_bk_prim_new(bk, w, mb, op, &p);
+        if (rc)
+            return rc;
+    }
+    DNNL_BK_TRY(op, dnnl_memory_set_data_handle(p->src, (void *)x));
+    DNNL_BK_TRY(op, dnnl_memory_set_data_handle(p->wei, (void *)w->data));
+    DNNL_BK_TRY(op, dnnl_memory_set_data_handle(p->dst, y));
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wei}, {DNNL_ARG_DST, p->dst}};
+    DNNL_BK_TRY(op, dnnl_primitive_execute(p->prim, bk->stream, 3, args));
+    DNNL_BK_TRY(op, dnnl_stream_wait(bk->stream));
+    return TIDE_OK;
+}
+
+/* Round n up to whole cache lines. */
+static size_t dnnl_bk_lines(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
+                   const struct tide_weight *w, const struct tide_tensor *y)
+{
+    const char *op = "matmul";
+    int rc = dnnl_bk_check_weight(op, "w", w, TIDE_WEIGHT_MATMUL);
+    if (!rc)
+        rc = dnnl_bk_check_tensor(op, "x", x, DNNL_BK_DT(TIDE_DTYPE_BF16));
+    if (!rc)
+        rc = dnnl_bk_check_tensor(op, "y", y, DNNL_BK_DT(TIDE_DTYPE_F32));
+    if (rc)
+        return rc;
+    const struct dnnl_bk_mat *m = &w->mat;
+    if (x->cols != m->k || y->cols != m->n || x->rows != y->rows)
+        return dnnl_bk_inval(op,
+                             "shapes do not match: x [%lld,%lld] * %s [%lld,%lld]^T -> y "
+                             "[%lld,%lld]",
+                             (long long)x->rows, (long long)x->cols, w->name, (long long)m->n,
+                             (long long)m->k, (long long)y->rows, (long long)y->cols);
+    dnnl_bk_enter(bk);
+    const int64_t N = m->n, K = m->k;
+    for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
+        int64_t rows = x->rows - t0 < DNNL_BK_MAX_BUCKET ? x->rows - t0 : DNNL_BK_MAX_BUCKET;
+        int64_t mb = dnnl_bk_bucket(rows);
+        /* Use the caller's memory when it is dense and holds the whole bucket. */
+        bool xd = mb == rows && x->stride == K, yd = mb == rows && y->stride == N;
+        size_t xb = xd ? 0 : dnnl_bk_lines(sizeof(uint16_t) * (size_t)(mb * K));
+        rc = dnnl_bk_scratch(bk, xb + (yd ? 0 : sizeof(float) * (size_t)(mb * N)));
+        if (rc)
+            return rc;
+        uint16_t *xs = xd ? dnnl_bk_at(x, t0, 0) : bk->scratch;
+        float *ys = yd ? dnnl_bk_at(y, t0, 0) : (float *)((char *)bk->scratch + xb);
+        if (!xd) {
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(xs + r * K, dnnl_bk_at(x, t0 + r, 0), sizeof(uint16_t) * (size_t)K);
+            memset(xs + rows * K, 0, sizeof(uint16_t) * (size_t)((mb - rows) * K));
+        }
+        rc = dnnl_bk_gemm(bk, m, xs, mb, ys, op);
+        if (rc)
+            return rc;
+        if (!yd)
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dnnl_bk_at(y, t0 + r, 0), ys + r * N, sizeof(float) * (size_t)N);
+    }
+    return TIDE_OK;
+}
+
+/* Validate the expert_ffn arguments. */
+static int dnnl_bk_ffn_check(const struct tide_expert *e, const struct tide_tensor *x_all,
+                             const int32_t *rows, const int32_t *dst_rows, int64_t n,
+                             const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn";
+    if (!e)
+        return dnnl_bk_inval(op, "expert is NULL");
+    int rc = dnnl_bk_check_tensor(op, "x_all", x_all, DNNL_BK_DT(TIDE_DTYPE_BF16));
+    if (!rc)
+        rc = dnnl_bk_check_tensor(op, "out", out, DNNL_BK_DT(TIDE_DTYPE_F32));
+    if (rc)
+        return rc;
+    if (x_all->cols != e->hidden || out->cols != e->hidden)
+        return dnnl_bk_inval(
+            op, "x_all has %lld columns and out %lld, the expert's hidden size is %lld",
+            (long long)x_all->cols, (long long)out->cols, (long long)e->hidden);
+    if (n < 0 || (n > 0 && (!rows || !dst_rows)))
+        return dnnl_bk_inval(op, "n = %lld with rows %s and dst_rows %s", (long long)n,
+                             rows ? "set" : "NULL", dst_rows ? "set" : "NULL");
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= x_all->rows)
+            return dnnl_bk_inval(op, "rows[%lld] = %d is outside x_all's %lld rows", (long long)i,
+                                 rows[i], (long long)x_all->rows);
+        if (dst_rows[i] < 0 || dst_rows[i] >= out->rows)
+            return dnnl_bk_inval(op, "dst_rows[%lld] = %d is outside out's %lld rows", (long long)i,
+                                 dst_rows[i], (long long)out->rows);
+    }
+    return TIDE_OK;
+}
+
+/* expert_ffn for m <= DNNL_BK_RAW_MAX_M rows of an inplace expert with
+ * raw_kernel.c: no gather, no padding, results written straight to out. */
+static int dnnl_bk_ffn_raw(struct tide_backend *bk, const struct tide_expert *e,
+                           const struct tide_tensor *x_all, const int32_t *rows,
+                           const int32_t *dst_rows, int64_t m, const struct tide_tensor *out)
+{
+    const int64_t H = e->hidden, I = e->inter;
+    /* Scratch: row pointers x, h, g, u, y [m] | g, u [m,I] f32 | h [m,I] bf16. */
+    size_t bp = dnnl_bk_lines(5 * sizeof(void *) * (size_t)m);
+    size_t bgu = dnnl_bk_lines(2 * sizeof(float) * (size_t)(m * I));
+    int rc = dnnl_bk_scratch(bk, bp + bgu + sizeof(uint16_t) * (size_t)(m * I));
+    if (rc)
+        return rc;
+    const uint16_t **xr = bk->scratch, **hr = xr + m;
+    float **gr = (float **)(hr + m), **ur = gr + m, **yr = ur + m;
+    float *g = (float *)((char *)bk->scratch + bp), *u = g + m * I;
+    uint16_t *h = (uint16_t *)((char *)g + bgu);
+    for (int64_t t = 0; t < m; t++) {
+        xr[t] = dnnl_bk_at(x_all, rows[t], 0);
+        gr[t] = g + t * I;
+        ur[t] = u + t * I;
+        hr[t] = h + t * I;
+        yr[t] = dnnl_bk_at(out, dst_rows[t], 0);
+    }
+    const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
+    dnnl_bk_raw_gemm(xr, m, gu, 2, H, bk->threads);
+#pragma omp parallel for num_threads(bk->threads) if (m * I >= 4096)
+    for (int64_t i = 0; i < m * I; i++)
+        h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
+    const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
+    dnnl_bk_raw_gemm(hr, m, &d, 1, I, bk->threads);
+    return TIDE_OK;
+}
+
+int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
+                       const struct tide_tensor *x_all, const int32_t *rows,
+                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn";
+    int rc = dnnl_bk_ffn_check(e, x_all, rows, dst_rows, n, out);
+    if (rc)
+        return rc;
+    dnnl_bk_enter(bk);
+    const int64_t H = e->hidden, I = e->inter;
+    for (int64_t i0 = 0; i0 < n; i0 += DNNL_BK_MAX_BUCKET) {
+        int64_t m = n - i0 < DNNL_BK_MAX_BUCKET ? n - i0 : DNNL_BK_MAX_BUCKET;
+        if (e->layout == DNNL_BK_RAW && bk->raw_kernel && m <= DNNL_BK_RAW_MAX_M) {
+            rc = dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out);
+            if (rc)
+                return rc;
+            continue;
+        }
+        int64_t mb = dnnl_bk_bucket(m);
+        /* Scratch: x [mb,H] bf16 | gate,up [mb,2I] f32 | h [mb,I] bf16 | y [mb,H] f32.
+         * Fused (packed), row r of gate,up is gate then up; apart (inplace), gate
+         * rows come first, then up rows, each block dense. */
+        size_t bx = dnnl_bk_lines(sizeof(uint16_t) * (size_t)(mb * H));
+        size_t bgu = dnnl_bk_lines(sizeof(float) * (size_t)(mb * 2 * I));
+        size_t bh = dnnl_bk_lines(sizeof(uint16_t) * (size_t)(mb * I));
+        rc = dnnl_bk_scratch(bk, bx + bgu + bh + sizeof(float) * (size_t)(mb * H));
+        if (rc)
+            return rc;
+        uint16_t *xs = bk->scratch;
+        float *gu = (float *)((char *)bk->scratch + bx);
+        uint16_t *hs = (uint16_t *)((char *)gu + bgu);
+        float *ys = (float *)((char *)hs + bh);
+        for (int64_t r = 0; r < m; r++)
+            memcpy(xs + r * H, dnnl_bk_at(x_all, rows[i0 + r], 0), sizeof(uint16_t) * (size_t)H);
+        memset(xs + m * H, 0, sizeof(uint16_t) * (size_t)((mb - m) * H));
+        const bool fused = e->layout == DNNL_BK_PACKED;
+        if (fused) {
+            rc = dnnl_bk_gemm(bk, &e->gate_up, xs, mb, gu, op);
+        } else {
+            rc = dnnl_bk_gemm(bk, &e->gate, xs, mb, gu, op);
+            if (!rc)
+                rc = dnnl_bk_gemm(bk, &e->up, xs, mb, gu + mb * I, op);
+        }
+        if (rc)
+            return rc;
+        const int64_t ld = fused ? 2 * I : I, uo = fused ? I : mb * I;
+#pragma omp parallel for num_threads(bk->threads) if (m * I >= 4096)
+        for (int64_t r = 0; r < mb; r++) {
+            const float *g = gu + r * ld, *u = gu + uo + r * ld;
+            uint16_t *h = hs + r * I;
+            for (int64_t j = 0; j < I; j++)
+                h[j] = r < m ? tide_f32_to_bf16(dnnl_bk_silu_mul(g[j], u[j])) : 0;
+        }
+        rc = dnnl_bk_gemm(bk, &e->down, hs, mb, ys, op);
+        if (rc)
+            return rc;
+        for (int64_t r = 0; r < m; r++)
+            memcpy(dnnl_bk_at(out, dst_rows[i0 + r], 0), ys + r * H, sizeof(float) * (size_t)H);
+    }
+    return TIDE_OK;
+}

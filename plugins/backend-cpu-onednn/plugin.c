@@ -1,0 +1,597 @@
+/* backend-cpu-onednn: the plugin descriptor, instance lifecycle, memory,
+ * weights and experts. The ops live in gemm.c (oneDNN matmuls, expert FFN)
+ * and ops.c (everything else, OpenMP loops).
+ *
+ * Every op runs inline on the calling thread and is complete on return, so
+ * `sync` has nothing to wait for. */
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+#include "tide/option.h"
+#include "tide/plugin.h"
+
+/* Expert weight layout, chosen by bench/expert-ffn (H=2048, I=512, bf16, cold
+ * weights). The figures, the memory each layout costs and the reason for the
+ * default are in the comment above dnnl_bk_options. */
+#define DNNL_BK_EXPERT_LAYOUT_DEFAULT "packed"
+
+/* `expert_layout`:
+ *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
+ *    reordered once into oneDNN's blocked layout (BA16a64b2a). This holds a
+ *    second host copy of every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB
+ *    for all of them); the checkpoint's pages are then no longer touched and
+ *    the page cache may drop them.
+ *  - inplace: the mmapped checkpoint rows are used as they are (oneDNN tag
+ *    `ba`); no extra memory, no packing time at load.
+ * Measured by bench-expert-ffn: see DNNL_BK_EXPERT_LAYOUT_DEFAULT. */
+static const struct tide_option dnnl_bk_options[] = {
+    {"threads", TIDE_OPT_INT, "0",
+     "threads for oneDNN and the other ops (OpenMP); 0 = every core this process may use", NULL,
+     "[0,]"},
+    {"expert_layout", TIDE_OPT_ENUM, DNNL_BK_EXPERT_LAYOUT_DEFAULT,
+     "routed experts: packed = a oneDNN-blocked copy in host RAM (faster at small token "
+     "counts, +1 copy of every expert); inplace = use the checkpoint's memory as it is",
+     "packed|inplace", NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+int dnnl_bk_fail(const char *op, const char *call, dnnl_status_t st)
+{
+    tide_error(DNNL_BK_NAME ": %s: oneDNN call %s failed: %s", op, call, dnnl_status2str(st));
+    return TIDE_E_DEVICE;
+}
+
+int dnnl_bk_inval(const char *op, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tide_error(DNNL_BK_NAME ": %s: %s", op, msg);
+    return TIDE_E_INVAL;
+}
+
+int dnnl_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
+                         unsigned dtypes)
+{
+    if (!t)
+        return dnnl_bk_inval(op, "%s is NULL", what);
+    if (!t->buf)
+        return dnnl_bk_inval(op, "%s has no buffer", what);
+    if (t->buf->magic != DNNL_BK_BUF_MAGIC)
+        return dnnl_bk_inval(op, "%s is a view of a buffer this backend did not allocate", what);
+    if ((unsigned)t->dtype >= 32 || !(dtypes & DNNL_BK_DT(t->dtype))) {
+        char want[64] = "";
+        for (int d = TIDE_DTYPE_F32; d <= TIDE_DTYPE_I32; d++)
+            if (dtypes & DNNL_BK_DT(d))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         want[0] ? " or " : "", tide_dtype_name((enum tide_dtype)d));
+        return dnnl_bk_inval(op, "%s is %s, expected %s", what, tide_dtype_name(t->dtype), want);
+    }
+    if (t->rows < 0 || t->cols < 0 || t->stride < t->cols)
+        return dnnl_bk_inval(op, "%s has shape [%lld,%lld] with row stride %lld", what,
+                             (long long)t->rows, (long long)t->cols, (long long)t->stride);
+    size_t es = tide_dtype_size(t->dtype);
+    if (t->offset % es)
+        return dnnl_bk_inval(op, "%s offset %zu is not a multiple of its element size", what,
+                             t->offset);
+    if (t->rows == 0 || t->cols == 0)
+        return TIDE_OK;
+    /* Last element + 1, in elements; the factors are bounded by the buffer size. */
+    double last = ((double)(t->rows - 1) * (double)t->stride + (double)t->cols) * (double)es +
+                  (double)t->offset;
+    if (last > (double)t->buf->bytes)
+        return dnnl_bk_inval(op,
+                             "%s [%lld,%lld] (stride %lld, offset %zu) runs past the end of its "
+                             "%zu-byte buffer",
+                             what, (long long)t->rows, (long long)t->cols, (long long)t->stride,
+                             t->offset, t->buf->bytes);
+    return TIDE_OK;
+}
+
+int dnnl_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
+                         enum tide_weight_kind kind)
+{
+    static const char *const kinds[] = {"?", "MATMUL", "VECTOR", "EMBED"};
+    if (!w)
+        return dnnl_bk_inval(op, "%s is NULL", what);
+    if (w->kind != kind)
+        return dnnl_bk_inval(op, "%s (%s) is a %s weight, expected %s", what, w->name,
+                             kinds[w->kind <= 3 ? w->kind : 0], kinds[kind]);
+    return TIDE_OK;
+}
+
+void dnnl_bk_enter(struct tide_backend *bk)
+{
+    if (omp_get_max_threads() != bk->threads)
+        omp_set_num_threads(bk->threads);
+}
+
+/* 64-byte aligned allocation rounded up to whole cache lines; NULL on failure. */
+static void *dnnl_bk_alloc(size_t bytes)
+{
+    size_t n = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, n ? n : 64);
+}
+
+int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes)
+{
+    if (bytes <= bk->scratch_bytes)
+        return TIDE_OK;
+    size_t want = bytes + bytes / 4;
+    void *p = dnnl_bk_alloc(want);
+    if (!p) {
+        tide_error(DNNL_BK_NAME ": cannot allocate %zu bytes of scratch memory", want);
+        return TIDE_E_NOMEM;
+    }
+    free(bk->scratch);
+    bk->scratch = p;
+    bk->scratch_bytes = want;
+    return TIDE_OK;
+}
+
+static const char *dnnl_bk_isa_name(dnnl_cpu_isa_t isa)
+{
+    switch (isa) {
+    case dnnl_cpu_isa_sse41:
+        return "sse41";
+    case dnnl_cpu_isa_avx:
+        return "avx";
+    case dnnl_cpu_isa_avx2:
+        return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+        return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic:
+        return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops:
+        return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core:
+        return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+        return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+        return "avx512_core_amx";
+    default:
+        return "unknown";
+    }
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void dnnl_bk_destroy(struct tide_backend *bk)
+{
+    if (!bk)
+        return;
+    if (bk->n_experts)
+        tide_warn(DNNL_BK_NAME ": destroyed with %d experts still alive", bk->n_experts);
+    dnnl_bk_prims_free(bk);
+    if (bk->stream)
+        dnnl_stream_destroy(bk->stream);
+    if (bk->eng)
+        dnnl_engine_destroy(bk->eng);
+    free(bk->scratch);
+    free(bk);
+}
+
+static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_backend **out)
+{
+    if (!args || !out || args->size < offsetof(struct tide_backend_args, role) + sizeof args->role)
+        return dnnl_bk_inval("create", "NULL or truncated arguments");
+    *out = NULL;
+    int64_t threads = args->opts ? tide_opts_int(args->opts, "threads") : 0;
+    const char *layout =
+        args->opts ? tide_opts_str(args->opts, "expert_layout") : DNNL_BK_EXPERT_LAYOUT_DEFAULT;
+    if (threads < 0 || threads > 4096)
+        return dnnl_bk_inval("create", "threads = %lld is outside [0, 4096]", (long long)threads);
+    if (strcmp(layout, "packed") && strcmp(layout, "inplace"))
+        return dnnl_bk_inval("create", "expert_layout = '%s', expected packed or inplace", layout);
+
+    struct tide_backend *bk = calloc(1, sizeof *bk);
+    if (!bk)
+        return TIDE_E_NOMEM;
+    bk->role = args->role;
+    bk->threads = threads ? (int)threads : omp_get_num_procs();
+    bk->expert_layout = strcmp(layout, "packed") ? DNNL_BK_RAW : DNNL_BK_PACKED;
+    bk->raw_kernel = dnnl_bk_raw_available();
+    dnnl_status_t st = dnnl_engine_create(&bk->eng, dnnl_cpu, 0);
+    if (st == dnnl_success)
+        st = dnnl_stream_create(&bk->stream, bk->eng, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        dnnl_bk_destroy(bk);
+        return dnnl_bk_fail("create", "dnnl_engine_create/dnnl_stream_create", st);
+    }
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(bk->desc, sizeof bk->desc, "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s",
+             v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
+             dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
+             bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace");
+    *out = bk;
+    return TIDE_OK;
+}
+
+static const char *dnnl_bk_describe(const struct tide_backend *bk)
+{
+    return bk ? bk->desc : DNNL_BK_NAME;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int dnnl_bk_buffer_alloc(struct tide_backend *bk, size_t bytes, struct tide_buffer **out)
+{
+    if (!bk || !out)
+        return dnnl_bk_inval("buffer_alloc", "NULL backend or out pointer");
+    *out = NULL;
+    struct tide_buffer *b = malloc(sizeof *b);
+    void *p = dnnl_bk_alloc(bytes);
+    if (!b || !p) {
+        free(b);
+        free(p);
+        tide_error(DNNL_BK_NAME ": buffer_alloc: cannot allocate %zu bytes", bytes);
+        return TIDE_E_NOMEM;
+    }
+    memset(p, 0, bytes);
+    b->magic = DNNL_BK_BUF_MAGIC;
+    b->ptr = p;
+    b->bytes = bytes;
+    *out = b;
+    return TIDE_OK;
+}
+
+static void dnnl_bk_buffer_free(struct tide_backend *bk, struct tide_buffer *buf)
+{
+    if (!buf)
+        return;
+    buf->magic = 0;
+    free(buf->ptr);
+    free(buf);
+}
+
+static void *dnnl_bk_buffer_host_ptr(struct tide_backend *bk, struct tide_buffer *buf)
+{
+    return buf && buf->magic == DNNL_BK_BUF_MAGIC ? buf->ptr : NULL;
+}
+
+static const unsigned dnnl_bk_any_dtype = DNNL_BK_DT(TIDE_DTYPE_F32) | DNNL_BK_DT(TIDE_DTYPE_F16) |
+                                          DNNL_BK_DT(TIDE_DTYPE_BF16) | DNNL_BK_DT(TIDE_DTYPE_I64) |
+                                          DNNL_BK_DT(TIDE_DTYPE_I32);
+
+/* Copy between packed host rows and a view, in the direction `to_view`. */
+static int dnnl_bk_copy(const char *op, const struct tide_tensor *t, void *host, bool to_view)
+{
+    int rc = dnnl_bk_check_tensor(op, to_view ? "dst" : "src", t, dnnl_bk_any_dtype);
+    if (rc)
+        return rc;
+    if (!host && t->rows && t->cols)
+        return dnnl_bk_inval(op, "host pointer is NULL");
+    size_t row = (size_t)t->cols * tide_dtype_size(t->dtype);
+    for (int64_t r = 0; r < t->rows; r++) {
+        char *v = dnnl_bk_at(t, r, 0), *h = (char *)host + (size_t)r * row;
+        memcpy(to_view ? v : h, to_view ? h : v, row);
+    }
+    return TIDE_OK;
+}
+
+static int dnnl_bk_write(struct tide_backend *bk, const struct tide_tensor *dst, const void *src)
+{
+    return dnnl_bk_copy("write", dst, (void *)src, true);
+}
+
+static int dnnl_bk_read(struct tide_backend *bk, const struct tide_tensor *src, void *dst)
+{
+    return dnnl_bk_copy("read", src, dst, false);
+}
+
+/* ---- weights ------------------------------------------------------------ */
+
+/* Value i of a host view of dtype F32, BF16 or F16, as f32. */
+static float dnnl_bk_view_f32(const struct tide_view *v, int64_t i)
+{
+    switch (v->dtype) {
+    case TIDE_DTYPE_F32:
+        return ((const float *)v->data)[i];
+    case TIDE_DTYPE_BF16:
+        return tide_bf16_to_f32(((const uint16_t *)v->data)[i]);
+    case TIDE_DTYPE_F16:
+        return tide_f16_to_f32(((const uint16_t *)v->data)[i]);
+    default:
+        return 0.0f;
+    }
+}
+
+static bool dnnl_bk_is_float(enum tide_dtype t)
+{
+    return t == TIDE_DTYPE_F32 || t == TIDE_DTYPE_BF16 || t == TIDE_DTYPE_F16;
+}
+
+static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *w)
+{
+    if (!w)
+        return;
+    if (bk && w->mat.own)
+        bk->packed_bytes -= w->mat.own_bytes;
+    if (bk && w->vec)
+        bk->packed_bytes -= sizeof(float) * (size_t)w->cols;
+    dnnl_bk_mat_free(&w->mat);
+    free(w->vec);
+    free(w);
+}
+
+/* MATMUL: prepacked once. bf16 is the contract for matmul inputs, so an f32 or
+ * f16 checkpoint tensor is rounded to bf16 (nearest even) first. */
+static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view *src,
+                                 struct tide_weight *w)
+{
+    if (src->ndim != 2)
+        return dnnl_bk_inval("weight_create", "MATMUL weight %s has %d dims, expected 2 [N,K]",
+                             w->name, src->ndim);
+    w->rows = src->shape[0];
+    w->cols = src->shape[1];
+    const void *rows = src->data;
+    uint16_t *tmp = NULL;
+    if (src->dtype != TIDE_DTYPE_BF16) {
+        tmp = malloc(sizeof *tmp * (size_t)(w->rows * w->cols));
+        if (!tmp)
+            return TIDE_E_NOMEM;
+        for (int64_t i = 0; i < w->rows * w->cols; i++)
+            tmp[i] = tide_f32_to_bf16(dnnl_bk_view_f32(src, i));
+        rows = tmp;
+    }
+    int rc = dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, w->name);
+    free(tmp);
+    if (rc == TIDE_OK)
+        bk->packed_bytes += w->mat.own_bytes;
+    return rc;
+}
+
+static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view *src,
+                                 enum tide_weight_kind kind, struct tide_weight **out)
+{
+    if (!bk || !src || !out)
+        return dnnl_bk_inval("weight_create", "NULL argument");
+    *out = NULL;
+    const char *name = src->name ? src->name : "?";
+    if (!src->data)
+        return dnnl_bk_inval("weight_create", "weight %s has no data", name);
+    if (!dnnl_bk_is_float(src->dtype))
+        return dnnl_bk_inval("weight_create", "weight %s is %s, expected BF16, F32 or F16", name,
+                             tide_dtype_name(src->dtype));
+    for (int d = 0; d < src->ndim; d++)
+        if (src->shape[d] <= 0)
+            return dnnl_bk_inval("weight_create", "weight %s has an empty dimension", name);
+    struct tide_weight *w = calloc(1, sizeof *w);
+    if (!w)
+        return TIDE_E_NOMEM;
+    w->kind = kind;
+    w->dtype = src->dtype;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    int rc = TIDE_OK;
+    dnnl_bk_enter(bk);
+    switch (kind) {
+    case TIDE_WEIGHT_MATMUL:
+        rc = dnnl_bk_weight_matmul(bk, src, w);
+        break;
+    case TIDE_WEIGHT_VECTOR: {
+        int64_t c = tide_view_numel(src);
+        if (src->ndim != 1 && !(src->ndim == 2 && (src->shape[0] == 1 || src->shape[1] == 1))) {
+            rc = dnnl_bk_inval("weight_create", "VECTOR weight %s has %d dims, expected 1", name,
+                               src->ndim);
+            break;
+        }
+        w->rows = 1;
+        w->cols = c;
+        w->vec = malloc(sizeof(float) * (size_t)c);
+        if (!w->vec) {
+            rc = TIDE_E_NOMEM;
+            break;
+        }
+        for (int64_t i = 0; i < c; i++)
+            w->vec[i] = dnnl_bk_view_f32(src, i);
+        bk->packed_bytes += sizeof(float) * (size_t)c;
+        break;
+    }
+    case TIDE_WEIGHT_EMBED:
+        if (src->ndim != 2) {
+            rc = dnnl_bk_inval("weight_create", "EMBED weight %s has %d dims, expected 2 [V,H]",
+                               name, src->ndim);
+            break;
+        }
+        w->rows = src->shape[0];
+        w->cols = src->shape[1];
+        w->data = src->data;
+        break;
+    default:
+        rc = dnnl_bk_inval("weight_create", "weight %s: unknown kind %d", name, (int)kind);
+    }
+    if (rc) {
+        if (rc == TIDE_E_NOMEM)
+            tide_error(DNNL_BK_NAME ": weight_create: out of memory for weight %s", name);
+        dnnl_bk_weight_destroy(bk, w);
+        return rc;
+    }
+    *out = w;
+    return TIDE_OK;
+}
+
+/* ---- experts ------------------------------------------------------------ */
+
+static void dnnl_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
+{
+    if (!e)
+        return;
+    size_t own = e->gate_up.own_bytes + e->gate.own_bytes + e->up.own_bytes + e->down.own_bytes;
+    if (bk) {
+        bk->packed_bytes -= own;
+        bk->expert_bytes -= own;
+        bk->n_experts--;
+    }
+    dnnl_bk_mat_free(&e->gate_up);
+    dnnl_bk_mat_free(&e->gate);
+    dnnl_bk_mat_free(&e->up);
+    dnnl_bk_mat_free(&e->down);
+    free(e);
+}
+
+/* A routed-expert matrix view: 2-D bf16 of the given shape. */
+static int dnnl_bk_check_expert_view(const struct tide_view *v, const char *what, int64_t n,
+                                     int64_t k)
+{
+    if (!v || !v->data)
+        return dnnl_bk_inval("expert_create", "%s is NULL", what);
+    const char *name = v->name ? v->name : what;
+    if (v->dtype != TIDE_DTYPE_BF16)
+        return dnnl_bk_inval("expert_create", "%s (%s) is %s, expected BF16", what, name,
+                             tide_dtype_name(v->dtype));
+    if (v->ndim != 2 || v->shape[0] != n || v->shape[1] != k || n <= 0 || k <= 0)
+        return dnnl_bk_inval(
+            "expert_create", "%s (%s) has shape %s[%lld,%lld], expected [%lld,%lld]", what, name,
+            v->ndim == 2 ? "" : "(not 2-D) ", (long long)v->shape[0],
+            (long long)(v->ndim > 1 ? v->shape[1] : 0), (long long)n, (long long)k);
+    return TIDE_OK;
+}
+
+static int dnnl_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
+                                 const struct tide_view *up, const struct tide_view *down,
+                                 struct tide_expert **out)
+{
+    if (!bk || !out || !gate || gate->ndim != 2)
+        return dnnl_bk_inval("expert_create", "NULL argument or gate not 2-D");
+    *out = NULL;
+    int64_t inter = gate->shape[0], hidden = gate->shape[1];
+    int rc = dnnl_bk_check_expert_view(gate, "gate", inter, hidden);
+    if (!rc)
+        rc = dnnl_bk_check_expert_view(up, "up", inter, hidden);
+    if (!rc)
+        rc = dnnl_bk_check_expert_view(down, "down", hidden, inter);
+    if (rc)
+        return rc;
+    struct tide_expert *e = calloc(1, sizeof *e);
+    if (!e)
+        return TIDE_E_NOMEM;
+    e->hidden = hidden;
+    e->inter = inter;
+    e->layout = bk->expert_layout;
+    bk->n_experts++;
+    dnnl_bk_enter(bk);
+    const char *name = gate->name ? gate->name : "expert";
+    if (e->layout == DNNL_BK_PACKED) {
+        /* One [2I,H] matrix so gate and up are a single matmul. */
+        size_t half = (size_t)(inter * hidden) * sizeof(uint16_t);
+        uint16_t *cat = malloc(2 * half);
+        rc = cat ? TIDE_OK : TIDE_E_NOMEM;
+        if (cat) {
+            memcpy(cat, gate->data, half);
+            memcpy((char *)cat + half, up->data, half);
+            rc = dnnl_bk_mat_init(bk, &e->gate_up, cat, 2 * inter, hidden, DNNL_BK_PACKED, name);
+            free(cat);
+        }
+        if (!rc)
+            rc = dnnl_bk_mat_init(bk, &e->down, down->data, hidden, inter, DNNL_BK_PACKED, name);
+    } else {
+        rc = dnnl_bk_mat_init(bk, &e->gate, gate->data, inter, hidden, DNNL_BK_RAW, name);
+        if (!rc)
+            rc = dnnl_bk_mat_init(bk, &e->up, up->data, inter, hidden, DNNL_BK_RAW, name);
+        if (!rc)
+            rc = dnnl_bk_mat_init(bk, &e->down, down->data, hidden, inter, DNNL_BK_RAW, name);
+    }
+    size_t own = e->gate_up.own_bytes + e->gate.own_bytes + e->up.own_bytes + e->down.own_bytes;
+    bk->packed_bytes += own;
+    bk->expert_bytes += own;
+    if (rc) {
+        if (rc == TIDE_E_NOMEM)
+            tide_error(DNNL_BK_NAME ": expert_create: out of memory packing %s", name);
+        dnnl_bk_expert_destroy(bk, e);
+        return rc;
+    }
+    *out = e;
+    return TIDE_OK;
+}
+
+static int dnnl_bk_sync(struct tide_backend *bk)
+{
+    return TIDE_OK;
+}
+
+/* ---- descriptor --------------------------------------------------------- */
+
+/* Can oneDNN serve a bf16 matmul with f32 output here? */
+static int dnnl_bk_probe(char *why, size_t why_len)
+{
+    dnnl_engine_t eng = NULL;
+    dnnl_status_t st = dnnl_engine_create(&eng, dnnl_cpu, 0);
+    if (st != dnnl_success) {
+        snprintf(why, why_len, "oneDNN cannot create a CPU engine: %s", dnnl_status2str(st));
+        return TIDE_E_DEVICE;
+    }
+    dnnl_memory_desc_t s, w, d;
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_desc_init_by_tag(&s, 2, (dnnl_dims_t){1, 32}, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&w, 2, (dnnl_dims_t){32, 16}, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&d, 2, (dnnl_dims_t){1, 16}, dnnl_f32, dnnl_ab);
+    st = dnnl_matmul_desc_init(&mm, &s, &w, NULL, &d);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    dnnl_engine_destroy(eng);
+    if (st != dnnl_success) {
+        snprintf(why, why_len, "oneDNN has no bf16 matmul on this CPU: %s", dnnl_status2str(st));
+        return TIDE_E_UNSUPPORTED;
+    }
+    return TIDE_OK;
+}
+
+static const struct tide_backend_ops dnnl_bk_ops = {
+    .size = sizeof(struct tide_backend_ops),
+    .create = dnnl_bk_create,
+    .destroy = dnnl_bk_destroy,
+    .describe = dnnl_bk_describe,
+    .buffer_alloc = dnnl_bk_buffer_alloc,
+    .buffer_free = dnnl_bk_buffer_free,
+    .buffer_host_ptr = dnnl_bk_buffer_host_ptr,
+    .write = dnnl_bk_write,
+    .read = dnnl_bk_read,
+    .weight_create = dnnl_bk_weight_create,
+    .weight_destroy = dnnl_bk_weight_destroy,
+    .expert_create = dnnl_bk_expert_create,
+    .expert_destroy = dnnl_bk_expert_destroy,
+    .embed = dnnl_bk_embed,
+    .matmul = dnnl_bk_matmul,
+    .rmsnorm = dnnl_bk_rmsnorm,
+    .rope = dnnl_bk_rope,
+    .attention = dnnl_bk_attention,
+    .swiglu = dnnl_bk_swiglu,
+    .add = dnnl_bk_add,
+    .convert = dnnl_bk_convert,
+    .router = dnnl_bk_router,
+    .expert_ffn = dnnl_bk_expert_ffn,
+    .moe_combine = dnnl_bk_moe_combine,
+    .sync = dnnl_bk_sync,
+};
+
+static const struct tide_plugin_desc dnnl_bk_desc = {
+    .struct_size = sizeof(struct tide_plugin_desc),
+    .abi_version = TIDE_ABI_VERSION,
+    .kind = TIDE_PLUGIN_BACKEND,
+    .name = DNNL_BK_NAME,
+    .version = "0.1.0",
+    .summary = "CPU backend: oneDNN bf16 matmuls (prepacked weights), OpenMP ops",
+    .ops = &dnnl_bk_ops,
+    .options = dnnl_bk_options,
+    .probe = dnnl_bk_probe,
+};
+
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
+
+/* The plugin's only exported symbol: its descriptor, or NULL for another ABI. */
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
+{
+    return host_abi == TIDE_ABI_VERSION ? &dnnl_bk_desc : NULL;
+}

@@ -1,0 +1,401 @@
+/* config.json of LLaDA2.0 checkpoints (model_type llada2_moe): reading,
+ * validation of the relations the forward pass relies on, and writing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llada2.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+struct cfg_reader {
+    json_t *root;
+    const char *path;
+    int errors;
+};
+
+/* An integer key. Missing keys take def when def_ok, else are an error. */
+static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t def, int64_t lo,
+                  int64_t hi)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (!v || json_is_null(v)) {
+        if (!def_ok) {
+            tide_error("%s: missing key \"%s\"", r->path, key);
+            r->errors++;
+        }
+        return (int)def;
+    }
+    if (!json_is_integer(v)) {
+        tide_error("%s: \"%s\" must be an integer", r->path, key);
+        r->errors++;
+        return (int)def;
+    }
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        tide_error("%s: \"%s\" = %lld is out of range [%lld, %lld]", r->path, key, (long long)x,
+                   (long long)lo, (long long)hi);
+        r->errors++;
+        return (int)def;
+    }
+    return (int)x;
+}
+
+static double rd_num(struct cfg_reader *r, const char *key, bool def_ok, double def)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (!v || json_is_null(v)) {
+        if (!def_ok) {
+            tide_error("%s: missing key \"%s\"", r->path, key);
+            r->errors++;
+        }
+        return def;
+    }
+    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+        tide_error("%s: \"%s\" must be a number", r->path, key);
+        r->errors++;
+        return def;
+    }
+    return json_number_value(v);
+}
+
+static bool rd_bool(struct cfg_reader *r, const char *key, bool def)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (!v || json_is_null(v))
+        return def;
+    if (!json_is_boolean(v)) {
+        tide_error("%s: \"%s\" must be true or false", r->path, key);
+        r->errors++;
+        return def;
+    }
+    return json_is_true(v);
+}
+
+/* A string key that, when present, must equal one of the accepted values. */
+static void rd_expect_str(struct cfg_reader *r, const char *key, const char *want)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (!v || json_is_null(v))
+        return;
+    if (!json_is_string(v) || strcmp(json_string_value(v), want)) {
+        tide_error("%s: \"%s\" = %s is not supported by model-llada2 (expects \"%s\")", r->path,
+                   key, json_is_string(v) ? json_string_value(v) : "(not a string)", want);
+        r->errors++;
+    }
+}
+
+static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...) TIDE_PRINTF(3, 4);
+
+static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...)
+{
+    if (ok)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tide_error("%s: %s", r->path, msg);
+    r->errors++;
+}
+
+int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
+            tide_error("%s: cannot read: %s", path, jerr.text);
+        else
+            tide_error("%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        return errno == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_FORMAT;
+    }
+    struct cfg_reader r = {.root = root, .path = path};
+    if (!json_is_object(root)) {
+        tide_error("%s: top level must be a JSON object", path);
+        json_decref(root);
+        return TIDE_E_FORMAT;
+    }
+    json_t *mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) {
+        tide_error("%s: missing \"model_type\" (expected \"llada2_moe\")", path);
+        json_decref(root);
+        return TIDE_E_FORMAT;
+    }
+    if (strcmp(json_string_value(mt), "llada2_moe")) {
+        tide_error("%s: model_type \"%s\" is not supported by model-llada2 (it reads "
+                   "\"llada2_moe\"; another model type needs its own model plugin)",
+                   path, json_string_value(mt));
+        json_decref(root);
+        return TIDE_E_UNSUPPORTED;
+    }
+    const int64_t big = 1 << 20;
+    memset(c, 0, sizeof *c);
+    c->hidden = rd_int(&r, "hidden_size", false, 0, 1, big);
+    c->n_layers = rd_int(&r, "num_hidden_layers", false, 0, 1, 4096);
+    c->n_heads = rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
+    c->n_kv_heads = rd_int(&r, "num_key_value_heads", true, c->n_heads, 1, 4096);
+    cfg_rule(&r, c->hidden % c->n_heads == 0 || json_object_get(root, "head_dim"),
+             "num_attention_heads (%d) must divide hidden_size (%d) when head_dim is absent",
+             c->n_heads, c->hidden);
+    c->head_dim = rd_int(&r, "head_dim", true, c->hidden / c->n_heads, 2, 4096);
+    double prf = rd_num(&r, "partial_rotary_factor", true, 0.5);
+    c->rot_dim = rd_int(&r, "rotary_dim", true, (int64_t)lround(c->head_dim * prf), 0, 4096);
+    c->inter = rd_int(&r, "intermediate_size", false, 0, 1, big);
+    c->moe_inter = rd_int(&r, "moe_intermediate_size", false, 0, 1, big);
+    c->n_experts = rd_int(&r, "num_experts", false, 1, 1, 65536);
+    c->top_k = rd_int(&r, "num_experts_per_tok", false, 1, 1, 65536);
+    c->n_shared = rd_int(&r, "num_shared_experts", true, 0, 0, 64);
+    c->n_group = rd_int(&r, "n_group", true, 1, 1, 65536);
+    c->topk_group = rd_int(&r, "topk_group", true, c->n_group, 1, 65536);
+    c->first_dense = rd_int(&r, "first_k_dense_replace", true, 0, 0, 4096);
+    c->vocab = rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
+    c->max_pos = rd_int(&r, "max_position_embeddings", true, 32768, 1, 1 << 24);
+    c->rope_theta = rd_num(&r, "rope_theta", true, 10000.0);
+    c->eps = rd_num(&r, "rms_norm_eps", true, 1e-6);
+    c->routed_scale = rd_num(&r, "routed_scaling_factor", true, 1.0);
+    c->norm_topk = rd_bool(&r, "norm_topk_prob", true);
+    c->qk_norm = rd_bool(&r, "use_qk_norm", true);
+    c->tied = rd_bool(&r, "tie_word_embeddings", false);
+    c->expert_bias = rd_bool(&r, "moe_router_enable_expert_bias", true);
+    rd_expect_str(&r, "score_function", "sigmoid");
+    rd_expect_str(&r, "hidden_act", "silu");
+    cfg_rule(&r, !rd_bool(&r, "use_qkv_bias", false), "use_qkv_bias = true is not supported");
+    cfg_rule(&r, !rd_bool(&r, "use_bias", false), "use_bias = true is not supported");
+    json_t *rs = json_object_get(root, "rope_scaling");
+    cfg_rule(&r, !rs || json_is_null(rs), "rope_scaling is not supported (must be null)");
+
+    if (!r.errors) {
+        cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
+                 "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
+                 c->n_heads);
+        cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim <= c->head_dim,
+                 "rotary dims (%d) must be even and at most head_dim (%d)", c->rot_dim,
+                 c->head_dim);
+        cfg_rule(&r, c->n_experts % c->n_group == 0, "n_group (%d) must divide num_experts (%d)",
+                 c->n_group, c->n_experts);
+        cfg_rule(&r, c->topk_group <= c->n_group, "topk_group (%d) must be at most n_group (%d)",
+                 c->topk_group, c->n_group);
+        cfg_rule(&r, c->n_group == 1 || c->n_experts / c->n_group >= 2,
+                 "groups need at least 2 experts (num_experts %d, n_group %d)", c->n_experts,
+                 c->n_group);
+        cfg_rule(&r, c->top_k <= c->topk_group * (c->n_experts / c->n_group),
+                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%d)", c->top_k,
+                 c->topk_group * (c->n_experts / c->n_group));
+        cfg_rule(&r, c->first_dense <= c->n_layers,
+                 "first_k_dense_replace (%d) exceeds num_hidden_layers (%d)", c->first_dense,
+                 c->n_layers);
+        cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
+        cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
+    }
+    json_decref(root);
+    return r.errors ? TIDE_E_FORMAT : TIDE_OK;
+}
+
+int llada2_cfg_write(const char *path, const struct llada2_cfg *c)
+{
+    json_t *o = json_object();
+    if (!o)
+        return TIDE_E_NOMEM;
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string("LLaDA2MoeModelLM"));
+    json_object_set_new(o, "architectures", arch);
+    json_object_set_new(o, "model_type", json_string("llada2_moe"));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->n_heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_heads));
+    json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(o, "partial_rotary_factor", json_real((double)c->rot_dim / c->head_dim));
+    json_object_set_new(o, "intermediate_size", json_integer(c->inter));
+    json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_inter));
+    json_object_set_new(o, "num_experts", json_integer(c->n_experts));
+    json_object_set_new(o, "num_experts_per_tok", json_integer(c->top_k));
+    json_object_set_new(o, "num_shared_experts", json_integer(c->n_shared));
+    json_object_set_new(o, "n_group", json_integer(c->n_group));
+    json_object_set_new(o, "topk_group", json_integer(c->topk_group));
+    json_object_set_new(o, "first_k_dense_replace", json_integer(c->first_dense));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_pos));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "rms_norm_eps", json_real(c->eps));
+    json_object_set_new(o, "routed_scaling_factor", json_real(c->routed_scale));
+    json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk));
+    json_object_set_new(o, "score_function", json_string("sigmoid"));
+    json_object_set_new(o, "moe_router_enable_expert_bias", json_boolean(c->expert_bias));
+    json_object_set_new(o, "router_dtype", json_string("fp32"));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "use_qkv_bias", json_false());
+    json_object_set_new(o, "use_bias", json_false());
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tied));
+    json_object_set_new(o, "pad_token_id", json_null());
+    json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
+    int rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (rc) {
+        tide_error("%s: cannot write: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
+}
+
+int llada2_n_moe_layers(const struct llada2_cfg *c)
+{
+    return c->n_layers - c->first_dense;
+}
+
+uint64_t llada2_expert_bytes(const struct llada2_cfg *c)
+{
+    return 3ull * (uint64_t)c->hidden * (uint64_t)c->moe_inter * 2u;
+}
+
+/* Tensor specs: per-layer entries come in a fixed order, so index i maps to
+ * (layer, slot) arithmetically and no table needs to be stored. */
+enum {
+    SLOT_IN_NORM,
+    SLOT_QKV,
+    SLOT_QNORM,
+    SLOT_KNORM,
+    SLOT_DENSE,
+    SLOT_POST_NORM,
+    SLOT_LAYER_FIXED, /* count of the slots above */
+};
+
+static int layer_tensor_count(const struct llada2_cfg *c, int layer)
+{
+    int n = SLOT_LAYER_FIXED - (c->qk_norm ? 0 : 2);
+    if (layer < c->first_dense)
+        return n + 3;
+    return n + 2 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->n_shared ? 3 : 0);
+}
+
+int llada2_tensor_count(const struct llada2_cfg *c)
+{
+    int n = 2 + (c->tied ? 0 : 1); /* embeddings, final norm, head */
+    for (int l = 0; l < c->n_layers; l++)
+        n += layer_tensor_count(c, l);
+    return n;
+}
+
+static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
+{
+    shape[0] = a;
+    shape[1] = b;
+    return 2;
+}
+
+static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
+{
+    shape[0] = a;
+    return 1;
+}
+
+static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size_t len,
+                      enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
+{
+    const int64_t H = c->hidden, hd = c->head_dim;
+    char p[64];
+    snprintf(p, sizeof p, "model.layers.%d", l);
+    *dt = TIDE_DTYPE_BF16;
+    static const int fixed_qk[] = {SLOT_IN_NORM, SLOT_QKV,   SLOT_QNORM,
+                                   SLOT_KNORM,   SLOT_DENSE, SLOT_POST_NORM};
+    static const int fixed_noqk[] = {SLOT_IN_NORM, SLOT_QKV, SLOT_DENSE, SLOT_POST_NORM};
+    int nfixed = c->qk_norm ? 6 : 4;
+    if (j < nfixed) {
+        switch (c->qk_norm ? fixed_qk[j] : fixed_noqk[j]) {
+        case SLOT_IN_NORM:
+            snprintf(name, len, "%s.input_layernorm.weight", p);
+            return spec1(shape, H);
+        case SLOT_QKV:
+            snprintf(name, len, "%s.attention.query_key_value.weight", p);
+            return spec2(shape, (c->n_heads + 2 * c->n_kv_heads) * hd, H);
+        case SLOT_QNORM:
+            snprintf(name, len, "%s.attention.query_layernorm.weight", p);
+            return spec1(shape, hd);
+        case SLOT_KNORM:
+            snprintf(name, len, "%s.attention.key_layernorm.weight", p);
+            return spec1(shape, hd);
+        case SLOT_DENSE:
+            snprintf(name, len, "%s.attention.dense.weight", p);
+            return spec2(shape, H, c->n_heads * hd);
+        default:
+            snprintf(name, len, "%s.post_attention_layernorm.weight", p);
+            return spec1(shape, H);
+        }
+    }
+    j -= nfixed;
+    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+    if (l < c->first_dense) {
+        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
+        return j < 2 ? spec2(shape, c->inter, H) : spec2(shape, H, c->inter);
+    }
+    if (j == 0) {
+        snprintf(name, len, "%s.mlp.gate.weight", p);
+        return spec2(shape, c->n_experts, H);
+    }
+    j--;
+    if (c->expert_bias) {
+        if (j == 0) {
+            snprintf(name, len, "%s.mlp.gate.expert_bias", p);
+            *dt = TIDE_DTYPE_F32;
+            return spec1(shape, c->n_experts);
+        }
+        j--;
+    }
+    if (j < 3 * c->n_experts) {
+        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
+        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+    }
+    j -= 3 * c->n_experts;
+    const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
+    snprintf(name, len, "%s.mlp.shared_experts.%s.weight", p, proj[j]);
+    return j < 2 ? spec2(shape, Is, H) : spec2(shape, H, Is);
+}
+
+int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_MAX],
+                       enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
+{
+    *dt = TIDE_DTYPE_BF16;
+    if (i == 0) {
+        snprintf(name, LLADA2_NAME_MAX, "model.word_embeddings.weight");
+        return spec2(shape, c->vocab, c->hidden);
+    }
+    i--;
+    for (int l = 0; l < c->n_layers; l++) {
+        int n = layer_tensor_count(c, l);
+        if (i < n)
+            return layer_spec(c, l, i, name, LLADA2_NAME_MAX, dt, shape);
+        i -= n;
+    }
+    if (i == 0) {
+        snprintf(name, LLADA2_NAME_MAX, "model.norm.weight");
+        return spec1(shape, c->hidden);
+    }
+    snprintf(name, LLADA2_NAME_MAX, "lm_head.weight");
+    return spec2(shape, c->vocab, c->hidden);
+}
+
+uint64_t llada2_dense_bytes(const struct llada2_cfg *c)
+{
+    uint64_t total = 0;
+    int n = llada2_tensor_count(c);
+    const uint64_t eb = llada2_expert_bytes(c);
+    for (int i = 0; i < n; i++) {
+        char name[LLADA2_NAME_MAX];
+        enum tide_dtype dt;
+        int64_t shape[TIDE_MAX_DIMS];
+        int nd = llada2_tensor_spec(c, i, name, &dt, shape);
+        uint64_t b = tide_dtype_size(dt);
+        for (int d = 0; d < nd; d++)
+            b *= (uint64_t)shape[d];
+        total += b;
+    }
+    return total - eb * (uint64_t)llada2_n_moe_layers(c) * (uint64_t)c->n_experts;
+}

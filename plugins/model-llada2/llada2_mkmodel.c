@@ -1,0 +1,309 @@
+/* `tide mkmodel`: synthetic llada2_moe checkpoints in exactly the real
+ * format (config.json, bf16 model.safetensors, tokenizer.json), with
+ * deterministic random weights. Tests and the demo use these; nothing is
+ * ever downloaded. Weights stream to disk, so multi-GB presets need little
+ * memory. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "llada2.h"
+#include "tide/log.h"
+#include "tide/status.h"
+#include "tide/tokenizer.h"
+
+/* Text the synthetic tokenizer's merges are learned from: prose, code, math
+ * and chat, so that bench prompts of each kind tokenize into real merges. */
+static const char mk_corpus[] =
+    "The tide comes in and the tide goes out. Every day the sea rises and falls twice, pulled "
+    "by the moon and the sun. Sailors read the tide tables before they leave the harbour, and "
+    "fishermen know that the best time to fish is often just after the turn of the tide.\n"
+    "A language model reads a prompt and writes an answer. A diffusion language model starts "
+    "from a block of masked tokens and fills them in over several denoising steps, committing "
+    "the tokens it is most confident about first. The experts of a mixture-of-experts layer "
+    "each see only the tokens the router sends them.\n"
+    "Write a haiku about the sea. Explain how a hash table works. What is the capital of "
+    "France? The capital of France is Paris. Summarise the following text in one sentence.\n"
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    "    return a\n\nfor i in range(10):\n    print(i, fibonacci(i))\n\n"
+    "int main(void)\n{\n    int total = 0;\n    for (int i = 0; i < 100; i++)\n        total += "
+    "i * i;\n    printf(\"%d\\n\", total);\n    return 0;\n}\n\n"
+    "function add(a, b) { return a + b; }\nconst xs = [1, 2, 3].map((x) => x * 2);\n"
+    "Solve 12 + 35 = 47. Then 47 * 2 = 94, and 94 - 4 = 90. If x + 3 = 10 then x = 7.\n"
+    "The area of a circle is pi times the radius squared. A triangle has three sides and its "
+    "angles add up to 180 degrees. The derivative of x^2 is 2x.\n"
+    "User: Hello! Can you help me plan a trip to the coast?\nAssistant: Of course. When would "
+    "you like to travel, and do you prefer quiet beaches or busy towns?\nUser: Next week, "
+    "somewhere quiet.\nAssistant: Then a small fishing village would suit you well.\n"
+    "Thank you very much. You are welcome. Please let me know if there is anything else.\n"
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000 2026. Punctuation: , . ; : ! ? ( ) [ ] { } \" '\n";
+
+static const char *const mk_specials[] = {"<|endoftext|>", "<|mask|>", "<|role_end|>", "<role>",
+                                          "</role>"};
+
+struct mk_preset {
+    const char *name;
+    struct llada2_cfg cfg;
+    int vocab_target; /* tokenizer tokens before the specials */
+    bool vocab_from_tokenizer;
+};
+
+static const struct mk_preset mk_presets[] = {
+    {"tiny",
+     {.hidden = 64,
+      .n_layers = 4,
+      .n_heads = 4,
+      .n_kv_heads = 2,
+      .head_dim = 16,
+      .rot_dim = 8,
+      .inter = 128,
+      .moe_inter = 32,
+      .n_experts = 32,
+      .top_k = 4,
+      .n_shared = 1,
+      .n_group = 4,
+      .topk_group = 2,
+      .first_dense = 1,
+      .vocab = 0,
+      .max_pos = 4096,
+      .rope_theta = 600000.0,
+      .eps = 1e-6,
+      .routed_scale = 2.5,
+      .norm_topk = true,
+      .qk_norm = true,
+      .tied = false,
+      .expert_bias = true},
+     480,
+     true},
+    {"llada2-mini",
+     {.hidden = 2048,
+      .n_layers = 20,
+      .n_heads = 16,
+      .n_kv_heads = 4,
+      .head_dim = 128,
+      .rot_dim = 64,
+      .inter = 5120,
+      .moe_inter = 512,
+      .n_experts = 256,
+      .top_k = 8,
+      .n_shared = 1,
+      .n_group = 8,
+      .topk_group = 4,
+      .first_dense = 1,
+      .vocab = 157184,
+      .max_pos = 32768,
+      .rope_theta = 600000.0,
+      .eps = 1e-6,
+      .routed_scale = 2.5,
+      .norm_topk = true,
+      .qk_norm = true,
+      .tied = false,
+      .expert_bias = true},
+     2000,
+     false},
+    {"llada2-flash",
+     {.hidden = 4096,
+      .n_layers = 32,
+      .n_heads = 32,
+      .n_kv_heads = 4,
+      .head_dim = 128,
+      .rot_dim = 64,
+      .inter = 9216,
+      .moe_inter = 1024,
+      .n_experts = 256,
+      .top_k = 8,
+      .n_shared = 1,
+      .n_group = 8,
+      .topk_group = 4,
+      .first_dense = 1,
+      .vocab = 157184,
+      .max_pos = 32768,
+      .rope_theta = 600000.0,
+      .eps = 1e-6,
+      .routed_scale = 2.5,
+      .norm_topk = true,
+      .qk_norm = true,
+      .tied = false,
+      .expert_bias = true},
+     2000,
+     false},
+};
+
+/* splitmix64: one independent stream per tensor, so the weights of a tensor
+ * depend only on (seed, tensor index), never on chunking. */
+static uint64_t mk_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float mk_uniform(uint64_t *s)
+{
+    return (float)((double)(mk_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* How the values of a tensor are drawn: base + amp * U(-1,1). */
+static void mk_dist(const char *name, const int64_t *shape, int nd, float *base, float *amp)
+{
+    *base = 0.0f;
+    if (strstr(name, "layernorm") || strstr(name, "norm.weight")) {
+        *base = 1.0f;
+        *amp = 0.1f;
+    } else if (strstr(name, "expert_bias")) {
+        *amp = 0.05f;
+    } else if (strstr(name, "word_embeddings")) {
+        *amp = 1.0f;
+    } else {
+        /* uniform with variance 1/fan_in keeps activations near unit RMS */
+        double fan_in = nd == 2 ? (double)shape[1] : 1.0;
+        *amp = (float)(sqrt(3.0 / fan_in) * (strstr(name, "lm_head") ? 4.0 : 1.0));
+    }
+}
+
+static int mk_write_weights(const char *path, const struct llada2_cfg *c, uint64_t seed)
+{
+    struct tide_st_writer *w;
+    int rc = tide_st_writer_create(path, false, &w);
+    if (rc != TIDE_OK)
+        return rc;
+    const int n = llada2_tensor_count(c);
+    char name[LLADA2_NAME_MAX];
+    enum tide_dtype dt;
+    int64_t shape[TIDE_MAX_DIMS];
+    for (int i = 0; i < n && rc == TIDE_OK; i++) {
+        int nd = llada2_tensor_spec(c, i, name, &dt, shape);
+        rc = tide_st_writer_add(w, name, dt, nd, shape);
+    }
+    enum { CHUNK = 1 << 16 };
+    uint16_t *b16 = malloc(CHUNK * sizeof *b16);
+    float *f32 = malloc(CHUNK * sizeof *f32);
+    if (!b16 || !f32)
+        rc = TIDE_E_NOMEM;
+    const uint64_t total = llada2_dense_bytes(c) + llada2_expert_bytes(c) *
+                                                       (uint64_t)llada2_n_moe_layers(c) *
+                                                       (uint64_t)c->n_experts;
+    uint64_t done = 0, next_report = 1ull << 30;
+    for (int i = 0; i < n && rc == TIDE_OK; i++) {
+        int nd = llada2_tensor_spec(c, i, name, &dt, shape);
+        int64_t numel = 1;
+        for (int d = 0; d < nd; d++)
+            numel *= shape[d];
+        float base, amp;
+        mk_dist(name, shape, nd, &base, &amp);
+        uint64_t s = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        for (int64_t off = 0; off < numel && rc == TIDE_OK; off += CHUNK) {
+            int64_t len = numel - off < CHUNK ? numel - off : CHUNK;
+            if (dt == TIDE_DTYPE_F32) {
+                for (int64_t j = 0; j < len; j++)
+                    f32[j] = base + amp * mk_uniform(&s);
+                rc = tide_st_writer_write(w, f32, (size_t)len * 4);
+            } else {
+                for (int64_t j = 0; j < len; j++)
+                    b16[j] = tide_f32_to_bf16(base + amp * mk_uniform(&s));
+                rc = tide_st_writer_write(w, b16, (size_t)len * 2);
+            }
+            done += (uint64_t)len * tide_dtype_size(dt);
+            if (done >= next_report) {
+                tide_info("mkmodel: %.1f of %.1f GiB written", (double)done / 1073741824.0,
+                          (double)total / 1073741824.0);
+                next_report += 1ull << 30;
+            }
+        }
+    }
+    free(b16);
+    free(f32);
+    if (rc != TIDE_OK) {
+        tide_st_writer_abort(w);
+        return rc;
+    }
+    return tide_st_writer_finish(w);
+}
+
+/* dir must not exist, or be an empty directory: never overwrite user data. */
+static int mk_prepare_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (mkdir(dir, 0777) != 0) {
+            tide_error("mkmodel: cannot create %s: %s", dir, strerror(errno));
+            return TIDE_E_IO;
+        }
+        return TIDE_OK;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        tide_error("mkmodel: %s exists and is not a directory", dir);
+        return TIDE_E_INVAL;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        tide_error("mkmodel: cannot open %s: %s", dir, strerror(errno));
+        return TIDE_E_IO;
+    }
+    struct dirent *de;
+    int entries = 0;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            entries++;
+    closedir(d);
+    if (entries) {
+        tide_error("mkmodel: %s is not empty; refusing to overwrite it (choose a new folder)", dir);
+        return TIDE_E_INVAL;
+    }
+    return TIDE_OK;
+}
+
+int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed)
+{
+    const struct mk_preset *p = NULL;
+    for (size_t i = 0; i < sizeof mk_presets / sizeof mk_presets[0]; i++)
+        if (!strcmp(mk_presets[i].name, preset))
+            p = &mk_presets[i];
+    if (!p) {
+        tide_error("mkmodel: unknown preset '%s' (model-llada2 has tiny, llada2-mini, "
+                   "llada2-flash)",
+                   preset);
+        return TIDE_E_CONFIG;
+    }
+    struct llada2_cfg c = p->cfg;
+    if (layers > 0) {
+        if (layers <= c.first_dense) {
+            tide_error("mkmodel: --layers %d leaves no MoE layer (the first %d are dense)", layers,
+                       c.first_dense);
+            return TIDE_E_CONFIG;
+        }
+        c.n_layers = layers;
+    }
+    int rc = mk_prepare_dir(dir);
+    if (rc != TIDE_OK)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    rc = tide_tokenizer_train(mk_corpus, sizeof mk_corpus - 1, p->vocab_target, mk_specials,
+                              (int)(sizeof mk_specials / sizeof mk_specials[0]), path, false);
+    if (rc != TIDE_OK)
+        return rc;
+    if (p->vocab_from_tokenizer) {
+        struct tide_tokenizer *tok;
+        if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
+            return rc;
+        c.vocab = tide_tokenizer_size(tok);
+        tide_tokenizer_free(tok);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = llada2_cfg_write(path, &c)) != TIDE_OK)
+        return rc;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const uint64_t bytes = llada2_dense_bytes(&c) + llada2_expert_bytes(&c) *
+                                                        (uint64_t)llada2_n_moe_layers(&c) *
+                                                        (uint64_t)c.n_experts;
+    tide_info("mkmodel: writing %s (%s, %d layers, %.2f GiB, seed %llu)", dir, preset, c.n_layers,
+              (double)bytes / 1073741824.0, (unsigned long long)seed);
+    return mk_write_weights(path, &c, seed);
+}

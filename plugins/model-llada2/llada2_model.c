@@ -1,0 +1,495 @@
+/* The LLaDA2.0 forward pass over backend ops (DESIGN.md section 4), read top
+ * to bottom like llama2.c: embed, then per layer attention and a dense or MoE
+ * feed-forward, then the final norm and the head. Routed experts go through
+ * the core's dispatcher (tide_moe_forward). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llada2.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+const char llada2_chat_template[] = "<role>SYSTEM</role>detailed thinking off<|role_end|>"
+                                    "<role>HUMAN</role>{prompt}<|role_end|><role>ASSISTANT</role>";
+
+struct llada2_layer {
+    struct tide_weight *in_norm, *qkv, *q_norm, *k_norm, *dense, *post_norm;
+    /* dense feed-forward (layer < first_k_dense_replace) */
+    struct tide_weight *ffn_gate, *ffn_up, *ffn_down;
+    /* MoE */
+    struct tide_weight *router, *router_bias;
+    struct tide_weight *sh_gate, *sh_up, *sh_down;
+    int moe_index;                         /* -1 for dense layers */
+    struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
+};
+
+struct tide_model {
+    struct llada2_cfg cfg;
+    struct tide_model_info info;
+    struct tide_st *st;
+    struct tide_backend_ref dev;
+    struct tide_moe *moe;
+    int64_t max_tokens, n_ctx;
+    int block;
+    struct tide_weight *embed, *norm, *head;
+    struct llada2_layer *layers;
+    /* activations, sized for max_tokens rows */
+    struct tide_buffer *h, *x, *qkv, *att, *tmp, *tmp2, *g, *u, *a, *rlog, *logits;
+    int32_t *ids; /* host [max_tokens * top_k] */
+    float *wts;   /* host [max_tokens * top_k] */
+    char arch[32];
+};
+
+static const struct tide_backend_ops *ops_of(const struct tide_model *m)
+{
+    return m->dev.ops;
+}
+
+/* Create a backend weight from a checked checkpoint tensor. */
+static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
+                       int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
+{
+    const int64_t shape[2] = {d0, d1};
+    const struct tide_view *v;
+    int rc = tide_st_expect(m->st, name, dt, ndim, shape, &v);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = ops_of(m)->weight_create(m->dev.bk, v, kind, out);
+    if (rc != TIDE_OK)
+        tide_error("model-llada2: backend %s could not take tensor '%s': %s", m->dev.name, name,
+                   tide_status_str(rc));
+    return rc;
+}
+
+static int load_layer(struct tide_model *m, int l, int *moe_index)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    struct llada2_layer *L = &m->layers[l];
+    const int64_t H = c->hidden, hd = c->head_dim;
+    char n[LLADA2_NAME_MAX];
+    int rc;
+#define W(field, suffix, dt, nd, a, b, kind)                                                       \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                    \
+        if ((rc = load_weight(m, n, dt, nd, a, b, kind, &L->field)) != TIDE_OK)                    \
+            return rc;                                                                             \
+    } while (0)
+    W(in_norm, "input_layernorm.weight", TIDE_DTYPE_BF16, 1, H, 0, TIDE_WEIGHT_VECTOR);
+    W(qkv, "attention.query_key_value.weight", TIDE_DTYPE_BF16, 2,
+      (c->n_heads + 2 * c->n_kv_heads) * hd, H, TIDE_WEIGHT_MATMUL);
+    if (c->qk_norm) {
+        W(q_norm, "attention.query_layernorm.weight", TIDE_DTYPE_BF16, 1, hd, 0,
+          TIDE_WEIGHT_VECTOR);
+        W(k_norm, "attention.key_layernorm.weight", TIDE_DTYPE_BF16, 1, hd, 0, TIDE_WEIGHT_VECTOR);
+    }
+    W(dense, "attention.dense.weight", TIDE_DTYPE_BF16, 2, H, c->n_heads * hd, TIDE_WEIGHT_MATMUL);
+    W(post_norm, "post_attention_layernorm.weight", TIDE_DTYPE_BF16, 1, H, 0, TIDE_WEIGHT_VECTOR);
+    L->moe_index = -1;
+    if (l < c->first_dense) {
+        W(ffn_gate, "mlp.gate_proj.weight", TIDE_DTYPE_BF16, 2, c->inter, H, TIDE_WEIGHT_MATMUL);
+        W(ffn_up, "mlp.up_proj.weight", TIDE_DTYPE_BF16, 2, c->inter, H, TIDE_WEIGHT_MATMUL);
+        W(ffn_down, "mlp.down_proj.weight", TIDE_DTYPE_BF16, 2, H, c->inter, TIDE_WEIGHT_MATMUL);
+    } else {
+        L->moe_index = (*moe_index)++;
+        W(router, "mlp.gate.weight", TIDE_DTYPE_BF16, 2, c->n_experts, H, TIDE_WEIGHT_MATMUL);
+        if (c->expert_bias)
+            W(router_bias, "mlp.gate.expert_bias", TIDE_DTYPE_F32, 1, c->n_experts, 0,
+              TIDE_WEIGHT_VECTOR);
+        const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
+        if (c->n_shared) {
+            W(sh_gate, "mlp.shared_experts.gate_proj.weight", TIDE_DTYPE_BF16, 2, Is, H,
+              TIDE_WEIGHT_MATMUL);
+            W(sh_up, "mlp.shared_experts.up_proj.weight", TIDE_DTYPE_BF16, 2, Is, H,
+              TIDE_WEIGHT_MATMUL);
+            W(sh_down, "mlp.shared_experts.down_proj.weight", TIDE_DTYPE_BF16, 2, H, Is,
+              TIDE_WEIGHT_MATMUL);
+        }
+        for (int e = 0; e < c->n_experts; e++) {
+            static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+            const struct tide_view *v[3];
+            for (int j = 0; j < 3; j++) {
+                const int64_t shape[2] = {j < 2 ? c->moe_inter : H, j < 2 ? H : c->moe_inter};
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
+                if ((rc = tide_st_expect(m->st, n, TIDE_DTYPE_BF16, 2, shape, &v[j])) != TIDE_OK)
+                    return rc;
+            }
+            rc = tide_moe_register_expert(m->moe, L->moe_index, e, v[0], v[1], v[2]);
+            if (rc != TIDE_OK)
+                return rc;
+        }
+    }
+#undef W
+    return TIDE_OK;
+}
+
+static void free_buffers(struct tide_model *m)
+{
+    const struct tide_backend_ops *o = m->dev.ops;
+    struct tide_buffer **bufs[] = {&m->h, &m->x, &m->qkv, &m->att,  &m->tmp,   &m->tmp2,
+                                   &m->g, &m->u, &m->a,   &m->rlog, &m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i])
+            o->buffer_free(m->dev.bk, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
+        struct llada2_layer *L = &m->layers[l];
+        if (L->k_cache)
+            o->buffer_free(m->dev.bk, L->k_cache);
+        if (L->v_cache)
+            o->buffer_free(m->dev.bk, L->v_cache);
+        L->k_cache = L->v_cache = NULL;
+    }
+    free(m->ids);
+    free(m->wts);
+    m->ids = NULL;
+    m->wts = NULL;
+    m->n_ctx = m->max_tokens = 0;
+}
+
+static int alloc_acts(struct tide_model *m, int64_t max_tokens)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    const size_t T = (size_t)max_tokens;
+    const size_t ffn =
+        (size_t)(c->inter > c->moe_inter * c->n_shared ? c->inter : c->moe_inter * c->n_shared);
+    const size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * (size_t)c->head_dim;
+    const size_t att = (size_t)(c->n_heads * c->head_dim);
+    struct {
+        struct tide_buffer **buf;
+        size_t bytes;
+    } want[] = {
+        {&m->h, T * (size_t)c->hidden * 4},
+        {&m->x, T * (size_t)c->hidden * 2},
+        {&m->qkv, T * qkv * 4},
+        {&m->att, T * att * 2},
+        {&m->tmp, T * (size_t)c->hidden * 4},
+        {&m->tmp2, T * (size_t)c->hidden * 4},
+        {&m->g, T * ffn * 4},
+        {&m->u, T * ffn * 4},
+        {&m->a, T * ffn * 2},
+        {&m->rlog, T * (size_t)c->n_experts * 4},
+        {&m->logits, T * (size_t)c->vocab * 4},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int rc = ops_of(m)->buffer_alloc(m->dev.bk, want[i].bytes, want[i].buf);
+        if (rc != TIDE_OK) {
+            tide_error("model-llada2: cannot allocate %zu bytes of activations on %s",
+                       want[i].bytes, m->dev.name);
+            return rc;
+        }
+    }
+    m->ids = malloc(T * (size_t)c->top_k * sizeof *m->ids);
+    m->wts = malloc(T * (size_t)c->top_k * sizeof *m->wts);
+    return m->ids && m->wts ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
+        tide_error("model-llada2: reserve(%lld positions, %lld per forward) is invalid",
+                   (long long)n_ctx, (long long)max_tokens);
+        return TIDE_E_INVAL;
+    }
+    if (n_ctx > c->max_pos) {
+        tide_error("model-llada2: %lld positions requested but the model supports %lld "
+                   "(max_position_embeddings)",
+                   (long long)n_ctx, (long long)c->max_pos);
+        return TIDE_E_RANGE;
+    }
+    if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
+        return TIDE_OK;
+    if (m->n_ctx > n_ctx)
+        n_ctx = m->n_ctx;
+    if (m->max_tokens > max_tokens)
+        max_tokens = m->max_tokens;
+    free_buffers(m);
+    int rc = alloc_acts(m, max_tokens);
+    const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
+        struct llada2_layer *L = &m->layers[l];
+        if ((rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->k_cache)) != TIDE_OK ||
+            (rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->v_cache)) != TIDE_OK)
+            tide_error("model-llada2: cannot allocate the KV cache of layer %d (%zu bytes x 2)", l,
+                       kv_bytes);
+    }
+    if (rc != TIDE_OK) {
+        free_buffers(m);
+        return rc;
+    }
+    m->n_ctx = n_ctx;
+    m->max_tokens = max_tokens;
+    return TIDE_OK;
+}
+
+int llada2_open(const struct tide_model_args *args, struct tide_model **out)
+{
+    if (args->block < 1) {
+        tide_error("model-llada2: open needs a block length >= 1");
+        return TIDE_E_INVAL;
+    }
+    struct tide_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return TIDE_E_NOMEM;
+    int rc = llada2_cfg_load(args->dir, &m->cfg);
+    if (rc != TIDE_OK) {
+        free(m);
+        return rc;
+    }
+    const struct llada2_cfg *c = &m->cfg;
+    m->dev = *args->dev;
+    m->moe = args->moe;
+    m->block = args->block;
+    snprintf(m->arch, sizeof m->arch, "llada2_moe");
+    m->info = (struct tide_model_info){
+        .size = sizeof m->info,
+        .arch = m->arch,
+        .n_layers = c->n_layers,
+        .n_moe_layers = llada2_n_moe_layers(c),
+        .n_experts = c->n_experts,
+        .top_k = c->top_k,
+        .hidden = c->hidden,
+        .vocab_size = c->vocab,
+        .max_ctx = c->max_pos,
+        .expert_bytes = llada2_expert_bytes(c),
+        .dense_bytes = llada2_dense_bytes(c),
+        .mask_token = "<|mask|>",
+        .eos_token = "<|endoftext|>",
+        .stop_token = "<|role_end|>",
+        .chat_template = llada2_chat_template,
+    };
+    if ((rc = tide_st_open(args->dir, &m->st)) != TIDE_OK)
+        goto fail;
+    const struct tide_moe_shape shape = {
+        .size = sizeof shape,
+        .n_layers = llada2_n_moe_layers(c),
+        .n_experts = c->n_experts,
+        .top_k = c->top_k,
+        .hidden = c->hidden,
+        .inter = c->moe_inter,
+    };
+    if (shape.n_layers > 0 && (rc = tide_moe_declare(m->moe, &shape)) != TIDE_OK)
+        goto fail;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        rc = TIDE_E_NOMEM;
+        goto fail;
+    }
+    if ((rc = load_weight(m, "model.word_embeddings.weight", TIDE_DTYPE_BF16, 2, c->vocab,
+                          c->hidden, TIDE_WEIGHT_EMBED, &m->embed)) != TIDE_OK)
+        goto fail;
+    int moe_index = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if ((rc = load_layer(m, l, &moe_index)) != TIDE_OK)
+            goto fail;
+    if ((rc = load_weight(m, "model.norm.weight", TIDE_DTYPE_BF16, 1, c->hidden, 0,
+                          TIDE_WEIGHT_VECTOR, &m->norm)) != TIDE_OK)
+        goto fail;
+    if ((rc = load_weight(m, c->tied ? "model.word_embeddings.weight" : "lm_head.weight",
+                          TIDE_DTYPE_BF16, 2, c->vocab, c->hidden, TIDE_WEIGHT_MATMUL, &m->head)) !=
+        TIDE_OK)
+        goto fail;
+    *out = m;
+    return TIDE_OK;
+fail:
+    llada2_close(m);
+    return rc;
+}
+
+void llada2_close(struct tide_model *m)
+{
+    if (!m)
+        return;
+    const struct tide_backend_ops *o = m->dev.ops;
+    struct tide_backend *bk = m->dev.bk;
+    if (o) {
+#define WFREE(w)                                                                                   \
+    do {                                                                                           \
+        if (w)                                                                                     \
+            o->weight_destroy(bk, w);                                                              \
+    } while (0)
+        for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
+            struct llada2_layer *L = &m->layers[l];
+            WFREE(L->in_norm);
+            WFREE(L->qkv);
+            WFREE(L->q_norm);
+            WFREE(L->k_norm);
+            WFREE(L->dense);
+            WFREE(L->post_norm);
+            WFREE(L->ffn_gate);
+            WFREE(L->ffn_up);
+            WFREE(L->ffn_down);
+            WFREE(L->router);
+            WFREE(L->router_bias);
+            WFREE(L->sh_gate);
+            WFREE(L->sh_up);
+            WFREE(L->sh_down);
+        }
+        WFREE(m->embed);
+        WFREE(m->norm);
+        WFREE(m->head);
+#undef WFREE
+        free_buffers(m);
+    }
+    free(m->layers);
+    tide_st_close(m->st);
+    free(m);
+}
+
+const struct tide_model_info *llada2_info(const struct tide_model *m)
+{
+    return &m->info;
+}
+
+/* y = down(silu(x gate^T) * (x up^T)) for a dense SwiGLU MLP of width I. */
+static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t n, int64_t I,
+                      const struct tide_weight *gate, const struct tide_weight *up,
+                      const struct tide_weight *down, const struct tide_tensor *y)
+{
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    struct tide_tensor g = tide_tensor_2d(m->g, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor u = tide_tensor_2d(m->u, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor a = tide_tensor_2d(m->a, TIDE_DTYPE_BF16, n, I);
+    int rc;
+    if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
+        (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
+        return rc;
+    return TIDE_OK;
+}
+
+static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t n, int64_t pos0,
+                           const struct tide_tensor *x)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t hd = c->head_dim, qw = c->n_heads * hd, kw = c->n_kv_heads * hd;
+    struct tide_tensor qkv = tide_tensor_2d(m->qkv, TIDE_DTYPE_F32, n, qw + 2 * kw);
+    struct tide_tensor q = tide_tensor_slice(&qkv, 0, n, 0, qw);
+    struct tide_tensor k = tide_tensor_slice(&qkv, 0, n, qw, kw);
+    struct tide_tensor v = tide_tensor_slice(&qkv, 0, n, qw + kw, kw);
+    struct tide_tensor kc = tide_tensor_2d(L->k_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
+    struct tide_tensor vc = tide_tensor_2d(L->v_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
+    struct tide_tensor kdst = tide_tensor_slice(&kc, pos0, n, 0, kw);
+    struct tide_tensor vdst = tide_tensor_slice(&vc, pos0, n, 0, kw);
+    struct tide_tensor att = tide_tensor_2d(m->att, TIDE_DTYPE_BF16, n, qw);
+    int rc;
+    if ((rc = o->matmul(bk, x, L->qkv, &qkv)))
+        return rc;
+    if (c->qk_norm && ((rc = o->rmsnorm(bk, &q, L->q_norm, (int)hd, (float)c->eps, &q)) ||
+                       (rc = o->rmsnorm(bk, &k, L->k_norm, (int)hd, (float)c->eps, &k))))
+        return rc;
+    if (c->rot_dim > 0 &&
+        ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
+         (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0))))
+        return rc;
+    if ((rc = o->convert(bk, &k, &kdst)) || (rc = o->convert(bk, &v, &vdst)))
+        return rc;
+    const struct tide_attn_args aa = {
+        .size = sizeof aa,
+        .q = &q,
+        .k_cache = &kc,
+        .v_cache = &vc,
+        .out = &att,
+        .pos0 = pos0,
+        .n = n,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = (int)hd,
+        .block = m->block,
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, c->hidden);
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, c->hidden);
+    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, L->dense, &tmp)) ||
+        (rc = o->add(bk, &h, &tmp)))
+        return rc;
+    return TIDE_OK;
+}
+
+static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
+                     const struct tide_tensor *x, const struct tide_tensor *y)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
+    int rc = o->matmul(bk, x, L->router, &rl);
+    if (rc)
+        return rc;
+    const struct tide_router_args ra = {
+        .size = sizeof ra,
+        .logits = &rl,
+        .bias = L->router_bias,
+        .n_group = c->n_group,
+        .topk_group = c->topk_group,
+        .top_k = c->top_k,
+        .norm_topk = c->norm_topk,
+        .scale = (float)c->routed_scale,
+        .ids_host = m->ids,
+        .weights_host = m->wts,
+    };
+    if ((rc = o->router(bk, &ra)))
+        return rc;
+    if ((rc = tide_moe_forward(m->moe, L->moe_index, x, m->ids, m->wts, n, y)))
+        return rc;
+    if (!c->n_shared)
+        return TIDE_OK;
+    struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
+    if ((rc = swiglu_mlp(m, x, n, (int64_t)c->moe_inter * c->n_shared, L->sh_gate, L->sh_up,
+                         L->sh_down, &sh)))
+        return rc;
+    return o->add(bk, y, &sh);
+}
+
+int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    if (n < 1 || n > m->max_tokens || pos0 < 0 || pos0 + n > m->n_ctx) {
+        tide_error("model-llada2: forward of %lld tokens at position %lld exceeds the opened "
+                   "capacity (%lld tokens per call, %lld positions)",
+                   (long long)n, (long long)pos0, (long long)m->max_tokens, (long long)m->n_ctx);
+        return TIDE_E_RANGE;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab) {
+            tide_error("model-llada2: token id %d at position %lld is outside the vocabulary "
+                       "(vocab_size %d)",
+                       ids[i], (long long)(pos0 + i), c->vocab);
+            return TIDE_E_RANGE;
+        }
+    }
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t H = c->hidden;
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, H);
+    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
+    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
+    const float eps = (float)c->eps;
+    int rc = o->embed(bk, m->embed, ids, n, &h);
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
+        struct llada2_layer *L = &m->layers[l];
+        if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
+            (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
+            break;
+        if (L->moe_index < 0)
+            rc = swiglu_mlp(m, &x, n, c->inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
+        else
+            rc = moe_block(m, L, n, &x, &tmp);
+        if (rc == TIDE_OK)
+            rc = o->add(bk, &h, &tmp);
+    }
+    if (rc == TIDE_OK && logits) {
+        struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n, c->vocab);
+        if (!(rc = o->rmsnorm(bk, &h, m->norm, (int)H, eps, &x)) &&
+            !(rc = o->matmul(bk, &x, m->head, &lg)))
+            rc = o->read(bk, &lg, logits);
+    } else if (rc == TIDE_OK) {
+        rc = o->sync(bk);
+    }
+    return rc;
+}

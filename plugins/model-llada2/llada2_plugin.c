@@ -1,0 +1,32 @@
+/* model-llada2: LLaDA2.0 (llada2_moe) mini and flash, and synthetic presets. */
+#include "llada2.h"
+#include "tide/plugin.h"
+
+static const struct tide_model_ops llada2_ops = {
+    .size = sizeof(struct tide_model_ops),
+    .open = llada2_open,
+    .close = llada2_close,
+    .info = llada2_info,
+    .reserve = llada2_reserve,
+    .forward = llada2_forward,
+    .inspect = llada2_inspect,
+    .mkmodel = llada2_mkmodel,
+};
+
+static const struct tide_plugin_desc llada2_desc = {
+    .struct_size = sizeof(struct tide_plugin_desc),
+    .abi_version = TIDE_ABI_VERSION,
+    .kind = TIDE_PLUGIN_MODEL,
+    .name = "model-llada2",
+    .version = "0.1.0",
+    .summary = "LLaDA2.0 MoE diffusion LMs (llada2_moe): mini, flash; presets tiny, "
+               "llada2-mini, llada2-flash",
+    .ops = &llada2_ops,
+    .options = NULL,
+    .probe = NULL,
+};
+
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
+{
+    return host_abi == TIDE_ABI_VERSION ? &llada2_desc : NULL;
+}

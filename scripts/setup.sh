@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what TIDE needs on Debian (only the packages that are missing),
+# then configures and builds into ${TIDE_BUILD_DIR:-build}.
+# Sourced by scripts/demo.sh and scripts/test.sh; extra CMake arguments come
+# from TIDE_CMAKE_ARGS.
+set -euo pipefail
+
+TIDE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TIDE_BUILD_DIR="${TIDE_BUILD_DIR:-$TIDE_ROOT/build}"
+
+tide_need_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "setup: installing ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+}
+
+# ocl-icd-opencl-dev: oneDNN 2.6's CMake package requires OpenCL's.
+# g++: CMake links CUDA modules with the C++ compiler when nvcc is present.
+tide_need_packages cmake make gcc g++ pkg-config libinih-dev libjansson-dev libpcre2-dev \
+    libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy
+
+jobs="$(nproc 2>/dev/null || echo 2)"
+cmake -S "$TIDE_ROOT" -B "$TIDE_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TIDE_CMAKE_ARGS:-} >&2
+cmake --build "$TIDE_BUILD_DIR" -j"$jobs" >&2

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up, build, and run the whole test suite. Extra arguments go to ctest
+# (e.g. -L unit, -R config). TIDE_CMAKE_ARGS="-DTIDE_SANITIZE=ON" with
+# TIDE_BUILD_DIR=build-asan runs it under ASan/UBSan.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$TIDE_BUILD_DIR"
+exec ctest --output-on-failure -j"$(nproc 2>/dev/null || echo 2)" "$@"

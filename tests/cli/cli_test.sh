@@ -1,0 +1,230 @@
+#!/bin/sh
+# Runs the real `tide` binary and checks its output and exit code.
+# usage: cli_test.sh CASE TIDE TEST_PLUGIN_DIR FIXTURE_DIR VERSION
+# Each CASE is one ctest test (see CMakeLists.txt). On a mismatch it prints
+# what was expected and what came out, and exits 1.
+set -u
+case_name=$1 tide=$2 bad_dir=$3 fixtures=$4 version=$5
+# The loader reports real paths.
+bad_dir=$(cd "$bad_dir" && pwd -P) || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/tide-cli.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+failed=0
+unset TIDE_PLUGIN_PATH TIDE_LOG_LEVEL
+
+# run [ENV=VALUE ...] -- ARGS...: run tide, keep stdout, stderr and the status.
+run() {
+    envs=
+    while [ "$1" != -- ]; do
+        envs="$envs $1"
+        shift
+    done
+    shift
+    last="tide $*"
+    # shellcheck disable=SC2086
+    env $envs "$tide" "$@" >"$work/out" 2>"$work/err"
+    status=$?
+}
+
+fail() {
+    echo "FAIL ($last): $*"
+    failed=1
+}
+
+show() {
+    echo "--- stdout:"
+    cat "$work/out"
+    echo "--- stderr:"
+    cat "$work/err"
+    echo "---"
+}
+
+expect_status() {
+    [ "$status" -eq "$1" ] || { fail "exit status $status, expected $1"; show; }
+}
+
+# expect_out FILE(out|err) TEXT...: each TEXT is a fixed string in that stream.
+expect_in() {
+    stream=$1
+    shift
+    for text in "$@"; do
+        grep -qF -- "$text" "$work/$stream" || { fail "expected in std$stream: $text"; show; }
+    done
+}
+
+# expect_line STREAM REGEX: some line of the stream matches the extended regex.
+expect_line() {
+    grep -qE -- "$2" "$work/$1" || { fail "expected a line of std$1 matching: $2"; show; }
+}
+
+not_in() {
+    if grep -qF -- "$2" "$work/$1"; then
+        fail "did not expect in std$1: $2"
+        show
+    fi
+}
+
+# The rows of the plugin table: from the header to the first empty line.
+plugin_rows() {
+    awk '/^NAME +KIND +VERSION +ABI +STATUS +PATH$/ { on = 1; next }
+         on && /^$/ { exit }
+         on && !/^    / && $0 != "(no plugins found)" { print }' "$work/out"
+}
+
+# expect_refused FILE PHRASE: `tide plugins` lists bad_dir/FILE as refused,
+# and the line after it (the reason) holds PHRASE.
+expect_refused() {
+    reason=$(awk -v p="  $bad_dir/$1" 'found { print; exit } $0 == p { found = 1 }' "$work/out")
+    case $reason in
+    *"$2"*) ;;
+    *) fail "expected '$bad_dir/$1' refused with a reason containing: $2 (got: '$reason')"; show ;;
+    esac
+}
+
+case $case_name in
+help)
+    run -- --help
+    expect_status 0
+    expect_in out "usage: tide" "commands:" "plugins" "config" "--set section.key=value" \
+        "TIDE_PLUGIN_PATH" "exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error" \
+        "130 interrupted"
+    run -- help
+    expect_status 0
+    expect_in out "exit codes:"
+    ;;
+version)
+    run -- --version
+    expect_status 0
+    expect_line out "^tide $version \\(plugin ABI [0-9]+\\)$"
+    ;;
+usage-errors)
+    run -- frobnicate
+    expect_status 2
+    expect_in err "unknown command 'frobnicate'" "tide --help"
+    run -- --frobnicate plugins
+    expect_status 2
+    expect_in err "unknown option '--frobnicate'"
+    run --
+    expect_status 2
+    expect_in err "usage: tide"
+    run -- plugins extra
+    expect_status 2
+    expect_in err "unexpected argument 'extra'"
+    run -- config
+    expect_status 2
+    run -- config frob
+    expect_status 2
+    expect_in err "unknown subcommand 'frob'"
+    run -- config check
+    expect_status 2
+    expect_in err "which FILE?"
+    run -- config doc "$fixtures/good.ini"
+    expect_status 2
+    run -- config check "$fixtures/good.ini" --set
+    expect_status 2
+    expect_in err "--set needs a value"
+    ;;
+plugins)
+    # Whatever real plugins this build has: a header, and every row well formed.
+    real_dir=$(cd "$(dirname "$tide")" && pwd -P)/plugins
+    run -- plugins
+    expect_status 0
+    expect_in out "searched:"
+    expect_line out "^  .*/plugins$"
+    expect_line out "^NAME +KIND +VERSION +ABI +STATUS +PATH$"
+    plugin_rows >"$work/rows"
+    if ! grep -q . "$work/rows"; then
+        expect_in out "(no plugins found)"
+    fi
+    while read -r name kind ver abi st path; do
+        case $kind in model | backend | policy) ;; *) fail "row '$name': kind '$kind'" ;; esac
+        case $st in ok | unusable) ;; *) fail "row '$name': status '$st'" ;; esac
+        [ "$abi" -ge 1 ] 2>/dev/null || fail "row '$name': ABI '$abi'"
+        [ -n "$ver" ] || fail "row '$name': no version"
+        [ -f "$path" ] || fail "row '$name': path '$path' is not a file"
+        [ "$(dirname "$path")" = "$real_dir" ] || fail "row '$name': '$path' is not in $real_dir"
+        case $path in */"$name".so) ;; *) fail "row '$name': file '$path' is not named after it" ;; esac
+    done <"$work/rows"
+    not_in out "test-good-policy"
+    [ $failed -eq 0 ] || show
+    ;;
+plugins-bad)
+    run TIDE_PLUGIN_PATH="$bad_dir" -- plugins
+    expect_status 0
+    expect_line out "^  $bad_dir\$"
+    expect_line out "^test-good-policy +policy +0\\.0\\.1 +1 +ok +$bad_dir/test-good-policy\\.so\$"
+    expect_line out "^test-good-backend +backend +0\\.0\\.1 +1 +ok +$bad_dir/test-good-backend\\.so\$"
+    expect_line out "^test-dup +policy +0\\.0\\.1 +1 +ok +$bad_dir/test-dup-a\\.so\$"
+    expect_line out "^test-probe-refuses +policy +0\\.0\\.1 +1 +unusable +$bad_dir/test-probe-refuses\\.so\$"
+    expect_in out "    unusable here: no frobnicator on this machine (test plugin always refuses)"
+    expect_in out "refused:"
+    expect_refused test-bad-abi.so "ABI mismatch: plugin built for ABI 2, this tide speaks ABI 1"
+    expect_refused test-bad-null-entry.so "entry returned no descriptor for ABI 1"
+    expect_refused test-bad-desc-size.so "descriptor is 16 bytes"
+    expect_refused test-bad-no-entry.so "no entry symbol 'tide_plugin_entry'"
+    expect_refused test-bad-kind.so "unknown plugin kind 42"
+    expect_refused test-bad-slash.so "plugin name 'test/bad-slash' contains a path separator"
+    expect_refused test-bad-small-ops.so "policy ops table is"
+    expect_refused test-dup-b.so "duplicate name 'test-dup': already loaded from $bad_dir/test-dup-a.so"
+    # Every refused file is listed once.
+    n=$(grep -c "^  $bad_dir/.*\\.so\$" "$work/out")
+    [ "$n" -eq 8 ] || { fail "expected 8 refused files, got $n"; show; }
+    ;;
+config-check)
+    run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set generation.steps=24 \
+        --set test-good-policy.weight=0.25
+    expect_status 0
+    expect_in out "; effective configuration of $fixtures/good.ini"
+    expect_line out "^\\[generation\\]$"
+    expect_line out "^steps = 24 +; --set$"
+    expect_line out "^threshold = 0\\.9 +; good\\.ini:5$"
+    expect_line out "^block_length = 32 +; default$"
+    expect_line out "^plugin = test-good-policy +; good\\.ini:8$"
+    expect_line out "^expert_memory = 512MiB +; good\\.ini:9$"
+    expect_line out "^\\[test-good-policy\\]$"
+    expect_line out "^mode = host +; good\\.ini:12$"
+    expect_line out "^weight = 0\\.25 +; --set$"
+    ;;
+config-check-bad)
+    run -- config check "$fixtures/bad.ini"
+    expect_status 2
+    expect_in err "bad.ini:3: [generation] threshold = '1.5': expected a number in (0,1]" \
+        "bad.ini:4: unknown key 'stepz' in [generation]; did you mean 'steps'?" \
+        "bad.ini: configuration is not valid"
+    [ -s "$work/out" ] && { fail "expected nothing on stdout"; show; }
+    # A plugin section is unknown while its plugin is not found.
+    run -- config check "$fixtures/good.ini"
+    expect_status 2
+    expect_in err "good.ini:11: unknown section [test-good-policy]"
+    # A bad --set on a good file.
+    run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set generation.steps=0
+    expect_status 2
+    expect_in err "--set generation.steps=0: [generation] steps = '0': expected an integer in [1,4096]"
+    run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set steps=3
+    expect_status 2
+    expect_in err "--set steps=3: expected section.key=value"
+    run -- config check "$work/no-such.ini"
+    expect_status 2
+    expect_in err "cannot open $work/no-such.ini"
+    ;;
+config-doc)
+    run -- config doc
+    expect_status 0
+    [ "$(head -n 1 "$work/out")" = "# TIDE configuration reference" ] ||
+        { fail "first line is not the title"; show; }
+    expect_in out "## [model]" "## [backend]" "## [policy]" "## [generation]" "## [output]" \
+        "| \`steps\` | int in [1,4096] | \`32\` | most denoising steps per block |"
+    not_in out "test-good-policy"
+    run TIDE_PLUGIN_PATH="$bad_dir" -- config doc
+    expect_status 0
+    expect_in out "## [test-good-policy]" "Options of the plugin \`test-good-policy\`." \
+        "| \`mode\` | enum: keep/host | \`keep\` | what the test policy does |" \
+        "## [test-good-backend]" "No options."
+    ;;
+*)
+    echo "cli_test.sh: unknown case '$case_name'"
+    exit 2
+    ;;
+esac
+[ $failed -eq 0 ] && echo "ok: $case_name"
+exit $failed

@@ -1,0 +1,291 @@
+/* policy-tide: exact promotions, evictions and placements, step by step. */
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "policy_fixture.h"
+#include "tide/status.h"
+
+static void test_descriptor(void)
+{
+    struct pf f;
+    CHECK_EQ_INT(pf_load(&f, "policy-tide"), TIDE_OK);
+    CHECK(pf_desc_ok(&f, "policy-tide",
+                     "interval first_block_every_step initial counts_file prefetch"));
+    pf_close(&f);
+}
+
+/* Promote 2 while 3 residents are stale: only 2 are evicted, lowest id first;
+ * the target keeps only experts with tokens. */
+static void test_capped_demotion(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=4 first_block_every_step=false", 1, 8, 4)) {
+        CHECK_STR(pf_residents(&f, 0), "0 1 2 3");
+        pf_block(&f, 0, true);
+        /* target = 4 (9), 5 (7), 1 (5): three experts, not four. */
+        CHECK_STR(pf_plan(&f, 0, 0, "1:5 4:9 5:7"), "P[4<0 5<2] D[1 4 5] H[]");
+        CHECK_STR(pf_residents(&f, 0), "1 3 4 5");
+        /* Between refreshes nothing moves. */
+        CHECK_STR(pf_plan(&f, 0, 1, "0:4 1:2 6:1"), "P[] D[1] H[0 6]");
+        CHECK_STR(pf_plan(&f, 0, 3, "6:9 7:9"), "P[] D[] H[6 7]");
+        /* Refresh at step 4: 6 and 7 tie, 3 is the lowest stale resident. */
+        CHECK_STR(pf_plan(&f, 0, 4, "6:9 7:9 3:1"), "P[6<1 7<4] D[3 6 7] H[]");
+        CHECK_STR(pf_residents(&f, 0), "3 5 6 7");
+    }
+    pf_close(&f);
+}
+
+/* Target ordering and cut: count descending, ties to the lower id. */
+static void test_target_order(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=false", 1, 8, 2)) {
+        pf_block(&f, 0, false);
+        CHECK_STR(pf_plan(&f, 0, 0, "7:3 6:3 5:9"), "P[5<0 6<1] D[5 6] H[7]");
+        /* Nothing has tokens: the target is empty and nobody moves. */
+        CHECK_STR(pf_plan(&f, 0, 1, ""), "P[] D[] H[]");
+        CHECK_STR(pf_residents(&f, 0), "5 6");
+        /* A resident in the target stays; one promotion evicts the stale 5. */
+        CHECK_STR(pf_plan(&f, 0, 2, "6:1 2:1"), "P[2<5] D[2 6] H[]");
+    }
+    pf_close(&f);
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=false", 1, 8, 4)) {
+        pf_block(&f, 0, false);
+        CHECK_STR(pf_plan(&f, 0, 0, "7:3 6:3 5:9"), "P[5<0 6<1 7<2] D[5 6 7] H[]");
+        /* One active expert: one promotion, the other residents stay. */
+        CHECK_STR(pf_plan(&f, 0, 1, "1:1"), "P[1<3] D[1] H[]");
+        CHECK_STR(pf_residents(&f, 0), "1 5 6 7");
+    }
+    pf_close(&f);
+    /* A resident with tokens but outside the target is demoted and runs on the host. */
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=false", 1, 8, 2)) {
+        pf_block(&f, 0, false);
+        CHECK_STR(pf_plan(&f, 0, 0, "5:9 6:8 0:1"), "P[5<0 6<1] D[5 6] H[0]");
+    }
+    pf_close(&f);
+}
+
+/* Free slots (fewer residents than the budget) are used before evicting. */
+static void test_free_slots(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=2 first_block_every_step=false", 1, 8, 4)) {
+        f.resident[2] = f.resident[3] = 0;
+        pf_block(&f, 0, false);
+        CHECK_STR(pf_plan(&f, 0, 0, "4:5 5:4 6:3"), "P[4<- 5<- 6<0] D[4 5 6] H[]");
+        CHECK_STR(pf_residents(&f, 0), "1 4 5 6");
+    }
+    pf_close(&f);
+}
+
+/* Drive `blocks` blocks of `steps` steps on a 1-layer, 4-expert, B=1 model
+ * where the hot expert is never resident, so every refresh promotes exactly
+ * one expert. Returns the refresh steps as "b.s b.s ...". */
+static const char *tide_schedule(struct pf *f, int blocks, int steps, char *out, size_t len)
+{
+    out[0] = 0;
+    for (int b = 0; b < blocks; b++) {
+        pf_block(f, b, b == 0);
+        for (int s = 0; s < steps; s++) {
+            int hot = f->resident[0] ? 1 : 0;
+            char counts[16];
+            snprintf(counts, sizeof counts, "%d:5", hot);
+            const char *t = pf_plan(f, 0, s, counts);
+            if (!strncmp(t, "P[]", 3))
+                continue;
+            size_t n = strlen(out);
+            snprintf(out + n, len - n, "%s%d.%d", n ? " " : "", b, s);
+        }
+    }
+    return out;
+}
+
+static void test_schedule(void)
+{
+    static const struct {
+        const char *opts;
+        int steps;
+        const char *want;
+    } cases[] = {
+        {"interval=1 first_block_every_step=false", 4,
+         "0.0 0.1 0.2 0.3 1.0 1.1 1.2 1.3 2.0 2.1 2.2 2.3"},
+        {"interval=2 first_block_every_step=false", 5, "0.0 0.2 0.4 1.0 1.2 1.4 2.0 2.2 2.4"},
+        {"interval=4 first_block_every_step=false", 10, "0.0 0.4 0.8 1.0 1.4 1.8 2.0 2.4 2.8"},
+        {"interval=32 first_block_every_step=false", 32, "0.0 1.0 2.0"},
+        {"interval=4 first_block_every_step=true", 6, "0.0 0.1 0.2 0.3 0.4 0.5 1.0 1.4 2.0 2.4"},
+        {"interval=32 first_block_every_step=true", 3, "0.0 0.1 0.2 1.0 2.0"},
+        {"interval=99999999999 first_block_every_step=false", 32, "0.0 1.0 2.0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct pf f;
+        char got[512];
+        if (PF_OPEN(&f, "policy-tide", cases[i].opts, 1, 4, 1)) {
+            tide_schedule(&f, 3, cases[i].steps, got, sizeof got);
+            if (strcmp(got, cases[i].want))
+                fprintf(stderr, "%s:\n", cases[i].opts);
+            CHECK_STR(got, cases[i].want);
+        }
+        pf_close(&f);
+    }
+    /* The full 32-step blocks: refresh exactly when step % interval == 0. */
+    const int intervals[] = {1, 2, 4, 32};
+    for (int i = 0; i < 4; i++) {
+        struct pf f;
+        char got[4096], want[4096] = "", opts[64];
+        int tau = intervals[i];
+        snprintf(opts, sizeof opts, "interval=%d first_block_every_step=false", tau);
+        for (int b = 0; b < 3; b++)
+            for (int s = 0; s < 32; s += tau) {
+                size_t n = strlen(want);
+                snprintf(want + n, sizeof want - n, "%s%d.%d", n ? " " : "", b, s);
+            }
+        if (PF_OPEN(&f, "policy-tide", opts, 1, 4, 1))
+            CHECK_STR(tide_schedule(&f, 3, 32, got, sizeof got), want);
+        pf_close(&f);
+    }
+}
+
+/* Without block_begin, block 0 counts as the first generated block. */
+static void test_first_block_without_block_begin(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=4 first_block_every_step=true", 1, 4, 1)) {
+        CHECK_STR(pf_plan(&f, 0, 1, "2:1"), "P[2<0] D[2] H[]");
+        f.block = 1;
+        CHECK_STR(pf_plan(&f, 0, 1, "3:1"), "P[] D[] H[3]");
+    }
+    pf_close(&f);
+}
+
+static void test_budget_zero(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=true", 2, 8, 0)) {
+        CHECK_STR(pf_residents(&f, 0), "");
+        pf_block(&f, 0, true);
+        for (int s = 0; s < 3; s++) {
+            CHECK_STR(pf_plan(&f, 0, s, "0:3 5:2 7:1"), "P[] D[] H[0 5 7]");
+            CHECK_STR(pf_plan(&f, 1, s, "1:1"), "P[] D[] H[1]");
+        }
+    }
+    pf_close(&f);
+}
+
+static void test_budget_all(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=true", 1, 8, 8)) {
+        CHECK_STR(pf_residents(&f, 0), "0 1 2 3 4 5 6 7");
+        pf_block(&f, 0, true);
+        CHECK_STR(pf_plan(&f, 0, 0, "0:3 5:2 7:1"), "P[] D[0 5 7] H[]");
+        CHECK_STR(pf_plan(&f, 0, 1, "0:1 1:1 2:1 3:1 4:1 5:1 6:1 7:1"),
+                  "P[] D[0 1 2 3 4 5 6 7] H[]");
+    }
+    pf_close(&f);
+}
+
+/* Layers have separate resident sets. */
+static void test_layers(void)
+{
+    struct pf f;
+    if (PF_OPEN(&f, "policy-tide", "interval=2 first_block_every_step=false", 2, 8, 2)) {
+        pf_block(&f, 3, false);
+        CHECK_STR(pf_plan(&f, 0, 0, "4:2 0:1"), "P[4<1] D[0 4] H[]");
+        CHECK_STR(pf_plan(&f, 1, 0, "6:2 7:2"), "P[6<0 7<1] D[6 7] H[]");
+        CHECK_STR(pf_residents(&f, 0), "0 4");
+        CHECK_STR(pf_residents(&f, 1), "6 7");
+        CHECK_STR(pf_plan(&f, 1, 1, "0:5"), "P[] D[] H[0]");
+    }
+    pf_close(&f);
+}
+
+static void test_options_and_errors(void)
+{
+    struct pf f;
+    /* prefetch is accepted but not active: create() warns. */
+    pf_log_capture();
+    CHECK_EQ_INT(pf_open(&f, "policy-tide", "prefetch=true", 1, 8, 2), TIDE_OK);
+    pf_log_release();
+    CHECK_CONTAINS(pf_log_text(), "warn: policy-tide: prefetch = true is not active yet");
+    pf_close(&f);
+
+    /* The config refuses interval 0 with the option's range. */
+    pf_log_capture();
+    CHECK_EQ_INT(pf_open(&f, "policy-tide", "interval=0", 1, 8, 2), TIDE_E_CONFIG);
+    pf_log_release();
+    CHECK_CONTAINS(pf_log_text(), "[1,]");
+    pf_close(&f);
+
+    static const struct {
+        int layers, experts, budget;
+        const char *msg;
+    } bad[] = {
+        {1, 8, 9, "policy-tide: budget = 9 experts per layer is out of range: must be 0..8"},
+        {1, 8, -1, "policy-tide: budget = -1 experts per layer is out of range: must be 0..8"},
+        {1, 0, 0, "policy-tide: n_experts = 0 is out of range"},
+        {-1, 8, 2, "policy-tide: n_moe_layers = -1 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pf_log_capture();
+        CHECK_EQ_INT(pf_open(&f, "policy-tide", NULL, bad[i].layers, bad[i].experts, bad[i].budget),
+                     TIDE_E_INVAL);
+        pf_log_release();
+        CHECK_CONTAINS(pf_log_text(), bad[i].msg);
+        pf_close(&f);
+    }
+
+    /* plan() for a layer the model does not have, and a layer over budget. */
+    if (PF_OPEN(&f, "policy-tide", "interval=1 first_block_every_step=false", 1, 8, 2)) {
+        struct tide_plan plan = {.promote = f.promote, .evict = f.evict, .place = f.place};
+        struct tide_policy_view v = {.layer = 1, .counts = f.counts, .resident = f.resident};
+        pf_log_capture();
+        CHECK_EQ_INT(f.ops->plan(f.p, &v, &plan), TIDE_E_INVAL);
+        CHECK_CONTAINS(pf_log_text(),
+                       "policy-tide: plan() for MoE layer 1, but the model has 1 MoE layers");
+        v.layer = 0;
+        f.resident[5] = 1;
+        CHECK_EQ_INT(f.ops->plan(f.p, &v, &plan), TIDE_E_INVAL);
+        CHECK_CONTAINS(pf_log_text(), "MoE layer 0 holds 3 resident experts, more than the "
+                                      "budget of 2");
+        pf_log_release();
+    }
+    pf_close(&f);
+}
+
+/* initial = popular reads the routing-count file. */
+static void test_initial_popular(void)
+{
+    char path[] = "/tmp/tide-policy-tide-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    FILE *fp = fdopen(fd, "w");
+    fputs("# layer expert count\n0 6 10\n0 3 2\n1 7 1\n", fp);
+    fclose(fp);
+    struct pf f;
+    char opts[128];
+    snprintf(opts, sizeof opts, "initial=popular counts_file=%s", path);
+    CHECK(PF_OPEN(&f, "policy-tide", opts, 2, 8, 2));
+    CHECK_STR(pf_residents(&f, 0), "3 6");
+    CHECK_STR(pf_residents(&f, 1), "0 7");
+    pf_close(&f);
+    remove(path);
+}
+
+int main(void)
+{
+    TEST_RUN(test_descriptor);
+    TEST_RUN(test_capped_demotion);
+    TEST_RUN(test_target_order);
+    TEST_RUN(test_free_slots);
+    TEST_RUN(test_schedule);
+    TEST_RUN(test_first_block_without_block_begin);
+    TEST_RUN(test_budget_zero);
+    TEST_RUN(test_budget_all);
+    TEST_RUN(test_layers);
+    TEST_RUN(test_options_and_errors);
+    TEST_RUN(test_initial_popular);
+    TEST_DONE();
+}

@@ -1,0 +1,778 @@
+#!/usr/bin/python3
+"""llada2_ref.py -- an independent numpy reference of LLaDA2.0 (llada2_moe).
+
+README
+======
+
+What it is
+----------
+A second, plain implementation of the LLaDA2.0 forward pass and of greedy
+block-diffusion generation, written from the numeric semantics in
+/work/shared/DESIGN.md section 4 (and the TIDE/LLaDA2 research notes, sections
+3 and 4), not from the C engine. The C tests call it to get expected logits,
+routes and token streams for small checkpoints. Only numpy and the Python
+standard library are used; run it with Debian's interpreter, /usr/bin/python3.
+
+Commands
+--------
+    llada2_ref.py logits   --model DIR --ids 1,2,3 [--pos0 0] [--block 32] --out FILE
+        One full forward over the ids at positions pos0..pos0+n-1 (block-causal
+        mask on the absolute positions, no earlier cache). Writes float32
+        logits [n, vocab], raw little-endian, to FILE.
+    llada2_ref.py generate --model DIR --prompt-ids 1,2,3 --gen-length G
+                           [--block-length 32] [--steps 32] [--threshold 0.95]
+                           [--recompute]
+        Greedy generation; prints the generated ids, comma-separated, on one
+        line. --recompute runs every step over the whole window without a KV
+        cache (it must print the same ids).
+    llada2_ref.py route    --model DIR --ids 1,2,3 [--pos0 0] [--block 32] --out FILE
+        The full forward's routing as JSON:
+        {"top_k": k, "layers": [{"layer": i, "ids": [[...] per token],
+                                 "weights": [[...] per token]}, ...]}
+        with the ids in slot order (selection score descending).
+
+The checkpoint is a Hugging Face folder: config.json (model_type llada2_moe),
+model.safetensors or shards listed in model.safetensors.index.json (bf16, the
+router's expert_bias f32), tokenizer.json (the special ids are looked up by
+name in added_tokens: "<|mask|>", "<|endoftext|>" and, if present,
+"<|role_end|>").
+
+Numeric semantics (the C engine follows the same rounding points)
+-----------------------------------------------------------------
+bf16(v) rounds a float32 to the nearest bf16 (ties to even) and returns it as
+float32; everything else is float32. Every "matmul" here multiplies in float64
+and casts the sums to float32: products of bf16 values are exact in float64, so
+this is the correctly-rounded float32 result; the C engine sums in float32 in
+its own order, so compare with a tolerance.
+
+    rmsnorm(h, w) = h * (1 / sqrt(mean(h^2) + eps)) * w            (float32)
+    h = embed[ids]
+    per layer:
+        x   = bf16(rmsnorm(h, input_layernorm))
+        qkv = x Wqkv^T; q | k | v = head-major columns (nh, nkv, nkv heads)
+        q, k = per-head rmsnorm (query_layernorm / key_layernorm), not rounded
+        RoPE rotate-half on dims [0, rot) of each head at the absolute position:
+            inv_freq[j] = f32(theta ** (-2j / rot)) (float64 power)
+            angle = f32(pos) * inv_freq (float32), c/s = f32(cos/sin(f64(angle)))
+        K/V go to the cache (float32)
+        attention: query head h uses kv head h // (nh / nkv),
+            score = q.k / sqrt(hd), key j visible from position p iff
+            j // B <= p // B, float32 max-subtracted softmax, o = bf16(sum p v)
+        h += o Wdense^T
+        x = bf16(rmsnorm(h, post_attention_layernorm))
+        dense layer (i < first_k_dense_replace): y = FFN(x)
+        MoE layer:
+            s = sigmoid(x Wgate^T), sel = s + expert_bias
+            group score = sum of the 2 largest sel of each group of E/n_group
+            experts; keep the topk_group best groups (ties: lower group);
+            top-k experts by sel among the kept ones (ties: lower id);
+            w = s[ids] (/ (sum + 1e-20) if norm_topk_prob) * routed_scaling_factor
+            y = sum over the slots, in order, of w * FFN_e(x) (float32, from 0)
+                + FFN_shared(x)
+        FFN(x) = bf16(silu(x G^T) * (x U^T)) D^T
+        h += y
+    logits = bf16(rmsnorm(h, norm)) lm_head^T; position i predicts token i.
+
+Generation (greedy)
+-------------------
+P = len(prompt), nb = ceil((P + G) / L), canvas = prompt + masks (nb * L).
+The P // L whole prompt blocks are prefilled once. steps_eff = min(S, L) and
+step s must commit n_s = L // steps_eff + (s < L % steps_eff). Per step of
+block b: forward the block's L tokens against the cached K/V; mask id logit
+-> -inf; x0 = argmax (lowest id on ties); conf = softmax(logits)[x0] in
+float64. Among the still-masked positions, commit all with conf > threshold
+if there are at least n_s of them, else the n_s most confident (lower
+position on ties). A finished block is run once more to store its final K/V;
+generation stops after a block once EOS or the stop id appears in
+canvas[P:(b+1)*L]. Output: canvas[P:end of the last block run], cut after the
+first EOS/stop (inclusive).
+
+Exit status: 0 ok, 2 bad checkpoint or arguments (one line on stderr), 77 numpy
+missing (the tests read 77 as "skipped").
+
+Precision notes: matmuls, attention dot products and the RMSNorm mean of
+squares are computed in float64 and rounded once to float32; everything the
+semantics name (bf16 points, float32 softmax, float32 routing weights, slot
+order of the routed sum) is followed literally. The cached and recompute
+paths agree bit-for-bit on the self-test model.
+
+Speed: fine for small test checkpoints (the self-test runs in a few seconds).
+A real LLaDA2.0-mini checkpoint loads lazily (memory-mapped, at most
+LLADA2_REF_CACHE_MB, default 4096, of weights kept as float32) but a forward
+takes tens of seconds, so use it there for single `logits` checks only.
+
+Self-test: /usr/bin/python3 tests/reference/selftest_ref.py
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+try:
+    import numpy as np
+except ImportError:  # the tests treat 77 as "skipped"
+    print(f"{os.path.basename(__file__)}: numpy is missing (use /usr/bin/python3)", file=sys.stderr)
+    sys.exit(77)
+
+MASK_TOKEN = "<|mask|>"
+EOS_TOKEN = "<|endoftext|>"
+STOP_TOKEN = "<|role_end|>"
+
+# Weight rows converted to float64 at once inside matmul (bounds memory for
+# the big lm_head / experts of real checkpoints).
+MATMUL_ROW_CHUNK = 8192
+
+
+class RefError(Exception):
+    """A checkpoint or argument problem; the CLI prints it and exits 2."""
+
+
+# --------------------------------------------------------------------------
+# bf16 helpers
+# --------------------------------------------------------------------------
+
+
+def bf16_bits_to_f32(bits):
+    """uint16 bf16 bit patterns -> float32 (the bits become the top half)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x):
+    """float32 -> uint16 bf16 bits, round to nearest, ties to even; NaN stays NaN."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan_bits = ((u >> 16) | 0x0040) & 0xFFFF  # keep sign/payload, force quiet
+    out = np.where(np.isnan(x), nan_bits, rounded)
+    return out.astype(np.uint16)
+
+
+def bf16(x):
+    """Round float32 values to bf16 (ties to even), returned as float32."""
+    return bf16_bits_to_f32(f32_to_bf16_bits(x))
+
+
+def as_f32(a):
+    """A tensor as stored (uint16 = bf16 bits, or a float array) -> float32."""
+    if a.dtype == np.uint16:
+        return bf16_bits_to_f32(a)
+    return np.asarray(a, dtype=np.float32)
+
+
+def matmul(x, w):
+    """x [T, K] float32 times w^T, w [N, K] (bf16 bits or float) -> [T, N] float32.
+
+    Products and sums are done in float64, then rounded once to float32.
+    """
+    x64 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    n = w.shape[0]
+    out = np.empty((x64.shape[0], n), dtype=np.float32)
+    for r in range(0, n, MATMUL_ROW_CHUNK):
+        wc = as_f32(w[r : r + MATMUL_ROW_CHUNK]).astype(np.float64)
+        out[:, r : r + MATMUL_ROW_CHUNK] = x64 @ wc.T
+    return out
+
+
+def rmsnorm(h, w, eps):
+    """h * (1 / sqrt(mean(h^2) + eps)) * w over the last axis, float32 result."""
+    ms = np.mean(np.square(h.astype(np.float64)), axis=-1, keepdims=True)
+    inv = (1.0 / np.sqrt(ms + eps)).astype(np.float32)
+    return (h.astype(np.float32) * inv) * w.astype(np.float32)
+
+
+def sigmoid32(v):
+    with np.errstate(over="ignore"):
+        return (np.float32(1) / (np.float32(1) + np.exp(-v.astype(np.float32)))).astype(
+            np.float32
+        )
+
+
+def silu32(v):
+    return (v.astype(np.float32) * sigmoid32(v)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------
+# safetensors
+# --------------------------------------------------------------------------
+
+_ST_DTYPES = {
+    "BF16": np.uint16,  # kept as raw bits, converted with bf16_bits_to_f32
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I32": np.int32,
+    "I64": np.int64,
+}
+
+
+class SafeTensors:
+    """Read-only view of one safetensors file or of a sharded checkpoint folder.
+
+    Tensors are memory-mapped; get() returns the stored array (bf16 as uint16
+    bits) without copying.
+    """
+
+    def __init__(self, model_dir):
+        self.where = {}  # tensor name -> (file path, header entry)
+        self.maps = {}  # file path -> np.memmap of the whole file
+        index = os.path.join(model_dir, "model.safetensors.index.json")
+        single = os.path.join(model_dir, "model.safetensors")
+        if os.path.exists(index):
+            with open(index, "r", encoding="utf-8") as f:
+                wmap = json.load(f).get("weight_map", {})
+            files = sorted(set(wmap.values()))
+            if not files:
+                raise RefError(f"{index}: empty weight_map")
+            for fn in files:
+                self._add_file(os.path.join(model_dir, fn))
+        elif os.path.exists(single):
+            self._add_file(single)
+        else:
+            raise RefError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+
+    def _add_file(self, path):
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise RefError(f"{path}: too short for a safetensors header")
+            (hlen,) = struct.unpack("<Q", raw)
+            if hlen > size - 8:
+                raise RefError(f"{path}: header length {hlen} exceeds the file")
+            header = json.loads(f.read(hlen).decode("utf-8"))
+        data_start = 8 + hlen
+        mm = np.memmap(path, dtype=np.uint8, mode="r")
+        self.maps[path] = mm
+        for name, ent in header.items():
+            if name == "__metadata__":
+                continue
+            if ent["dtype"] not in _ST_DTYPES:
+                raise RefError(f"{path}: tensor {name}: unsupported dtype {ent['dtype']}")
+            b, e = ent["data_offsets"]
+            if data_start + e > size:
+                raise RefError(f"{path}: tensor {name}: data past the end of the file")
+            self.where[name] = (path, ent, data_start + b, data_start + e)
+
+    def __contains__(self, name):
+        return name in self.where
+
+    def get(self, name):
+        if name not in self.where:
+            raise RefError(f"missing tensor {name}")
+        path, ent, b, e = self.where[name]
+        dt = np.dtype(_ST_DTYPES[ent["dtype"]]).newbyteorder("<")
+        shape = tuple(ent["shape"])
+        arr = self.maps[path][b:e].view(dt)
+        return arr.reshape(shape)
+
+
+# --------------------------------------------------------------------------
+# config, tokenizer ids
+# --------------------------------------------------------------------------
+
+
+class Config:
+    """config.json with the defaults of configuration_llada2_moe.py."""
+
+    def __init__(self, model_dir):
+        path = os.path.join(model_dir, "config.json")
+        with open(path, "r", encoding="utf-8") as f:
+            c = json.load(f)
+        if c.get("model_type") != "llada2_moe":
+            raise RefError(f"{path}: model_type {c.get('model_type')!r} is not llada2_moe")
+
+        def opt(key, default):
+            v = c.get(key)
+            return default if v is None else v
+
+        self.hidden = int(c["hidden_size"])
+        self.n_layers = int(c["num_hidden_layers"])
+        self.n_heads = int(c["num_attention_heads"])
+        self.n_kv = int(opt("num_key_value_heads", self.n_heads))
+        self.head_dim = int(opt("head_dim", self.hidden // self.n_heads))
+        if c.get("rotary_dim") is not None:
+            self.rot = int(c["rotary_dim"])
+        else:
+            self.rot = int(round(self.head_dim * float(opt("partial_rotary_factor", 0.5))))
+        self.theta = float(opt("rope_theta", 10000.0))
+        self.eps = float(opt("rms_norm_eps", 1e-6))
+        self.inter = int(c["intermediate_size"])
+        self.moe_inter = int(c["moe_intermediate_size"])
+        self.n_experts = int(c["num_experts"])
+        self.top_k = int(c["num_experts_per_tok"])
+        self.n_shared = int(opt("num_shared_experts", 0))
+        self.n_group = int(opt("n_group", 1))
+        self.topk_group = int(opt("topk_group", self.n_group))
+        self.rsf = float(opt("routed_scaling_factor", 1.0))
+        self.first_dense = int(opt("first_k_dense_replace", 0))
+        self.vocab = int(c["vocab_size"])
+        self.max_pos = int(opt("max_position_embeddings", 32768))
+        self.norm_topk = bool(opt("norm_topk_prob", True))
+        self.qk_norm = bool(opt("use_qk_norm", True))
+        self.tied = bool(opt("tie_word_embeddings", False))
+        self.use_bias = bool(opt("moe_router_enable_expert_bias", True))
+        if self.n_heads % self.n_kv or self.rot % 2 or self.rot > self.head_dim:
+            raise RefError(f"{path}: inconsistent heads / rotary dims")
+        if self.n_experts % self.n_group or self.topk_group > self.n_group:
+            raise RefError(f"{path}: inconsistent n_group / topk_group")
+        if self.top_k > self.topk_group * (self.n_experts // self.n_group):
+            raise RefError(f"{path}: num_experts_per_tok exceeds the kept groups")
+
+
+def special_ids(model_dir):
+    """(mask, eos, stop or None) from tokenizer.json added_tokens, by name."""
+    path = os.path.join(model_dir, "tokenizer.json")
+    with open(path, "r", encoding="utf-8") as f:
+        tok = json.load(f)
+    by_name = {t["content"]: int(t["id"]) for t in tok.get("added_tokens", [])}
+    for need in (MASK_TOKEN, EOS_TOKEN):
+        if need not in by_name:
+            raise RefError(f"{path}: added_tokens has no {need}")
+    return by_name[MASK_TOKEN], by_name[EOS_TOKEN], by_name.get(STOP_TOKEN)
+
+
+# --------------------------------------------------------------------------
+# the model
+# --------------------------------------------------------------------------
+
+
+def route_topk(s, bias, n_group, topk_group, top_k, norm_topk, rsf):
+    """Group-limited top-k routing.
+
+    s: [T, E] float32 sigmoid scores; bias: [E] float32 or None.
+    Returns ids [T, top_k] (slot order: selection score descending, ties to the
+    lower id) and weights [T, top_k] float32.
+    """
+    s = s.astype(np.float32)
+    t, e = s.shape
+    sel = s + bias.astype(np.float32) if bias is not None else s.copy()
+    gsize = e // n_group
+    grouped = sel.reshape(t, n_group, gsize)
+    top2 = np.sort(grouped, axis=-1)[..., -min(2, gsize) :]
+    gscore = top2.sum(axis=-1, dtype=np.float32)  # [T, n_group]
+    # stable sort of the negated score: descending, ties keep the lower index
+    keep = np.argsort(-gscore, axis=1, kind="stable")[:, :topk_group]
+    kept = np.zeros((t, n_group), dtype=bool)
+    np.put_along_axis(kept, keep, True, axis=1)
+    masked = np.where(np.repeat(kept, gsize, axis=1), sel, np.float32(-np.inf))
+    ids = np.argsort(-masked, axis=1, kind="stable")[:, :top_k]
+    w = np.take_along_axis(s, ids, axis=1)
+    if norm_topk:
+        total = np.zeros((t, 1), dtype=np.float32)
+        for j in range(top_k):  # slot order, float32
+            total = total + w[:, j : j + 1]
+        w = w / (total + np.float32(1e-20))
+    w = (w * np.float32(rsf)).astype(np.float32)
+    return ids, w
+
+
+class KVCache:
+    """Per-layer float32 K and V for canvas positions 0 .. n-1."""
+
+    def __init__(self, cfg):
+        self.n = 0
+        self.k = [np.zeros((cfg.n_kv, 0, cfg.head_dim), np.float32) for _ in range(cfg.n_layers)]
+        self.v = [np.zeros((cfg.n_kv, 0, cfg.head_dim), np.float32) for _ in range(cfg.n_layers)]
+
+
+class Model:
+    """A llada2_moe checkpoint and its forward pass."""
+
+    def __init__(self, model_dir, cache_mb=None):
+        self.dir = model_dir
+        self.cfg = Config(model_dir)
+        self.st = SafeTensors(model_dir)
+        self.mask_id, self.eos_id, self.stop_id = special_ids(model_dir)
+        if cache_mb is None:
+            cache_mb = int(os.environ.get("LLADA2_REF_CACHE_MB", "4096"))
+        self._cache = {}
+        self._cache_left = cache_mb * (1 << 20)
+        c = self.cfg
+        r = c.rot // 2
+        # float64 power, then float32, as the semantics require
+        self.inv_freq = np.array(
+            [c.theta ** (-2.0 * j / c.rot) for j in range(r)], dtype=np.float64
+        ).astype(np.float32)
+        self._check_shapes()
+
+    # -- weights -----------------------------------------------------------
+
+    def w(self, name):
+        """A weight as float32 when it fits the conversion cache, else as stored."""
+        if name in self._cache:
+            return self._cache[name]
+        raw = self.st.get(name)
+        nbytes = raw.size * 4
+        if nbytes <= self._cache_left:
+            arr = as_f32(raw)
+            self._cache[name] = arr
+            self._cache_left -= nbytes
+            return arr
+        return raw
+
+    def _check_shapes(self):
+        c = self.cfg
+        H, hd = c.hidden, c.head_dim
+
+        def want(name, shape):
+            got = tuple(self.st.get(name).shape)
+            if got != tuple(shape):
+                raise RefError(f"tensor {name}: shape {got}, expected {tuple(shape)}")
+
+        want("model.word_embeddings.weight", (c.vocab, H))
+        want("model.norm.weight", (H,))
+        if not c.tied or "lm_head.weight" in self.st:
+            want("lm_head.weight", (c.vocab, H))
+        for i in range(c.n_layers):
+            p = f"model.layers.{i}."
+            want(p + "attention.query_key_value.weight", ((c.n_heads + 2 * c.n_kv) * hd, H))
+            want(p + "attention.dense.weight", (H, c.n_heads * hd))
+            if i >= c.first_dense:
+                want(p + "mlp.gate.weight", (c.n_experts, H))
+
+    def head_weight(self):
+        if "lm_head.weight" in self.st:
+            return self.w("lm_head.weight")
+        return self.w("model.word_embeddings.weight")
+
+    # -- pieces of the forward --------------------------------------------
+
+    def ffn(self, x, prefix):
+        g = matmul(x, self.w(prefix + "gate_proj.weight"))
+        u = matmul(x, self.w(prefix + "up_proj.weight"))
+        a = bf16(silu32(g) * u)
+        return matmul(a, self.w(prefix + "down_proj.weight"))
+
+    def rope(self, x, pos):
+        """Rotate-half RoPE on dims [0, rot) of x [T, heads, hd] at positions pos [T]."""
+        c = self.cfg
+        r = c.rot // 2
+        if r == 0:
+            return x
+        angle = pos.astype(np.float32)[:, None] * self.inv_freq[None, :]  # float32
+        cos = np.cos(angle.astype(np.float64)).astype(np.float32)[:, None, :]
+        sin = np.sin(angle.astype(np.float64)).astype(np.float32)[:, None, :]
+        x1 = x[..., :r]
+        x2 = x[..., r : c.rot]
+        out = x.copy()
+        out[..., :r] = x1 * cos - x2 * sin
+        out[..., r : c.rot] = x2 * cos + x1 * sin
+        return out
+
+    def attention(self, q, k_all, v_all, qpos, kpos, block):
+        """q [T, nh, hd]; k_all/v_all [nkv, S, hd]; returns bf16-valued o [T, nh*hd]."""
+        c = self.cfg
+        t = q.shape[0]
+        group = c.n_heads // c.n_kv
+        qg = q.reshape(t, c.n_kv, group, c.head_dim).transpose(1, 2, 0, 3)  # [nkv,g,T,hd]
+        dots = np.einsum(
+            "cgtd,csd->cgts", qg.astype(np.float64), k_all.astype(np.float64)
+        ).astype(np.float32)
+        scores = dots / np.float32(math.sqrt(c.head_dim))
+        visible = (kpos[None, :] // block) <= (qpos[:, None] // block)  # [T, S]
+        scores = np.where(visible[None, None], scores, np.float32(-np.inf))
+        m = scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores - m)
+        p = (e / e.sum(axis=-1, keepdims=True, dtype=np.float32)).astype(np.float32)
+        o = np.einsum("cgts,csd->cgtd", p.astype(np.float64), v_all.astype(np.float64))
+        o = o.astype(np.float32).transpose(2, 0, 1, 3).reshape(t, c.n_heads * c.head_dim)
+        return bf16(o)
+
+    def moe(self, x, prefix, routes=None):
+        c = self.cfg
+        logits = matmul(x, self.w(prefix + "gate.weight"))
+        s = sigmoid32(logits)
+        bias = None
+        if c.use_bias and (prefix + "gate.expert_bias") in self.st:
+            bias = as_f32(self.st.get(prefix + "gate.expert_bias"))
+        ids, wts = route_topk(s, bias, c.n_group, c.topk_group, c.top_k, c.norm_topk, c.rsf)
+        if routes is not None:
+            routes.append((ids, wts))
+        t = x.shape[0]
+        slot_out = np.zeros((t, c.top_k, c.hidden), dtype=np.float32)
+        for e in np.unique(ids):
+            rows, slots = np.nonzero(ids == e)
+            y = self.ffn(x[rows], f"{prefix}experts.{int(e)}.")
+            slot_out[rows, slots] = wts[rows, slots][:, None] * y
+        routed = np.zeros((t, c.hidden), dtype=np.float32)
+        for j in range(c.top_k):  # slot order, float32, from 0
+            routed = routed + slot_out[:, j]
+        if c.n_shared > 0:
+            routed = routed + self.ffn(x, prefix + "shared_experts.")
+        return routed
+
+    # -- the forward ---------------------------------------------------------
+
+    def forward(self, ids, pos0, block, cache=None, store=False, logits=True, routes=None):
+        """Run ids at positions pos0 .. pos0+T-1.
+
+        cache: a KVCache holding positions 0 .. pos0-1 (its keys are visible
+        under the block-causal mask), or None for no earlier keys.
+        store: append this call's K/V to cache (requires cache.n == pos0).
+        routes: a list that receives (ids, weights) per MoE layer.
+        Returns float32 logits [T, vocab], or None when logits is False.
+        """
+        c = self.cfg
+        ids = np.asarray(ids, dtype=np.int64)
+        t = ids.shape[0]
+        if cache is not None and cache.n != pos0:
+            raise RefError(f"cache holds {cache.n} positions, forward starts at {pos0}")
+        if ids.min() < 0 or ids.max() >= c.vocab:
+            raise RefError(f"token id out of range [0, {c.vocab})")
+        qpos = np.arange(pos0, pos0 + t, dtype=np.int64)
+        kpos = np.arange(0 if cache is not None else pos0, pos0 + t, dtype=np.int64)
+        hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
+
+        h = as_f32(self.st.get("model.word_embeddings.weight")[ids])
+        for i in range(c.n_layers):
+            p = f"model.layers.{i}."
+            x = bf16(rmsnorm(h, self.w(p + "input_layernorm.weight"), c.eps))
+            qkv = matmul(x, self.w(p + "attention.query_key_value.weight"))
+            q = qkv[:, : nh * hd].reshape(t, nh, hd)
+            k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(t, nkv, hd)
+            v = qkv[:, (nh + nkv) * hd :].reshape(t, nkv, hd)
+            if c.qk_norm:
+                q = rmsnorm(q, self.w(p + "attention.query_layernorm.weight"), c.eps)
+                k = rmsnorm(k, self.w(p + "attention.key_layernorm.weight"), c.eps)
+            q = self.rope(q, qpos)
+            k = self.rope(k, qpos)
+            k_new = np.ascontiguousarray(k.transpose(1, 0, 2))  # [nkv, T, hd]
+            v_new = np.ascontiguousarray(v.transpose(1, 0, 2))
+            if cache is not None:
+                k_all = np.concatenate([cache.k[i], k_new], axis=1)
+                v_all = np.concatenate([cache.v[i], v_new], axis=1)
+                if store:
+                    cache.k[i], cache.v[i] = k_all, v_all
+            else:
+                k_all, v_all = k_new, v_new
+            o = self.attention(q, k_all, v_all, qpos, kpos, block)
+            h = h + matmul(o, self.w(p + "attention.dense.weight"))
+            x = bf16(rmsnorm(h, self.w(p + "post_attention_layernorm.weight"), c.eps))
+            if i < c.first_dense:
+                y = self.ffn(x, p + "mlp.")
+            else:
+                y = self.moe(x, p + "mlp.", routes)
+            h = h + y
+        if cache is not None and store:
+            cache.n = pos0 + t
+        if not logits:
+            return None
+        x = bf16(rmsnorm(h, self.w("model.norm.weight"), c.eps))
+        return matmul(x, self.head_weight())
+
+
+# --------------------------------------------------------------------------
+# generation
+# --------------------------------------------------------------------------
+
+
+class CachedRunner:
+    """Runs each step over the L block tokens against cached K/V."""
+
+    def __init__(self, model, block):
+        self.model = model
+        self.block = block
+        self.cache = KVCache(model.cfg)
+
+    def prefill(self, canvas, n):
+        if n > 0:
+            self.model.forward(canvas[:n], 0, self.block, self.cache, store=True, logits=False)
+
+    def block_logits(self, canvas, b):
+        lo = b * self.block
+        return self.model.forward(canvas[lo : lo + self.block], lo, self.block, self.cache)
+
+    def finish_block(self, canvas, b):
+        lo = b * self.block
+        self.model.forward(
+            canvas[lo : lo + self.block], lo, self.block, self.cache, store=True, logits=False
+        )
+
+
+class RecomputeRunner:
+    """No cache: every step runs positions 0 .. (b+1)L-1 and keeps the last L rows."""
+
+    def __init__(self, model, block):
+        self.model = model
+        self.block = block
+
+    def prefill(self, canvas, n):
+        pass
+
+    def block_logits(self, canvas, b):
+        hi = (b + 1) * self.block
+        return self.model.forward(canvas[:hi], 0, self.block)[-self.block :]
+
+    def finish_block(self, canvas, b):
+        pass
+
+
+def transfer_schedule(block, steps):
+    """Tokens to commit at each step of a block: L // S, the first L % S get one more."""
+    steps_eff = min(steps, block)
+    return [block // steps_eff + (1 if s < block % steps_eff else 0) for s in range(steps_eff)]
+
+
+def pick_commits(logits, active, n_s, threshold, mask_id):
+    """One denoising decision for a block.
+
+    logits [L, V] float32; active [L] bool (still masked).
+    Returns (positions to commit (sorted), x0 [L]).
+    """
+    lg = logits.astype(np.float64)
+    lg[:, mask_id] = -np.inf
+    x0 = np.argmax(lg, axis=1)  # first maximum = lowest id
+    top = lg[np.arange(lg.shape[0]), x0]
+    conf = 1.0 / np.exp(lg - top[:, None]).sum(axis=1)  # softmax at x0, float64
+    cand = np.nonzero(active)[0]
+    sure = cand[conf[cand] > threshold]
+    if sure.size >= n_s:
+        return np.sort(sure), x0
+    order = sorted(cand.tolist(), key=lambda i: (-conf[i], i))
+    return np.sort(np.array(order[: min(n_s, len(order))], dtype=np.int64)), x0
+
+
+def generate(
+    model,
+    prompt,
+    gen_length,
+    block_length=32,
+    steps=32,
+    threshold=0.95,
+    recompute=False,
+    trace=None,
+    runner=None,
+):
+    """Greedy block-diffusion generation; returns the generated ids (a list).
+
+    trace: a list that receives one dict per step: block, step, logits (the
+    block's [L, V] float32 logits), commit (committed block offsets).
+    runner: overrides the cached/recompute runner (tests).
+    """
+    L = block_length
+    if L < 1 or steps < 1 or gen_length < 0:
+        raise RefError("block_length and steps must be >= 1, gen_length >= 0")
+    prompt = [int(t) for t in prompt]
+    P = len(prompt)
+    nb = -(-(P + gen_length) // L)
+    mask_id = model.mask_id
+    stops = {model.eos_id} | ({model.stop_id} if model.stop_id is not None else set())
+    canvas = np.full(nb * L, mask_id, dtype=np.int64)
+    canvas[:P] = prompt
+    if runner is None:
+        runner = RecomputeRunner(model, L) if recompute else CachedRunner(model, L)
+    first = P // L
+    runner.prefill(canvas, first * L)
+    sched = transfer_schedule(L, steps)
+    end = first * L
+    for b in range(first, nb):
+        lo = b * L
+        for s, n_s in enumerate(sched):
+            active = canvas[lo : lo + L] == mask_id
+            if not active.any():
+                break
+            logits = runner.block_logits(canvas, b)
+            commit, x0 = pick_commits(logits, active, n_s, threshold, mask_id)
+            canvas[lo + commit] = x0[commit]
+            if trace is not None:
+                trace.append({"block": b, "step": s, "logits": logits, "commit": commit})
+        if (canvas[lo : lo + L] == mask_id).any():
+            raise RefError(f"block {b} still has masks after {len(sched)} steps")
+        runner.finish_block(canvas, b)
+        end = lo + L
+        if any(int(t) in stops for t in canvas[P:end]):
+            break
+    out = [int(t) for t in canvas[P:end]]
+    for i, t in enumerate(out):
+        if t in stops:
+            return out[: i + 1]
+    return out
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+
+def parse_ids(text):
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise RefError(f"bad id list {text!r}") from None
+
+
+def cmd_logits(a):
+    model = Model(a.model)
+    ids = parse_ids(a.ids)
+    if not ids:
+        raise RefError("--ids is empty")
+    logits = model.forward(ids, a.pos0, a.block)
+    logits.astype("<f4").tofile(a.out)
+
+
+def cmd_route(a):
+    model = Model(a.model)
+    ids = parse_ids(a.ids)
+    if not ids:
+        raise RefError("--ids is empty")
+    routes = []
+    model.forward(ids, a.pos0, a.block, routes=routes, logits=False)
+    c = model.cfg
+    layers = [
+        {"layer": li, "ids": r[0].tolist(), "weights": r[1].astype(float).tolist()}
+        for li, r in zip(range(c.first_dense, c.n_layers), routes)
+    ]
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump({"top_k": c.top_k, "layers": layers}, f)
+        f.write("\n")
+
+
+def cmd_generate(a):
+    model = Model(a.model)
+    out = generate(
+        model,
+        parse_ids(a.prompt_ids),
+        a.gen_length,
+        a.block_length,
+        a.steps,
+        a.threshold,
+        a.recompute,
+    )
+    print(",".join(str(t) for t in out))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="numpy reference of LLaDA2.0 (llada2_moe)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("logits", "route"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", required=True)
+        p.add_argument("--ids", required=True)
+        p.add_argument("--pos0", type=int, default=0)
+        p.add_argument("--block", type=int, default=32)
+        p.add_argument("--out", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--model", required=True)
+    g.add_argument("--prompt-ids", required=True)
+    g.add_argument("--gen-length", type=int, required=True)
+    g.add_argument("--block-length", type=int, default=32)
+    g.add_argument("--steps", type=int, default=32)
+    g.add_argument("--threshold", type=float, default=0.95)
+    g.add_argument("--recompute", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        {"logits": cmd_logits, "route": cmd_route, "generate": cmd_generate}[a.cmd](a)
+    except (RefError, OSError, KeyError, ValueError) as e:
+        print(f"llada2_ref.py: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
