@@ -46,6 +46,19 @@ int cli_read_file(const char *path, char **out, size_t *len);
 /* Install a SIGINT handler that asks long work to stop (tide_request_stop). */
 void cli_catch_interrupt(void);
 
+/* Open the output file named by option `key` of [output] (empty: *f = NULL)
+ * as PATH.tmp; refuses an existing PATH unless [output] overwrite is true. */
+int cli_output_open(const struct tide_opts *output, const char *key, FILE **f,
+                    const char **path);
+/* Close it; when keep, rename PATH.tmp to PATH, else remove it. */
+int cli_output_close(FILE *f, const char *path, bool keep);
+
+struct tide_engine;
+struct tide_moe_counters;
+/* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */
+void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
+                               double seconds, int64_t tokens);
+
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
 
@@ -56,5 +69,9 @@ int cmd_inspect(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 #endif

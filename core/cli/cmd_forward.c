@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
+#include "tide/trace.h"
 
 static void forward_usage(FILE *f)
 {
@@ -19,13 +20,14 @@ static void forward_usage(FILE *f)
                "  --chunk 0   one forward over all ids (the full-recompute path; default)\n"
                "  --chunk N   forwards of N positions each, attending to the KV cache written\n"
                "              by the earlier ones (the cached path; use the block length)\n"
-               "  --force     replace FILE if it exists\n");
+               "  --trace T   also record the routing of every MoE layer to the trace T\n"
+               "  --force     replace FILE (and T) if they exist\n");
 }
 
 int cmd_forward(int argc, char **argv)
 {
     struct cli_ctx c = {0};
-    const char *ids_text = NULL, *out_path = NULL;
+    const char *ids_text = NULL, *out_path = NULL, *trace_path = NULL;
     long chunk = 0;
     bool force = false;
     for (int i = 1; i < argc; i++) {
@@ -48,6 +50,8 @@ int cmd_forward(int argc, char **argv)
                 fprintf(stderr, "tide forward: --chunk takes a number >= 0\n");
                 return CLI_EXIT_USAGE;
             }
+        } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            trace_path = argv[++i];
         } else if (!strcmp(argv[i], "--force")) {
             force = true;
         } else {
@@ -69,6 +73,7 @@ int cmd_forward(int argc, char **argv)
     size_t n = 0;
     float *logits = NULL;
     struct tide_engine *e = NULL;
+    struct tide_trace_writer *trace = NULL;
     int rc = cli_setup(&c);
     if (rc == TIDE_OK)
         rc = cli_parse_ids(ids_text, "--ids", &ids, &n);
@@ -79,6 +84,14 @@ int cmd_forward(int argc, char **argv)
     const int64_t step = chunk ? chunk : (int64_t)n;
     if ((rc = e->mops->reserve(e->model, (int64_t)n, step < (int64_t)n ? step : (int64_t)n)))
         goto done;
+    if (trace_path) {
+        struct tide_gen_params gp;
+        tide_engine_gen_params(c.cfg, &gp);
+        if ((rc = tide_engine_trace_open(e, &gp, trace_path, force, &trace)) != TIDE_OK ||
+            (rc = tide_trace_prompt(trace, 0, (uint32_t)n)) != TIDE_OK)
+            goto done;
+        tide_moe_set_trace(e->moe, trace);
+    }
     const int V = e->mops->info(e->model)->vocab_size;
     logits = malloc(sizeof *logits * n * (size_t)V);
     if (!logits) {
@@ -88,6 +101,13 @@ int cmd_forward(int argc, char **argv)
     for (int64_t p = 0; p < (int64_t)n && rc == TIDE_OK; p += step) {
         int64_t len = (int64_t)n - p < step ? (int64_t)n - p : step;
         rc = e->mops->forward(e->model, ids + p, len, p, logits + (size_t)p * V);
+    }
+    if (trace) {
+        tide_moe_set_trace(e->moe, NULL);
+        int trc = tide_trace_writer_close(trace, rc == TIDE_OK);
+        trace = NULL;
+        if (rc == TIDE_OK)
+            rc = trc;
     }
     if (rc != TIDE_OK)
         goto done;
@@ -101,6 +121,10 @@ int cmd_forward(int argc, char **argv)
         rc = TIDE_E_IO;
     }
 done:
+    if (trace) {
+        tide_moe_set_trace(e->moe, NULL);
+        tide_trace_writer_close(trace, false);
+    }
     free(logits);
     free(ids);
     tide_engine_close(e);

@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
+#include "tide/trace.h"
 
 static void run_usage(FILE *f)
 {
@@ -187,6 +188,9 @@ int cmd_run(int argc, char **argv)
     size_t n_ids = 0;
     struct tide_engine *e = NULL;
     struct tide_gen_result res = {0};
+    FILE *metrics = NULL;
+    const char *metrics_path = NULL;
+    struct tide_trace_writer *trace = NULL;
     int rc = cli_setup(&c);
     if (rc != TIDE_OK)
         goto done;
@@ -211,6 +215,12 @@ int cmd_run(int argc, char **argv)
     if (rc != TIDE_OK || (rc = tide_engine_reserve(e, (int64_t)n_ids, &gp)) != TIDE_OK)
         goto done;
     cli_catch_interrupt();
+    if ((rc = cli_output_open(oo, "metrics", &metrics, &metrics_path)) != TIDE_OK)
+        goto done;
+    if (*tide_opts_str(oo, "trace") &&
+        (rc = tide_engine_trace_open(e, &gp, tide_opts_str(oo, "trace"),
+                                     tide_opts_bool(oo, "overwrite"), &trace)) != TIDE_OK)
+        goto done;
     FILE *dump = NULL;
     char dump_tmp[4200];
     if (dump_path) {
@@ -246,7 +256,18 @@ int cmd_run(int argc, char **argv)
               "threshold %g%s)",
               n_ids, (long long)gp.gen_length, gp.block, gp.steps, gp.threshold,
               gp.recompute ? ", full recompute" : "");
-    rc = tide_generate(e->mops, e->model, &gp, &e->ids, ids, (int64_t)n_ids, &hooks, &res);
+    struct tide_engine_outputs outs = {.metrics = metrics, .trace = trace};
+    rc = tide_engine_generate(e, &gp, ids, (int64_t)n_ids, &hooks, &outs, &res);
+    if (trace) {
+        int trc = tide_trace_writer_close(trace, rc == TIDE_OK);
+        trace = NULL;
+        if (rc == TIDE_OK)
+            rc = trc;
+    }
+    if (metrics && cli_output_close(metrics, metrics_path, rc == TIDE_OK) != TIDE_OK &&
+        rc == TIDE_OK)
+        rc = TIDE_E_IO;
+    metrics = NULL;
     if (dump) {
         bool ok = fclose(dump) == 0 && !st.dump_failed && rc == TIDE_OK;
         if (ok && rename(dump_tmp, dump_path) != 0)
@@ -283,21 +304,24 @@ int cmd_run(int argc, char **argv)
     size_t len;
     if (run_decode(e, res.ids, res.n, &text, &len, &unknown) == TIDE_OK)
         free(text);
-    struct tide_moe_stats ms;
-    tide_moe_get_stats(e->moe, &ms);
+    struct tide_moe_counters tot;
+    tide_moe_totals(e->moe, &tot);
     tide_info("done: %lld tokens in %d blocks, %lld steps (%.2f tokens per step), %lld "
               "forwards, %.2f s (prefill %.2f s), %.2f tok/s%s",
               (long long)res.n, res.blocks, (long long)res.steps,
               res.steps ? (double)res.n / (double)res.steps : 0.0, (long long)res.forwards,
               res.seconds, res.prefill_seconds, res.seconds > 0 ? (double)res.n / res.seconds : 0.0,
               res.stopped ? ", stopped at end-of-text" : "");
-    tide_info("experts: %llu routed assignments, %llu expert calls",
-              (unsigned long long)ms.assignments, (unsigned long long)ms.expert_calls);
+    if (tide_log_get_level() >= TIDE_LOG_INFO)
+        cli_print_offload_summary(e, &tot, res.seconds, res.n);
     if (unknown)
         tide_warn("%lld generated ids have no text in %s/tokenizer.json (a synthetic checkpoint's "
                   "vocabulary is larger than its tokenizer)",
                   (long long)unknown, e->model_dir);
 done:
+    if (metrics)
+        cli_output_close(metrics, metrics_path, false);
+    tide_trace_writer_close(trace, false);
     if (rc == TIDE_E_INTERRUPTED)
         tide_warn("interrupted");
     free(res.ids);

@@ -36,7 +36,7 @@ static void tk_usage(FILE *f)
             "\\n \\r \\t \\\" \\\\, and \\xNN for other control bytes and bytes that are not\n"
             "valid UTF-8), then \"special\" for special tokens. --json prints\n"
             "{\"ids\": [...], \"tokens\": [{\"id\", \"piece\", \"text\", \"special\"}]}, where\n"
-            "piece is the vocab string (byte-level form, e.g. \"\\u0120the\") and text the\n"
+            "piece is the vocab string (byte-level form, e.g. \"Ġthe\") and text the\n"
             "bytes (U+FFFD for bytes that are not valid UTF-8). --decode prints the text\n"
             "as raw bytes and a newline, or {\"text\": ...} with --json.\n"
             "\n"

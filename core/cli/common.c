@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core_options.h"
+#include "engine.h"
 #include "generate.h"
 #include "tide/log.h"
 #include "tide/status.h"
@@ -175,4 +177,60 @@ void cli_catch_interrupt(void)
     sa.sa_handler = cli_on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+}
+
+int cli_output_open(const struct tide_opts *output, const char *key, FILE **f, const char **path)
+{
+    *f = NULL;
+    *path = tide_opts_str(output, key);
+    if (!**path)
+        return TIDE_OK;
+    if (access(*path, F_OK) == 0 && !tide_opts_bool(output, "overwrite")) {
+        tide_error("[output] %s = %s (%s): the file exists; refusing to replace it (set [output] "
+                   "overwrite = true, or choose another name)",
+                   key, *path, tide_opts_origin(output, key));
+        return TIDE_E_CONFIG;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", *path);
+    if (!(*f = fopen(tmp, "w"))) {
+        tide_error("[output] %s: cannot create %s: %s", key, tmp, strerror(errno));
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
+}
+
+int cli_output_close(FILE *f, const char *path, bool keep)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    bool ok = fclose(f) == 0;
+    if (keep && ok && rename(tmp, path) == 0)
+        return TIDE_OK;
+    remove(tmp);
+    if (keep) {
+        tide_error("cannot write %s", path);
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
+}
+
+void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
+                               double seconds, int64_t tokens)
+{
+    const uint64_t rows = t->hit_rows + t->miss_rows;
+    const int budget = tide_moe_budget(e->moe);
+    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
+    if (!sh)
+        return;
+    fprintf(stderr,
+            "\n%-14s %8s %9s %10s %10s %12s %12s %10s %9s\n"
+            "%-14s %8d %8.2f%% %10llu %10llu %12.4f %12.4f %10.3f %9.2f\n",
+            "policy", "budget", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
+            "host s", "tok/s",
+            budget >= sh->n_experts ? "(no offload)" : e->policy_pl->desc->name, budget,
+            rows ? 100.0 * (double)t->hit_rows / (double)rows : 0.0,
+            (unsigned long long)t->miss_rows, (unsigned long long)t->promotions,
+            (double)t->weight_bytes / 1e9, (double)t->act_bytes / 1e9, t->host_seconds,
+            seconds > 0 ? (double)tokens / seconds : 0.0);
 }

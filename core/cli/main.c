@@ -18,6 +18,10 @@ struct cli_command {
 
 static const struct cli_command commands[] = {
     {"run", cmd_run, "generate text from a prompt (block diffusion)"},
+    {"bench", cmd_bench, "compare placement policies, budgets and intervals on a prompt set"},
+    {"sim", cmd_sim, "replay a routing trace through policies, budgets and hardware profiles"},
+    {"trace", cmd_trace, "summarise (trace info) or synthesise (trace synth) routing traces"},
+    {"profile", cmd_profile, "measure this machine's expert times and copy bandwidth"},
     {"inspect", cmd_inspect, "describe a checkpoint: shapes, parameters, memory per budget"},
     {"mkmodel", cmd_mkmodel, "write a synthetic checkpoint (tiny, llada2-mini, llada2-flash)"},
     {"tokenize", cmd_tokenize, "show how a tokenizer.json splits text (debugging)"},

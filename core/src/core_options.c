@@ -73,6 +73,31 @@ static const struct tide_option output_options[] = {
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
+static const struct tide_option bench_options[] = {
+    {"policies", TIDE_OPT_STRING, "tide,lru,static",
+     "policies to compare, comma-separated (plugin names; a short name x means policy-x)", NULL,
+     NULL},
+    {"budgets", TIDE_OPT_STRING, "",
+     "experts per MoE layer on the device, comma-separated ('all' = no offload); empty = the "
+     "[policy] budget",
+     NULL, NULL},
+    {"intervals", TIDE_OPT_STRING, "4",
+     "policy-tide refresh intervals to sweep, comma-separated (ignored by other policies)", NULL,
+     NULL},
+    {"prompts", TIDE_OPT_STRING, "bench/prompts/prompts.txt",
+     "prompt file: one prompt per line, '#' starts a comment", NULL, NULL},
+    {"max_prompts", TIDE_OPT_INT, "0", "use only the first N prompts; 0 = all", NULL, "[0,]"},
+    {"repeats", TIDE_OPT_INT, "1", "runs of each prompt per configuration", NULL, "[1,1000]"},
+    {"out", TIDE_OPT_STRING, "bench-results",
+     "results folder; each run writes a new timestamped subfolder (results.csv, config.ini, "
+     "manifest.json, metrics)",
+     NULL, NULL},
+    {"baseline", TIDE_OPT_BOOL, "true",
+     "also run without offload and check every configuration generates the same tokens", NULL,
+     NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
 int tide_core_register_sections(struct tide_config *cfg)
 {
     static const struct {
@@ -85,6 +110,7 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"policy", policy_options, "Expert placement: the policy and its device budget."},
         {"generation", generation_options, "Block-diffusion decoding."},
         {"output", output_options, "What is printed and recorded."},
+        {"bench", bench_options, "Sweeps run by `tide bench`."},
     };
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
         int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core", secs[i].summary);

@@ -2,8 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "engine.h"
+#include "tide/trace.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -90,26 +92,81 @@ static const struct tide_plugin *engine_pick_device(const struct tide_plugin_set
     return tide_plugins_get(set, host, TIDE_PLUGIN_BACKEND, "[backend] host");
 }
 
+static int engine_backend(struct tide_engine *e, const struct tide_plugin *pl,
+                          enum tide_backend_role role, struct tide_backend_ref *out)
+{
+    const struct tide_backend_ops *bops = pl->desc->ops;
+    const struct tide_backend_args ba = {
+        .size = sizeof ba,
+        .opts = tide_config_section(e->cfg, pl->desc->name),
+        .role = role,
+    };
+    int rc = bops->create(&ba, &out->bk);
+    if (rc != TIDE_OK) {
+        tide_error("backend %s could not start (%s)", pl->desc->name, tide_status_str(rc));
+        out->bk = NULL;
+        return rc;
+    }
+    out->ops = bops;
+    out->name = pl->desc->name;
+    return TIDE_OK;
+}
+
+int tide_engine_config_budget(const struct tide_engine *e, int *budget)
+{
+    const struct tide_opts *po = tide_config_section(e->cfg, "policy");
+    const struct tide_model_info *info = e->mops->info(e->model);
+    int64_t b = tide_opts_int(po, "budget");
+    uint64_t mem = tide_opts_size(po, "expert_memory");
+    if (b >= 0 && mem) {
+        tide_error("[policy] budget (%s) and expert_memory (%s) are both set; set one",
+                   tide_opts_origin(po, "budget"), tide_opts_origin(po, "expert_memory"));
+        return TIDE_E_CONFIG;
+    }
+    if (mem) {
+        uint64_t per_layer = info->expert_bytes * (uint64_t)info->n_moe_layers;
+        uint64_t n = per_layer ? mem / per_layer : 0;
+        b = n > (uint64_t)info->n_experts ? info->n_experts : (int64_t)n;
+        tide_info("[policy] expert_memory = %.3f GiB: %lld experts per MoE layer (%d layers x "
+                  "%llu bytes per expert)",
+                  (double)mem / 1073741824.0, (long long)b, info->n_moe_layers,
+                  (unsigned long long)info->expert_bytes);
+    } else if (b < 0) {
+        b = info->n_experts;
+    }
+    *budget = b > info->n_experts ? info->n_experts : (int)b;
+    return TIDE_OK;
+}
+
+int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set,
+                      const char *policy, int budget)
+{
+    if (!e->moe || !tide_moe_get_shape(e->moe))
+        return TIDE_OK; /* a dense model: nothing to place */
+    struct tide_moe_placement pl = {.budget = budget};
+    if (budget < tide_moe_get_shape(e->moe)->n_experts) {
+        e->policy_pl = tide_plugins_get(set, policy, TIDE_PLUGIN_POLICY, "[policy] plugin");
+        if (!e->policy_pl)
+            return TIDE_E_CONFIG;
+        pl.ops = e->policy_pl->desc->ops;
+        pl.name = e->policy_pl->desc->name;
+        pl.opts = tide_config_section(e->cfg, pl.name);
+    }
+    return tide_moe_configure(e->moe, &pl);
+}
+
 int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
 {
     const struct tide_opts *bo = tide_config_section(e->cfg, "backend");
     e->dev_pl = engine_pick_device(set, bo);
-    if (!e->dev_pl)
+    e->host_pl = tide_plugins_get(set, tide_opts_str(bo, "host"), TIDE_PLUGIN_BACKEND,
+                                  "[backend] host");
+    if (!e->dev_pl || !e->host_pl)
         return TIDE_E_CONFIG;
-    const struct tide_backend_ops *bops = e->dev_pl->desc->ops;
-    const struct tide_backend_args ba = {
-        .size = sizeof ba,
-        .opts = tide_config_section(e->cfg, e->dev_pl->desc->name),
-        .role = TIDE_ROLE_DEVICE,
-    };
-    int rc = bops->create(&ba, &e->dev.bk);
-    if (rc != TIDE_OK) {
-        tide_error("backend %s could not start (%s)", e->dev_pl->desc->name, tide_status_str(rc));
-        return rc;
-    }
-    e->dev.ops = bops;
-    e->dev.name = e->dev_pl->desc->name;
-    if ((rc = tide_moe_create(&e->dev, &e->moe)) != TIDE_OK)
+    int rc;
+    if ((rc = engine_backend(e, e->dev_pl, TIDE_ROLE_DEVICE, &e->dev)) != TIDE_OK ||
+        (rc = engine_backend(e, e->host_pl, TIDE_ROLE_HOST, &e->host)) != TIDE_OK ||
+        (rc = tide_moe_create(&e->dev, &e->host, &e->moe)) != TIDE_OK)
         return rc;
     const struct tide_model_args ma = {
         .size = sizeof ma,
@@ -127,14 +184,134 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         (rc = engine_lookup(e, info->stop_token, false, &e->ids.stop)) != TIDE_OK)
         return rc;
     if (tide_tokenizer_size(e->tok) > info->vocab_size) {
-        tide_error("%s/tokenizer.json has %d tokens but the model's vocab_size is %d", e->model_dir,
-                   tide_tokenizer_size(e->tok), info->vocab_size);
+        tide_error("%s/tokenizer.json has %d tokens but the model's vocab_size is %d",
+                   e->model_dir, tide_tokenizer_size(e->tok), info->vocab_size);
         return TIDE_E_FORMAT;
     }
-    tide_info("model %s: %d layers (%d MoE x %d experts, top-%d), backend %s", e->model_dir,
-              info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
-              bops->describe ? bops->describe(e->dev.bk) : e->dev.name);
-    return TIDE_OK;
+    tide_info("model %s: %d layers (%d MoE x %d experts, top-%d); device %s; host %s",
+              e->model_dir, info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
+              e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name,
+              e->host.ops->describe ? e->host.ops->describe(e->host.bk) : e->host.name);
+    int budget;
+    if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
+        return rc;
+    return tide_engine_place(e, set,
+                             tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
+                             budget);
+}
+
+/* Generation hooks: dispatcher events and metrics, then the caller's hooks. */
+struct engine_gen {
+    struct tide_engine *e;
+    const struct tide_gen_hooks *user;
+    FILE *metrics;
+    double t_step;
+    int rc; /* first failure inside a hook */
+};
+
+static double engine_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void eg_block_begin(void *u, int block, bool first)
+{
+    struct engine_gen *g = u;
+    tide_moe_block_begin(g->e->moe, block, first);
+    if (g->user && g->user->block_begin)
+        g->user->block_begin(g->user->user, block, first);
+}
+
+static int eg_step_begin(void *u, int block, int step)
+{
+    struct engine_gen *g = u;
+    g->t_step = engine_now();
+    int rc = tide_moe_step_begin(g->e->moe, block, step);
+    if (rc == TIDE_OK && g->user && g->user->step_begin)
+        rc = g->user->step_begin(g->user->user, block, step);
+    return rc;
+}
+
+static void eg_step_logits(void *u, int64_t block, int step, const float *logits, int rows,
+                           int vocab)
+{
+    struct engine_gen *g = u;
+    if (g->user && g->user->step_logits)
+        g->user->step_logits(g->user->user, block, step, logits, rows, vocab);
+}
+
+static void eg_step_end(void *u, int block, int step, int committed, int remaining)
+{
+    struct engine_gen *g = u;
+    tide_moe_step_end(g->e->moe);
+    if (g->metrics)
+        fprintf(g->metrics,
+                "{\"type\":\"step\",\"block\":%d,\"step\":%d,\"seconds\":%.6f,"
+                "\"committed\":%d,\"masks_left\":%d}\n",
+                block, step, engine_now() - g->t_step, committed, remaining);
+    if (g->user && g->user->step_end)
+        g->user->step_end(g->user->user, block, step, committed, remaining);
+}
+
+static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
+{
+    struct engine_gen *g = u;
+    if (g->user && g->user->block_end)
+        g->user->block_end(g->user->user, block, gen, n);
+}
+
+int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
+                           const char *path, bool overwrite, struct tide_trace_writer **out)
+{
+    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
+    if (!sh) {
+        tide_error("[output] trace: the model has no MoE layers to trace");
+        return TIDE_E_CONFIG;
+    }
+    const struct tide_trace_header h = {
+        .n_layers = (uint32_t)sh->n_layers,
+        .n_experts = (uint32_t)sh->n_experts,
+        .top_k = (uint32_t)sh->top_k,
+        .hidden = (uint32_t)sh->hidden,
+        .inter = (uint32_t)sh->inter,
+        .expert_bytes = tide_moe_expert_bytes(e->moe),
+        .block_length = (uint32_t)p->block,
+        .steps = (uint32_t)p->steps,
+        .threshold = p->threshold,
+        .model = e->model_dir,
+    };
+    return tide_trace_writer_open(path, false, overwrite, &h, out);
+}
+
+int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
+                         const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+                         const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
+{
+    FILE *metrics = outputs ? outputs->metrics : NULL;
+    struct tide_trace_writer *trace = outputs ? outputs->trace : NULL;
+    if (trace) {
+        int rc = tide_trace_prompt(trace, outputs->prompt_id, (uint32_t)n);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    struct engine_gen g = {.e = e, .user = user, .metrics = metrics};
+    const struct tide_gen_hooks hooks = {
+        .user = &g,
+        .block_begin = eg_block_begin,
+        .step_begin = eg_step_begin,
+        .step_logits = eg_step_logits,
+        .step_end = eg_step_end,
+        .block_end = eg_block_end,
+    };
+    tide_moe_set_metrics(e->moe, metrics);
+    tide_moe_set_trace(e->moe, trace);
+    int rc = tide_generate(e->mops, e->model, p, &e->ids, prompt, n, &hooks, out);
+    tide_moe_finish(e->moe);
+    tide_moe_set_metrics(e->moe, NULL);
+    tide_moe_set_trace(e->moe, NULL);
+    return rc;
 }
 
 int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct tide_gen_params *p)
@@ -156,6 +333,8 @@ void tide_engine_close(struct tide_engine *e)
     tide_moe_destroy(e->moe);
     if (e->dev.bk)
         e->dev.ops->destroy(e->dev.bk);
+    if (e->host.bk)
+        e->host.ops->destroy(e->host.bk);
     tide_tokenizer_free(e->tok);
     free(e);
 }

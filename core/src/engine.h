@@ -15,8 +15,8 @@ struct tide_engine {
     const struct tide_config *cfg; /* borrowed */
     const struct tide_plugin *model_pl;
     const struct tide_model_ops *mops;
-    const struct tide_plugin *dev_pl;
-    struct tide_backend_ref dev;
+    const struct tide_plugin *dev_pl, *host_pl, *policy_pl;
+    struct tide_backend_ref dev, host;
     struct tide_moe *moe;
     struct tide_model *model;
     struct tide_tokenizer *tok;
@@ -30,8 +30,36 @@ struct tide_engine {
 int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_set *set,
                         struct tide_engine **out);
 
-/* Phase 2: create the backend and dispatcher and open the model. */
+/* Phase 2: create the backends and dispatcher, open the model, and place the
+ * experts as [policy] says. */
 int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set);
+
+/* Re-place the experts: policy plugin name and budget (experts per MoE layer
+ * on the device; >= n_experts means no offload). The policy's options come
+ * from its section of the config as it is now. */
+int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set,
+                      const char *policy, int budget);
+
+/* The budget [policy] asks for: budget, or derived from expert_memory, or all. */
+int tide_engine_config_budget(const struct tide_engine *e, int *budget);
+
+/* Where a generation's telemetry goes; any member may be NULL. */
+struct tide_engine_outputs {
+    FILE *metrics;                   /* JSON Lines */
+    struct tide_trace_writer *trace; /* routing trace */
+    uint32_t prompt_id;              /* recorded in the trace */
+};
+
+/* Generate with the engine's hooks (dispatcher events, metrics, trace) in
+ * front of the caller's. out may be NULL. */
+int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
+                         const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+                         const struct tide_engine_outputs *outputs,
+                         struct tide_gen_result *result);
+
+/* Open [output] trace (if set) for this engine's model and parameters. */
+int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
+                           const char *path, bool overwrite, struct tide_trace_writer **out);
 
 /* Make room for a generation of prompt_len tokens under p (KV cache and
  * activations); checks the prompt against the model's context first. */

@@ -218,8 +218,9 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
                 n_active += canvas[b0 + i] == tok->mask;
             if (!n_active)
                 break;
-            if (hooks && hooks->step_begin)
-                hooks->step_begin(hooks->user, (int)(b - first), s);
+            if (hooks && hooks->step_begin &&
+                (rc = hooks->step_begin(hooks->user, (int)(b - first), s)) != TIDE_OK)
+                goto done;
             const int64_t f0 = p->recompute ? 0 : b0, fn = p->recompute ? b0 + L : L;
             if ((rc = ops->forward(m, canvas + f0, fn, f0, logits)) != TIDE_OK)
                 goto done;

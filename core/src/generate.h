@@ -30,8 +30,9 @@ struct tide_gen_hooks {
     void *user;
     /* A block is about to be decoded; first is true for the first decoded block. */
     void (*block_begin)(void *user, int block, bool first);
-    /* A denoising step is about to run its forward. */
-    void (*step_begin)(void *user, int block, int step);
+    /* A denoising step is about to run its forward; a status other than
+     * TIDE_OK stops the generation with it. */
+    int (*step_begin)(void *user, int block, int step);
     /* The logits a step decided on: rows [block, vocab] of the active block
      * (block = absolute block index on the canvas). */
     void (*step_logits)(void *user, int64_t block, int step, const float *logits, int rows,

@@ -1,24 +1,84 @@
-/* The MoE dispatcher's core-side API (creation, statistics). */
+/* The MoE dispatcher and expert store: the core side of tide/moe.h.
+ *
+ * Two modes, chosen by tide_moe_configure:
+ *  - no offload (budget >= n_experts): every expert is made available on the
+ *    device backend once and runs there;
+ *  - offload: every expert is made available on the host backend, and each
+ *    MoE layer has `budget` device slots. A placement policy decides, per
+ *    layer and denoising step, which experts to promote into slots (and whom
+ *    to evict) and where each active expert runs. The core validates every
+ *    plan and executes it: promotions are slot loads, resident experts run on
+ *    the device, the others on the host (their token rows are gathered, moved
+ *    to the host and the results moved back).
+ * Outputs are always combined in a fixed order (token, then routing slot), so
+ * results never depend on placement. */
 #ifndef TIDE_MOE_INTERNAL_H
 #define TIDE_MOE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tide/backend.h"
 #include "tide/moe.h"
+#include "tide/policy.h"
 
-/* Counters since creation, exact integers. */
-struct tide_moe_stats {
-    uint64_t calls;        /* tide_moe_forward calls */
-    uint64_t assignments;  /* token-expert assignments routed */
-    uint64_t expert_calls; /* expert FFN invocations (active experts summed over calls) */
+/* Exact counters of one MoE layer over one phase (a denoising step, the
+ * prefill, or a block's final K/V pass). */
+struct tide_moe_counters {
+    uint64_t tokens;       /* tokens routed */
+    uint64_t active;       /* experts with at least one token */
+    uint64_t hit_rows;     /* token-expert assignments computed on the device */
+    uint64_t miss_rows;    /* token-expert assignments computed on the host */
+    uint64_t promotions;   /* experts copied into device slots */
+    uint64_t evictions;    /* residents replaced */
+    uint64_t weight_bytes; /* expert weights moved host -> device */
+    uint64_t act_bytes;    /* activations moved device <-> host for host experts */
+    double host_seconds;   /* host expert FFN time */
+    double device_seconds; /* device expert FFN time */
 };
 
-/* Create a dispatcher running every expert on dev. The backend must outlive
- * the dispatcher. Returns TIDE_OK or TIDE_E_NOMEM. */
-int tide_moe_create(const struct tide_backend_ref *dev, struct tide_moe **out);
+/* How experts are placed. */
+struct tide_moe_placement {
+    const struct tide_policy_ops *ops; /* policy plugin; unused when budget >= n_experts */
+    const char *name;                  /* policy plugin name, for messages */
+    const struct tide_opts *opts;      /* its section */
+    int budget;                        /* device slots per MoE layer */
+};
+
+/* Create a dispatcher. host may be NULL when no configuration will offload.
+ * The backends must outlive the dispatcher. */
+int tide_moe_create(const struct tide_backend_ref *dev, const struct tide_backend_ref *host,
+                    struct tide_moe **out);
 void tide_moe_destroy(struct tide_moe *moe); /* NULL is a no-op */
+
+/* (Re)configure placement after the model registered its experts: frees the
+ * previous slots and policy, creates the new ones and loads the policy's
+ * initial residents. Experts made available on a backend are kept across
+ * calls, so a sweep pays for that once. Returns TIDE_OK or a status
+ * (TIDE_E_BUDGET when the slots do not fit the device, with the numbers). */
+int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p);
+
 const struct tide_moe_shape *tide_moe_get_shape(const struct tide_moe *moe);
-void tide_moe_get_stats(const struct tide_moe *moe, struct tide_moe_stats *out);
+/* Bytes of one routed expert (all three matrices, as stored). */
+uint64_t tide_moe_expert_bytes(const struct tide_moe *moe);
+int tide_moe_budget(const struct tide_moe *moe);
+
+/* Generation events (from the generator's hooks). */
+void tide_moe_block_begin(struct tide_moe *moe, int block, bool first_generated);
+int tide_moe_step_begin(struct tide_moe *moe, int block, int step);
+void tide_moe_step_end(struct tide_moe *moe);
+/* End of a generation: emits the pending phase. */
+void tide_moe_finish(struct tide_moe *moe);
+
+/* Record the routing of every forward into w (NULL: stop). */
+struct tide_trace_writer;
+void tide_moe_set_trace(struct tide_moe *moe, struct tide_trace_writer *w);
+
+/* Telemetry: JSON Lines, one per MoE layer per phase, to f (NULL: none). */
+void tide_moe_set_metrics(struct tide_moe *moe, FILE *f);
+/* Totals over every layer and phase since the last reset. */
+void tide_moe_totals(const struct tide_moe *moe, struct tide_moe_counters *out);
+void tide_moe_reset_totals(struct tide_moe *moe);
 
 #endif

@@ -497,6 +497,8 @@ int32_t tide_tokenizer_size(const struct tide_tokenizer *t)
 
 int32_t tide_tokenizer_id(const struct tide_tokenizer *t, const char *token)
 {
+    if (!token)
+        return -1;
     size_t n = strlen(token);
     int32_t id = tok_map_get(&t->added_map, token, n);
     return id >= 0 ? id : tok_map_get(&t->vocab, token, n);
@@ -1451,7 +1453,7 @@ int tide_tokenizer_load(const char *path, struct tide_tokenizer **out)
     if (!root) {
         if (json_error_code(&je) == json_error_cannot_open_file) {
             int err = errno;
-            tide_error("%s: cannot open: %s", path, je.text);
+            tide_error("%s: cannot open: %s", path, strerror(err));
             return err == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_IO;
         }
         tide_error("%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);

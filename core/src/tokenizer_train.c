@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tide/log.h"
@@ -406,6 +407,11 @@ static int tr_write(const char *path, const json_t *root, bool overwrite)
         return TIDE_E_IO;
     }
     int rc = TIDE_OK;
+    /* mkstemp makes the file 0600; give it the usual permissions. */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0)
+        tide_warn("%s: cannot set the permissions of %s: %s", path, tmp, strerror(errno));
     if (json_dumpfd(root, fd, JSON_INDENT(2)) != 0 || write(fd, "\n", 1) != 1) {
         tide_error("%s: cannot write %s: %s", path, tmp, strerror(errno));
         rc = TIDE_E_IO;

@@ -84,11 +84,11 @@ struct tide_backend {
     int n_prims, cap_prims;
     void *scratch; /* staging for padded matmuls and expert_ffn, 64-byte aligned */
     size_t scratch_bytes;
-    size_t packed_bytes; /* host memory held by packed/converted weight copies */
-    size_t expert_bytes; /* of which experts */
-    int n_experts;       /* live experts */
-    bool warned_ref;     /* logged once that oneDNN picked a reference kernel */
-    bool raw_kernel;     /* this CPU runs raw_kernel.c (AVX512-BF16) */
+    int n_experts;         /* live experts */
+    bool warned_ref;       /* logged once that oneDNN picked a reference kernel */
+    bool raw_kernel;       /* this CPU runs raw_kernel.c (AVX512-BF16) */
+    double copy_seconds;   /* slot_load, cumulative */
+    double expert_seconds; /* expert_ffn, cumulative */
     char desc[192];
 };
 
@@ -136,10 +136,15 @@ int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes);
 /* The M a primitive is built for when m rows are multiplied (m <= DNNL_BK_MAX_BUCKET). */
 int64_t dnnl_bk_bucket(int64_t m);
 
-/* Make W[N,K] (bf16 rows, row-major, `data`) available in `layout`. PACKED
- * reorders into a new owned copy; RAW aliases `data`. */
+/* Set up W[N,K] in `layout`. PACKED always owns its blocked copy; RAW owns an
+ * [N][K] copy when `own`, else it aliases the rows it is loaded from. When
+ * `data` (bf16 [N][K] rows) is not NULL, load it (dnnl_bk_mat_load). */
 int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data, int64_t n,
-                     int64_t k, enum dnnl_bk_layout layout, const char *what);
+                     int64_t k, enum dnnl_bk_layout layout, bool own, const char *what);
+/* (Re)load a matrix from bf16 [N][K] rows: reorder (PACKED), copy (owned RAW)
+ * or alias (RAW). TIDE_OK or TIDE_E_DEVICE (logged). */
+int dnnl_bk_mat_load(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data,
+                     const char *what);
 void dnnl_bk_mat_free(struct dnnl_bk_mat *m);
 
 /* y[mb,N] = x[mb,K] W^T with dense f32 y and bf16 x, mb a bucket (dnnl_bk_bucket). */
@@ -168,7 +173,25 @@ bool dnnl_bk_raw_available(void);
 void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads);
 
+/* Seconds on a monotonic clock. */
+double dnnl_bk_now(void);
+
 /* Ops (backend.h documents each). */
+int dnnl_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
+                          const struct tide_view *up, const struct tide_view *down,
+                          struct tide_expert **out);
+void dnnl_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e);
+int dnnl_bk_slot_create(struct tide_backend *bk, int64_t hidden, int64_t inter,
+                        struct tide_expert **out);
+int dnnl_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
+                      const struct tide_view *gate, const struct tide_view *up,
+                      const struct tide_view *down);
+int dnnl_bk_copy_sync(struct tide_backend *bk);
+int dnnl_bk_timings(struct tide_backend *bk, double *copy_seconds, double *expert_seconds);
+int dnnl_bk_gather_rows(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,
+                        int64_t n, const struct tide_tensor *dst);
+int dnnl_bk_scatter_rows(struct tide_backend *bk, const struct tide_tensor *src,
+                         const int32_t *rows, int64_t n, const struct tide_tensor *dst);
 int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
                    const struct tide_weight *w, const struct tide_tensor *y);
 int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,

@@ -10,7 +10,6 @@
  * packed weights, so strided views are staged through scratch instead.
  * The packed weight layout oneDNN picks (BA16a64b2a on avx512_core_bf16) is
  * the same for every M, so one packed copy serves all buckets. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,25 +46,18 @@ void dnnl_bk_mat_free(struct dnnl_bk_mat *m)
     memset(m, 0, sizeof *m);
 }
 
-/* Reorder raw [N][K] rows (oneDNN tag ba of dims {K,N}) into m->md. */
+/* Reorder raw [N][K] rows (oneDNN tag ba of dims {K,N}) into m->own (layout m->md). */
 static int dnnl_bk_pack(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data,
                         const char *what)
 {
-    const char *op = "weight packing";
     dnnl_memory_desc_t raw;
     dnnl_memory_t src = NULL, dst = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
-    DNNL_BK_TRY(
-        op, dnnl_memory_desc_init_by_tag(&raw, 2, (dnnl_dims_t){m->k, m->n}, dnnl_bf16, dnnl_ba));
-    m->own_bytes = dnnl_memory_desc_get_size(&m->md);
-    m->own = aligned_alloc(64, (m->own_bytes + 63) & ~(size_t)63);
-    if (!m->own) {
-        tide_error(DNNL_BK_NAME ": cannot allocate %zu bytes to pack %s", m->own_bytes, what);
-        m->own_bytes = 0;
-        return TIDE_E_NOMEM;
-    }
-    dnnl_status_t st = dnnl_memory_create(&src, &raw, bk->eng, (void *)data);
+    dnnl_status_t st =
+        dnnl_memory_desc_init_by_tag(&raw, 2, (dnnl_dims_t){m->k, m->n}, dnnl_bf16, dnnl_ba);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&src, &raw, bk->eng, (void *)data);
     if (st == dnnl_success)
         st = dnnl_memory_create(&dst, &m->md, bk->eng, m->own);
     if (st == dnnl_success)
@@ -94,38 +86,58 @@ static int dnnl_bk_pack(struct tide_backend *bk, struct dnnl_bk_mat *m, const vo
     return TIDE_OK;
 }
 
+int dnnl_bk_mat_load(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data,
+                     const char *what)
+{
+    if (m->layout == DNNL_BK_PACKED)
+        return dnnl_bk_pack(bk, m, data, what);
+    if (!m->own) {
+        m->data = data;
+        return TIDE_OK;
+    }
+    memcpy(m->own, data, m->own_bytes);
+    return TIDE_OK;
+}
+
 int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void *data, int64_t n,
-                     int64_t k, enum dnnl_bk_layout layout, const char *what)
+                     int64_t k, enum dnnl_bk_layout layout, bool own, const char *what)
 {
     memset(m, 0, sizeof *m);
     m->n = n;
     m->k = k;
     m->layout = layout;
     if (layout == DNNL_BK_RAW) {
-        m->data = data;
         DNNL_BK_TRY("weight_create", dnnl_memory_desc_init_by_tag(&m->md, 2, (dnnl_dims_t){k, n},
                                                                   dnnl_bf16, dnnl_ba));
-        return TIDE_OK;
+    } else {
+        /* Ask oneDNN which layout it wants, with a mid-size M. */
+        dnnl_memory_desc_t any;
+        dnnl_matmul_desc_t mm;
+        dnnl_primitive_desc_t pd = NULL;
+        DNNL_BK_TRY("weight_create", dnnl_memory_desc_init_by_tag(&any, 2, (dnnl_dims_t){k, n},
+                                                                  dnnl_bf16, dnnl_format_tag_any));
+        int rc = dnnl_bk_mm_desc(&mm, 32, n, k, &any, "weight_create");
+        if (rc)
+            return rc;
+        DNNL_BK_TRY("weight_create", dnnl_primitive_desc_create(&pd, &mm, NULL, bk->eng, NULL));
+        m->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        dnnl_primitive_desc_destroy(pd);
+        own = true;
     }
-    /* Ask oneDNN which layout it wants, with a mid-size M. */
-    dnnl_memory_desc_t any;
-    dnnl_matmul_desc_t mm;
-    dnnl_primitive_desc_t pd = NULL;
-    DNNL_BK_TRY("weight_create", dnnl_memory_desc_init_by_tag(&any, 2, (dnnl_dims_t){k, n},
-                                                              dnnl_bf16, dnnl_format_tag_any));
-    int rc = dnnl_bk_mm_desc(&mm, 32, n, k, &any, "weight_create");
+    if (own) {
+        m->own_bytes = dnnl_memory_desc_get_size(&m->md);
+        m->own = aligned_alloc(64, (m->own_bytes + 63) & ~(size_t)63);
+        if (!m->own) {
+            tide_error(DNNL_BK_NAME ": cannot allocate %zu bytes for %s", m->own_bytes, what);
+            m->own_bytes = 0;
+            return TIDE_E_NOMEM;
+        }
+        m->data = m->own;
+    }
+    int rc = data ? dnnl_bk_mat_load(bk, m, data, what) : TIDE_OK;
     if (rc)
-        return rc;
-    DNNL_BK_TRY("weight_create", dnnl_primitive_desc_create(&pd, &mm, NULL, bk->eng, NULL));
-    m->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_primitive_desc_destroy(pd);
-    rc = dnnl_bk_pack(bk, m, data, what);
-    if (rc) {
         dnnl_bk_mat_free(m);
-        return rc;
-    }
-    m->data = m->own;
-    return TIDE_OK;
+    return rc;
 }
 
 void dnnl_bk_prims_free(struct tide_backend *bk)
@@ -343,6 +355,7 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
+    const double t_start = dnnl_bk_now();
     const int64_t H = e->hidden, I = e->inter;
     for (int64_t i0 = 0; i0 < n; i0 += DNNL_BK_MAX_BUCKET) {
         int64_t m = n - i0 < DNNL_BK_MAX_BUCKET ? n - i0 : DNNL_BK_MAX_BUCKET;
@@ -393,5 +406,6 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
         for (int64_t r = 0; r < m; r++)
             memcpy(dnnl_bk_at(out, dst_rows[i0 + r], 0), ys + r * H, sizeof(float) * (size_t)H);
     }
+    bk->expert_seconds += dnnl_bk_now() - t_start;
     return TIDE_OK;
 }

@@ -1,6 +1,7 @@
-/* backend-cpu-onednn: the plugin descriptor, instance lifecycle, memory,
- * weights and experts. The ops live in gemm.c (oneDNN matmuls, expert FFN)
- * and ops.c (everything else, OpenMP loops).
+/* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
+ * memory and weights. Experts and slots live in experts.c, the matmuls and
+ * the expert FFN in gemm.c (oneDNN) and raw_kernel.c (AVX512-BF16), the other
+ * ops in ops.c (OpenMP loops).
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -9,33 +10,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dnnl_bk.h"
 #include "tide/option.h"
 #include "tide/plugin.h"
 
-/* Expert weight layout, chosen by bench/expert-ffn (H=2048, I=512, bf16, cold
- * weights). The figures, the memory each layout costs and the reason for the
- * default are in the comment above dnnl_bk_options. */
-#define DNNL_BK_EXPERT_LAYOUT_DEFAULT "packed"
-
-/* `expert_layout`:
+/* `expert_layout`, for routed experts (expert_create and slots):
+ *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
+ *    by raw_kernel.c up to DNNL_BK_RAW_MAX_M tokens, else by oneDNN on the raw
+ *    layout (tag ba). No extra memory, nothing to do at load, and a promotion
+ *    into a slot is a copy.
  *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
- *    reordered once into oneDNN's blocked layout (BA16a64b2a). This holds a
- *    second host copy of every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB
- *    for all of them); the checkpoint's pages are then no longer touched and
- *    the page cache may drop them.
- *  - inplace: the mmapped checkpoint rows are used as they are (oneDNN tag
- *    `ba`); no extra memory, no packing time at load.
- * Measured by bench-expert-ffn: see DNNL_BK_EXPERT_LAYOUT_DEFAULT. */
+ *    reordered into oneDNN's blocked layout (BA16a64b2a). A second host copy of
+ *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
+ *    186 GiB for flash), ~3 ms of packing per expert on first use, and a
+ *    promotion into a slot is a reorder rather than a copy.
+ *  - auto (default): inplace when this CPU has AVX512-BF16 (raw_kernel.c), else
+ *    packed: without that kernel oneDNN reads the raw layout at about half the
+ *    speed of the packed one.
+ * bench-expert-ffn (H=2048, I=512, 64 experts = 384 MiB cycled from DRAM, 2
+ * threads, AMD EPYC Zen 5 VM shared with other jobs; layouts interleaved), us
+ * per expert, inplace / packed, and the ratio to the STREAM triad measured
+ * just before (two quiet runs: triad 48 GB/s, then 74 GB/s):
+ *     1 token  132 / 129 (1.01 / 1.03)    98 /  91 (0.88 / 0.93)
+ *     4 tokens 161 / 137 (0.81 / 0.95)   150 / 115 (0.56 / 0.74)
+ *     8 tokens 167 / 158 (0.78 / 0.83)   144 / 148 (0.59 / 0.57)
+ *    32 tokens 356 / 321                 377 / 350
+ *    64 tokens 643 / 544                 683 / 600
+ * Packed is faster by 0-30% (least at the 1-2 tokens most host experts get:
+ * a 32-token block routes ~1.6 tokens to each of ~160 distinct experts per
+ * layer), and costs a second copy of every expert, ~2.7-3.3 ms of packing
+ * each on first use (~15 s over LLaDA2.0-mini's 4864 experts, stalling the
+ * first steps) and 1.4-1.6 ms per slot promotion instead of 0.23 ms. Memory
+ * and start-up decide: the default is inplace wherever its kernel runs. */
 static const struct tide_option dnnl_bk_options[] = {
     {"threads", TIDE_OPT_INT, "0",
      "threads for oneDNN and the other ops (OpenMP); 0 = every core this process may use", NULL,
      "[0,]"},
-    {"expert_layout", TIDE_OPT_ENUM, DNNL_BK_EXPERT_LAYOUT_DEFAULT,
-     "routed experts: packed = a oneDNN-blocked copy in host RAM (faster at small token "
-     "counts, +1 copy of every expert); inplace = use the checkpoint's memory as it is",
-     "packed|inplace", NULL},
+    {"expert_layout", TIDE_OPT_ENUM, "auto",
+     "routed experts: inplace = use the checkpoint's memory as it is; packed = a oneDNN-blocked "
+     "copy in host RAM (0-30% faster, +1 copy of every expert); auto = inplace when the CPU "
+     "has AVX512-BF16, else packed",
+     "auto|inplace|packed", NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -82,7 +99,8 @@ int dnnl_bk_check_tensor(const char *op, const char *what, const struct tide_ten
                              t->offset);
     if (t->rows == 0 || t->cols == 0)
         return TIDE_OK;
-    /* Last element + 1, in elements; the factors are bounded by the buffer size. */
+    /* One past the view's last byte; in double, which is exact far beyond any
+     * buffer size, so a huge stride cannot overflow into a small value. */
     double last = ((double)(t->rows - 1) * (double)t->stride + (double)t->cols) * (double)es +
                   (double)t->offset;
     if (last > (double)t->buf->bytes)
@@ -186,20 +204,22 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         return dnnl_bk_inval("create", "NULL or truncated arguments");
     *out = NULL;
     int64_t threads = args->opts ? tide_opts_int(args->opts, "threads") : 0;
-    const char *layout =
-        args->opts ? tide_opts_str(args->opts, "expert_layout") : DNNL_BK_EXPERT_LAYOUT_DEFAULT;
+    const char *layout = args->opts ? tide_opts_str(args->opts, "expert_layout") : "auto";
     if (threads < 0 || threads > 4096)
         return dnnl_bk_inval("create", "threads = %lld is outside [0, 4096]", (long long)threads);
-    if (strcmp(layout, "packed") && strcmp(layout, "inplace"))
-        return dnnl_bk_inval("create", "expert_layout = '%s', expected packed or inplace", layout);
+    if (strcmp(layout, "auto") && strcmp(layout, "packed") && strcmp(layout, "inplace"))
+        return dnnl_bk_inval("create", "expert_layout = '%s', expected auto, inplace or packed",
+                             layout);
 
     struct tide_backend *bk = calloc(1, sizeof *bk);
     if (!bk)
         return TIDE_E_NOMEM;
     bk->role = args->role;
     bk->threads = threads ? (int)threads : omp_get_num_procs();
-    bk->expert_layout = strcmp(layout, "packed") ? DNNL_BK_RAW : DNNL_BK_PACKED;
     bk->raw_kernel = dnnl_bk_raw_available();
+    bk->expert_layout = !strcmp(layout, "packed") || (!strcmp(layout, "auto") && !bk->raw_kernel)
+                            ? DNNL_BK_PACKED
+                            : DNNL_BK_RAW;
     dnnl_status_t st = dnnl_engine_create(&bk->eng, dnnl_cpu, 0);
     if (st == dnnl_success)
         st = dnnl_stream_create(&bk->stream, bk->eng, dnnl_stream_default_flags);
@@ -208,10 +228,11 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         return dnnl_bk_fail("create", "dnnl_engine_create/dnnl_stream_create", st);
     }
     const dnnl_version_t *v = dnnl_version();
-    snprintf(bk->desc, sizeof bk->desc, "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s",
+    snprintf(bk->desc, sizeof bk->desc, "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s%s",
              v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
              dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
-             bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace");
+             bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
+             strcmp(layout, "auto") ? "" : " (auto)");
     *out = bk;
     return TIDE_OK;
 }
@@ -314,10 +335,6 @@ static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *
 {
     if (!w)
         return;
-    if (bk && w->mat.own)
-        bk->packed_bytes -= w->mat.own_bytes;
-    if (bk && w->vec)
-        bk->packed_bytes -= sizeof(float) * (size_t)w->cols;
     dnnl_bk_mat_free(&w->mat);
     free(w->vec);
     free(w);
@@ -343,10 +360,8 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
             tmp[i] = tide_f32_to_bf16(dnnl_bk_view_f32(src, i));
         rows = tmp;
     }
-    int rc = dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, w->name);
+    int rc = dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, true, w->name);
     free(tmp);
-    if (rc == TIDE_OK)
-        bk->packed_bytes += w->mat.own_bytes;
     return rc;
 }
 
@@ -393,7 +408,6 @@ static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view
         }
         for (int64_t i = 0; i < c; i++)
             w->vec[i] = dnnl_bk_view_f32(src, i);
-        bk->packed_bytes += sizeof(float) * (size_t)c;
         break;
     }
     case TIDE_WEIGHT_EMBED:
@@ -419,102 +433,44 @@ static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view
     return TIDE_OK;
 }
 
-/* ---- experts ------------------------------------------------------------ */
-
-static void dnnl_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
-{
-    if (!e)
-        return;
-    size_t own = e->gate_up.own_bytes + e->gate.own_bytes + e->up.own_bytes + e->down.own_bytes;
-    if (bk) {
-        bk->packed_bytes -= own;
-        bk->expert_bytes -= own;
-        bk->n_experts--;
-    }
-    dnnl_bk_mat_free(&e->gate_up);
-    dnnl_bk_mat_free(&e->gate);
-    dnnl_bk_mat_free(&e->up);
-    dnnl_bk_mat_free(&e->down);
-    free(e);
-}
-
-/* A routed-expert matrix view: 2-D bf16 of the given shape. */
-static int dnnl_bk_check_expert_view(const struct tide_view *v, const char *what, int64_t n,
-                                     int64_t k)
-{
-    if (!v || !v->data)
-        return dnnl_bk_inval("expert_create", "%s is NULL", what);
-    const char *name = v->name ? v->name : what;
-    if (v->dtype != TIDE_DTYPE_BF16)
-        return dnnl_bk_inval("expert_create", "%s (%s) is %s, expected BF16", what, name,
-                             tide_dtype_name(v->dtype));
-    if (v->ndim != 2 || v->shape[0] != n || v->shape[1] != k || n <= 0 || k <= 0)
-        return dnnl_bk_inval(
-            "expert_create", "%s (%s) has shape %s[%lld,%lld], expected [%lld,%lld]", what, name,
-            v->ndim == 2 ? "" : "(not 2-D) ", (long long)v->shape[0],
-            (long long)(v->ndim > 1 ? v->shape[1] : 0), (long long)n, (long long)k);
-    return TIDE_OK;
-}
-
-static int dnnl_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
-                                 const struct tide_view *up, const struct tide_view *down,
-                                 struct tide_expert **out)
-{
-    if (!bk || !out || !gate || gate->ndim != 2)
-        return dnnl_bk_inval("expert_create", "NULL argument or gate not 2-D");
-    *out = NULL;
-    int64_t inter = gate->shape[0], hidden = gate->shape[1];
-    int rc = dnnl_bk_check_expert_view(gate, "gate", inter, hidden);
-    if (!rc)
-        rc = dnnl_bk_check_expert_view(up, "up", inter, hidden);
-    if (!rc)
-        rc = dnnl_bk_check_expert_view(down, "down", hidden, inter);
-    if (rc)
-        return rc;
-    struct tide_expert *e = calloc(1, sizeof *e);
-    if (!e)
-        return TIDE_E_NOMEM;
-    e->hidden = hidden;
-    e->inter = inter;
-    e->layout = bk->expert_layout;
-    bk->n_experts++;
-    dnnl_bk_enter(bk);
-    const char *name = gate->name ? gate->name : "expert";
-    if (e->layout == DNNL_BK_PACKED) {
-        /* One [2I,H] matrix so gate and up are a single matmul. */
-        size_t half = (size_t)(inter * hidden) * sizeof(uint16_t);
-        uint16_t *cat = malloc(2 * half);
-        rc = cat ? TIDE_OK : TIDE_E_NOMEM;
-        if (cat) {
-            memcpy(cat, gate->data, half);
-            memcpy((char *)cat + half, up->data, half);
-            rc = dnnl_bk_mat_init(bk, &e->gate_up, cat, 2 * inter, hidden, DNNL_BK_PACKED, name);
-            free(cat);
-        }
-        if (!rc)
-            rc = dnnl_bk_mat_init(bk, &e->down, down->data, hidden, inter, DNNL_BK_PACKED, name);
-    } else {
-        rc = dnnl_bk_mat_init(bk, &e->gate, gate->data, inter, hidden, DNNL_BK_RAW, name);
-        if (!rc)
-            rc = dnnl_bk_mat_init(bk, &e->up, up->data, inter, hidden, DNNL_BK_RAW, name);
-        if (!rc)
-            rc = dnnl_bk_mat_init(bk, &e->down, down->data, hidden, inter, DNNL_BK_RAW, name);
-    }
-    size_t own = e->gate_up.own_bytes + e->gate.own_bytes + e->up.own_bytes + e->down.own_bytes;
-    bk->packed_bytes += own;
-    bk->expert_bytes += own;
-    if (rc) {
-        if (rc == TIDE_E_NOMEM)
-            tide_error(DNNL_BK_NAME ": expert_create: out of memory packing %s", name);
-        dnnl_bk_expert_destroy(bk, e);
-        return rc;
-    }
-    *out = e;
-    return TIDE_OK;
-}
-
 static int dnnl_bk_sync(struct tide_backend *bk)
 {
+    return TIDE_OK;
+}
+
+/* "MemAvailable:" / "MemTotal:" of /proc/meminfo in bytes, 0 when absent. */
+static uint64_t dnnl_bk_meminfo(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) * 1024u : 0;
+}
+
+/* Host RAM: what the kernel reports as available without swapping, and the total. */
+static int dnnl_bk_mem_info(struct tide_backend *bk, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    if (!free_bytes || !total_bytes)
+        return dnnl_bk_inval("mem_info", "NULL out pointer");
+    char text[4096] = "";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = 0;
+        fclose(f);
+    }
+    uint64_t avail = dnnl_bk_meminfo(text, "MemAvailable:");
+    uint64_t total = dnnl_bk_meminfo(text, "MemTotal:");
+    if (!avail || !total) { /* no procfs: what sysconf knows */
+        long page = sysconf(_SC_PAGESIZE), av = sysconf(_SC_AVPHYS_PAGES),
+             ph = sysconf(_SC_PHYS_PAGES);
+        if (page <= 0 || av < 0 || ph <= 0) {
+            tide_error(DNNL_BK_NAME ": mem_info: cannot read /proc/meminfo or sysconf");
+            return TIDE_E_IO;
+        }
+        avail = (uint64_t)av * (uint64_t)page;
+        total = (uint64_t)ph * (uint64_t)page;
+    }
+    *free_bytes = avail;
+    *total_bytes = total;
     return TIDE_OK;
 }
 
@@ -574,6 +530,13 @@ static const struct tide_backend_ops dnnl_bk_ops = {
     .expert_ffn = dnnl_bk_expert_ffn,
     .moe_combine = dnnl_bk_moe_combine,
     .sync = dnnl_bk_sync,
+    .slot_create = dnnl_bk_slot_create,
+    .slot_load = dnnl_bk_slot_load,
+    .gather_rows = dnnl_bk_gather_rows,
+    .scatter_rows = dnnl_bk_scatter_rows,
+    .copy_sync = dnnl_bk_copy_sync,
+    .timings = dnnl_bk_timings,
+    .mem_info = dnnl_bk_mem_info,
 };
 
 static const struct tide_plugin_desc dnnl_bk_desc = {
@@ -582,7 +545,8 @@ static const struct tide_plugin_desc dnnl_bk_desc = {
     .kind = TIDE_PLUGIN_BACKEND,
     .name = DNNL_BK_NAME,
     .version = "0.1.0",
-    .summary = "CPU backend: oneDNN bf16 matmuls (prepacked weights), OpenMP ops",
+    .summary = "CPU backend: oneDNN bf16 matmuls (prepacked weights), AVX512-BF16 expert "
+               "kernel on the checkpoint layout, OpenMP ops",
     .ops = &dnnl_bk_ops,
     .options = dnnl_bk_options,
     .probe = dnnl_bk_probe,

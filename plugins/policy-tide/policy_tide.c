@@ -14,62 +14,209 @@
  *  - between refreshes nothing moves: residents run on the device, every
  *    other active expert on the host.
  * Promoted experts run on the device in the step that promotes them (the
- * reference moves experts first, then computes).
+ * reference moves experts first, then computes). The rule itself is the
+ * core's tide_tide_refresh (tide/solver.h), which the simulator's evaluator
+ * shares.
+ *
+ * prefetch (beyond the paper): at the start of a refresh step, each layer's
+ * target is taken from that layer's counts of the previous step, and its
+ * promotions are issued at once (step_begin), so on an asynchronous backend
+ * the copies overlap the earlier layers' compute instead of stalling each
+ * layer. Placement only changes, so the result stays lossless; the cost is a
+ * target one step stale. A layer with no previous step refreshes as usual.
+ *
+ * interval = auto (beyond the paper): the policy records, per layer, the
+ * counts of every step of the blocks decoded so far and the residency each
+ * block started from. When a block begins it replays the last auto_window
+ * blocks under every interval 1..auto_max with the tide_solver_eval_tide
+ * evaluator and the hardware profile named by `profile`, and uses the
+ * interval of least modelled time (one for all layers, or one per layer with
+ * auto_scope = layer). Each choice is logged with its predicted cost. Until
+ * a block has been seen, auto_start is used.
  *
  * Thread safety: plan() calls for different layers may run concurrently
  * (all scratch is per layer); block_begin() must not overlap plan(). */
-#include <assert.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "policy-common/initial.h"
 #include "policy-common/plan.h"
-#include "policy-common/rank.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/policy.h"
+#include "tide/profile.h"
+#include "tide/solver.h"
 #include "tide/status.h"
 
 #define TIDEP_NAME "policy-tide"
+
+/* One layer's steps of one block, recorded for interval = auto. */
+struct tidep_rec {
+    uint16_t *ids; /* [cap_pairs] */
+    uint32_t *cnt;
+    size_t n_pairs, cap_pairs;
+    struct tide_solver_fwd *fwd; /* [cap_fwd]; ids holds the pair offset until solved */
+    size_t n_fwd, cap_fwd;
+    uint8_t *start; /* [n_experts] residency before the block's first plan */
+    bool have_start;
+};
 
 struct tide_policy {
     struct tide_policy_shape shape;
     int interval;                /* refresh every `interval` steps within a block, >= 1 */
     bool first_block_every_step; /* refresh at every step of the first generated block */
     struct polc_initial init;
-    bool have_block;        /* block_begin() has been called */
-    bool first_block;       /* the current block is the first generated one */
-    struct polc_rank *rank; /* [n_moe_layers][n_experts] scratch */
-    uint8_t *in_target;     /* [n_moe_layers][n_experts] scratch */
+    bool have_block;           /* block_begin() has been called */
+    bool first_block;          /* the current block is the first generated one */
+    int block;                 /* the current block */
+    struct tide_solver_ws *ws; /* [n_moe_layers] */
+    bool prefetch;
+    uint32_t *last;      /* [n_moe_layers][n_experts] counts of the previous step */
+    uint8_t *have_last;  /* [n_moe_layers] */
+    uint8_t *prefetched; /* [n_moe_layers] this step's refresh was done at step start */
+    int32_t *scratch;    /* [2][n_experts] */
+    int *layer_interval; /* [n_moe_layers] interval in force */
+    /* interval = auto */
+    bool is_auto;
+    bool auto_per_layer;
+    int auto_window, auto_max;
+    struct tide_profile profile;
+    struct tide_cost cost;
+    struct tidep_rec *rec; /* [auto_window + 1][n_moe_layers]; slot seq % (window + 1) */
+    int64_t seq;           /* blocks begun */
+    double *cost_tab;      /* [n_moe_layers][auto_max] */
+    int *choice;           /* [n_moe_layers] */
+    uint8_t *res_tmp;      /* [n_experts] */
 };
 
 static const struct tide_option tidep_options[] = {
-    {"interval", TIDE_OPT_INT, "4",
-     "refresh the resident set every `interval` denoising steps within a block (tau); "
-     "step 0 of every block always refreshes",
-     NULL, "[1,]"},
+    {"interval", TIDE_OPT_STRING, "4",
+     "refresh the resident set every `interval` denoising steps within a block (tau, >= 1), or "
+     "auto: re-solve it from the blocks decoded so far with `profile`; step 0 of every block "
+     "always refreshes",
+     NULL, NULL},
     {"first_block_every_step", TIDE_OPT_BOOL, "true",
      "refresh at every step of the first generated block (warm-up), as the reference does", NULL,
      NULL},
     POLC_OPTION_INITIAL,
     POLC_OPTION_COUNTS_FILE,
     {"prefetch", TIDE_OPT_BOOL, "false",
-     "not active yet: the policy ABI has no step-start slot to prefetch from; true only logs a "
-     "warning",
+     "at a refresh step, promote each layer's target from the previous step's counts when the "
+     "step starts, so copies overlap earlier layers' compute (beyond the paper; lossless)",
      NULL, NULL},
+    {"profile", TIDE_OPT_STRING, "",
+     "hardware profile INI (config/profiles/) whose cost model interval = auto minimises; its "
+     "expert shape must be the model's",
+     NULL, NULL},
+    {"auto_scope", TIDE_OPT_ENUM, "global",
+     "interval = auto: one interval for every layer (global) or one per MoE layer (layer)",
+     "global|layer", NULL},
+    {"auto_window", TIDE_OPT_INT, "4", "interval = auto: blocks of history the solver replays",
+     NULL, "[1,64]"},
+    {"auto_max", TIDE_OPT_INT, "32", "interval = auto: the longest interval considered", NULL,
+     "[1,4096]"},
+    {"auto_start", TIDE_OPT_INT, "4", "interval = auto: the interval before any block was seen",
+     NULL, "[1,]"},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
+
+static void tidep_rec_free(struct tidep_rec *r)
+{
+    free(r->ids);
+    free(r->cnt);
+    free(r->fwd);
+    free(r->start);
+}
 
 static void tidep_destroy(struct tide_policy *p)
 {
     if (!p)
         return;
     polc_initial_free(&p->init);
-    free(p->rank);
-    free(p->in_target);
+    const int L = p->shape.n_moe_layers;
+    for (int l = 0; p->ws && l < L; l++)
+        tide_solver_ws_free(&p->ws[l]);
+    free(p->ws);
+    free(p->last);
+    free(p->have_last);
+    free(p->prefetched);
+    free(p->scratch);
+    free(p->layer_interval);
+    for (int i = 0; p->rec && i < (p->auto_window + 1) * L; i++)
+        tidep_rec_free(&p->rec[i]);
+    free(p->rec);
+    free(p->cost_tab);
+    free(p->choice);
+    free(p->res_tmp);
+    tide_cost_free(&p->cost);
     free(p);
+}
+
+/* "auto" or an integer >= 1 (values beyond INT_MAX mean "step 0 only"). */
+static int tidep_parse_interval(const char *s, bool *is_auto, int *interval)
+{
+    *is_auto = !strcmp(s, "auto");
+    if (*is_auto)
+        return TIDE_OK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || (errno && errno != ERANGE) || v < 1) {
+        tide_error("%s: interval = %s is out of range: must be an integer >= 1 or auto", TIDEP_NAME,
+                   s);
+        return TIDE_E_CONFIG;
+    }
+    *interval = v > INT_MAX || errno == ERANGE ? INT_MAX : (int)v;
+    return TIDE_OK;
+}
+
+static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
+{
+    const char *path = tide_opts_str(opts, "profile");
+    if (!*path) {
+        tide_error("%s: interval = auto needs a hardware profile: set [%s] profile to a file "
+                   "such as config/profiles/h100-pcie5.ini",
+                   TIDEP_NAME, TIDEP_NAME);
+        return TIDE_E_CONFIG;
+    }
+    int rc = tide_profile_load(path, &p->profile);
+    if (rc != TIDE_OK)
+        return rc;
+    const uint64_t pb = tide_expert_bytes(p->profile.hidden, p->profile.inter);
+    if (pb != p->shape.expert_bytes) {
+        tide_error("%s: profile %s was measured for experts of %llu bytes (hidden %u x inter %u) "
+                   "but the model's experts have %llu bytes; measure one for this model with "
+                   "`tide profile`",
+                   TIDEP_NAME, path, (unsigned long long)pb, p->profile.hidden, p->profile.inter,
+                   (unsigned long long)p->shape.expert_bytes);
+        return TIDE_E_CONFIG;
+    }
+    if ((rc = tide_cost_init(&p->cost, &p->profile, p->profile.hidden, p->profile.inter, false,
+                             "the model", 4096)) != TIDE_OK)
+        return rc;
+    p->auto_per_layer = !strcmp(tide_opts_str(opts, "auto_scope"), "layer");
+    p->auto_window = (int)tide_opts_int(opts, "auto_window");
+    p->auto_max = (int)tide_opts_int(opts, "auto_max");
+    int64_t start = tide_opts_int(opts, "auto_start");
+    p->interval = start > INT_MAX ? INT_MAX : (int)start;
+    const size_t L = (size_t)p->shape.n_moe_layers, E = (size_t)p->shape.n_experts;
+    p->rec = calloc((size_t)(p->auto_window + 1) * (L ? L : 1), sizeof *p->rec);
+    p->cost_tab = malloc(sizeof *p->cost_tab * (L ? L : 1) * (size_t)p->auto_max);
+    p->choice = malloc(sizeof *p->choice * (L ? L : 1));
+    p->res_tmp = malloc(E);
+    if (!p->rec || !p->cost_tab || !p->choice || !p->res_tmp)
+        return TIDE_E_NOMEM;
+    for (size_t i = 0; i < (size_t)(p->auto_window + 1) * L; i++)
+        if (!(p->rec[i].start = malloc(E)))
+            return TIDE_E_NOMEM;
+    tide_info("%s: interval = auto with profile %s (%s), window %d blocks, intervals 1..%d, %s",
+              TIDEP_NAME, p->profile.name, path, p->auto_window, p->auto_max,
+              p->auto_per_layer ? "one per layer" : "one for all layers");
+    return TIDE_OK;
 }
 
 static int tidep_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
@@ -83,32 +230,38 @@ static int tidep_create(const struct tide_policy_shape *shape, const struct tide
                    TIDEP_NAME);
         return TIDE_E_INVAL;
     }
-    int64_t interval = tide_opts_int(opts, "interval");
-    if (interval < 1) {
-        tide_error("%s: interval = %lld is out of range: must be >= 1", TIDEP_NAME,
-                   (long long)interval);
-        return TIDE_E_CONFIG;
-    }
-    if (tide_opts_bool(opts, "prefetch"))
-        tide_warn("%s: prefetch = true is not active yet: policy ABI v1 has no step-start slot, "
-                  "so experts are still promoted only at refresh steps",
-                  TIDEP_NAME);
+    bool is_auto;
+    int interval = 1;
+    if ((rc = tidep_parse_interval(tide_opts_str(opts, "interval"), &is_auto, &interval)) !=
+        TIDE_OK)
+        return rc;
     struct tide_policy *p = calloc(1, sizeof *p);
     if (!p)
         return TIDE_E_NOMEM;
     p->shape = *shape;
-    /* Any interval beyond the block length means "step 0 only". */
-    p->interval = interval > INT_MAX ? INT_MAX : (int)interval;
+    p->interval = interval;
+    p->is_auto = is_auto;
     p->first_block_every_step = tide_opts_bool(opts, "first_block_every_step");
+    p->prefetch = tide_opts_bool(opts, "prefetch");
     size_t cells = (size_t)shape->n_moe_layers * (size_t)shape->n_experts;
-    p->rank = malloc((cells ? cells : 1) * sizeof *p->rank);
-    p->in_target = malloc(cells ? cells : 1);
-    rc = p->rank && p->in_target ? polc_initial_init(&p->init, TIDEP_NAME, shape, opts)
-                                 : TIDE_E_NOMEM;
+    size_t layers = (size_t)shape->n_moe_layers;
+    p->ws = calloc(layers ? layers : 1, sizeof *p->ws);
+    p->last = calloc(cells ? cells : 1, sizeof *p->last);
+    p->have_last = calloc(layers ? layers : 1, 1);
+    p->prefetched = calloc(layers ? layers : 1, 1);
+    p->scratch = malloc(2 * (size_t)shape->n_experts * sizeof *p->scratch);
+    p->layer_interval = malloc(sizeof *p->layer_interval * (layers ? layers : 1));
+    rc = p->ws && p->last && p->have_last && p->prefetched && p->scratch && p->layer_interval
+             ? polc_initial_init(&p->init, TIDEP_NAME, shape, opts)
+             : TIDE_E_NOMEM;
+    if (rc == TIDE_OK && is_auto)
+        rc = tidep_auto_init(p, opts);
     if (rc != TIDE_OK) {
         tidep_destroy(p);
         return rc;
     }
+    for (size_t l = 0; l < layers; l++)
+        p->layer_interval[l] = p->interval;
     *out = p;
     return TIDE_OK;
 }
@@ -118,50 +271,203 @@ static int tidep_initial(struct tide_policy *p, int layer, int32_t *out)
     return polc_initial_get(&p->init, TIDEP_NAME, layer, out);
 }
 
+static struct tidep_rec *tidep_slot(struct tide_policy *p, int64_t seq, int layer)
+{
+    size_t slot = (size_t)(seq % (p->auto_window + 1));
+    return &p->rec[slot * (size_t)p->shape.n_moe_layers + (size_t)layer];
+}
+
+/* Replay the recorded blocks under every interval and choose. */
+static void tidep_solve(struct tide_policy *p)
+{
+    const int L = p->shape.n_moe_layers, E = p->shape.n_experts, M = p->auto_max;
+    int64_t from = p->seq - p->auto_window < 0 ? 0 : p->seq - p->auto_window;
+    int blocks = 0;
+    for (int64_t s = from; s < p->seq; s++)
+        blocks += tidep_slot(p, s, 0)->have_start;
+    if (!blocks)
+        return;
+    int local[64];
+    int *iv = M <= 64 ? local : malloc(sizeof *iv * (size_t)M);
+    if (!iv)
+        return;
+    for (int i = 0; i < M; i++)
+        iv[i] = i + 1;
+    int rc = TIDE_OK;
+    for (int l = 0; l < L && rc == TIDE_OK; l++) {
+        for (int64_t s = from; s < p->seq; s++) {
+            struct tidep_rec *r = tidep_slot(p, s, l);
+            for (size_t j = 0; j < r->n_fwd; j++) {
+                size_t off = (size_t)(uintptr_t)r->fwd[j].ids;
+                if (off <= r->n_pairs && !r->fwd[j].cnt) {
+                    r->fwd[j].ids = r->ids + off;
+                    r->fwd[j].cnt = r->cnt + off;
+                }
+            }
+        }
+        for (int i = 0; i < M && rc == TIDE_OK; i++) {
+            const struct tide_tide_rule rule = {.interval = i + 1, .prefetch = p->prefetch};
+            struct tide_eval ev = {0};
+            for (int64_t s = from; s < p->seq && rc == TIDE_OK; s++) {
+                struct tidep_rec *r = tidep_slot(p, s, l);
+                if (!r->have_start)
+                    continue;
+                memcpy(p->res_tmp, r->start, (size_t)E);
+                rc = tide_solver_eval_tide(r->fwd, r->n_fwd, E, p->shape.budget, p->res_tmp, &rule,
+                                           &p->cost, &ev, &p->ws[l]);
+            }
+            p->cost_tab[(size_t)l * M + i] = ev.us;
+        }
+    }
+    int g = 0;
+    double g_us = 0, l_us = 0;
+    if (rc == TIDE_OK)
+        rc = tide_solver_intervals(p->cost_tab, L, M, iv, &g, &g_us, p->choice, &l_us);
+    if (rc != TIDE_OK) {
+        tide_warn("%s: interval = auto could not re-solve after block %d; keeping the intervals "
+                  "in force",
+                  TIDEP_NAME, p->block);
+    } else {
+        double one = 0;
+        for (int l = 0; l < L; l++)
+            one += p->cost_tab[(size_t)l * M];
+        char list[512] = "";
+        for (int l = 0; l < L; l++) {
+            p->layer_interval[l] = p->auto_per_layer ? iv[p->choice[l]] : iv[g];
+            size_t n = strlen(list);
+            if (p->auto_per_layer && n + 16 < sizeof list)
+                snprintf(list + n, sizeof list - n, "%s%d", l ? "," : "", iv[p->choice[l]]);
+        }
+        if (p->auto_per_layer)
+            tide_info("%s: interval auto (block %d, %d block%s of history): per-layer intervals "
+                      "%s, predicted %.3f ms per block (one interval for all, %d: %.3f ms; "
+                      "interval 1: %.3f ms)",
+                      TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", list,
+                      l_us / 1e3 / blocks, iv[g], g_us / 1e3 / blocks, one / 1e3 / blocks);
+        else
+            tide_info("%s: interval auto (block %d, %d block%s of history): interval %d, "
+                      "predicted %.3f ms per block (interval 1: %.3f ms; per-layer intervals "
+                      "would give %.3f ms)",
+                      TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", iv[g],
+                      g_us / 1e3 / blocks, one / 1e3 / blocks, l_us / 1e3 / blocks);
+    }
+    if (iv != local)
+        free(iv);
+}
+
 static void tidep_block_begin(struct tide_policy *p, int block, bool first_generated)
 {
     p->have_block = true;
     p->first_block = first_generated;
+    p->block = block;
+    if (!p->is_auto)
+        return;
+    if (tidep_slot(p, p->seq, 0)->have_start || p->seq > 0) {
+        p->seq++;
+        tidep_solve(p);
+    }
+    for (int l = 0; l < p->shape.n_moe_layers; l++) {
+        struct tidep_rec *r = tidep_slot(p, p->seq, l);
+        r->n_pairs = r->n_fwd = 0;
+        r->have_start = false;
+    }
 }
 
-static bool tidep_is_refresh(const struct tide_policy *p, const struct tide_policy_view *v)
+static bool tidep_is_refresh(const struct tide_policy *p, int layer, int block, int step)
 {
     /* Without block_begin() (a bare simulator), block 0 is the first generated one. */
-    bool first = p->have_block ? p->first_block : v->block == 0;
-    return v->step % p->interval == 0 || (first && p->first_block_every_step);
+    bool first = p->have_block ? p->first_block : block == 0;
+    return step % p->layer_interval[layer] == 0 || (first && p->first_block_every_step);
 }
 
-/* Promote the top-B active experts that are missing; demote only as many
- * stale residents as needed, lowest id first. */
-static void tidep_refresh(struct tide_policy *p, const struct tide_policy_view *v, int n_res,
-                          struct tide_plan *out)
+/* Record one plan's counts for interval = auto. Returns false when out of memory. */
+static bool tidep_record(struct tide_policy *p, const struct tide_policy_view *v)
+{
+    struct tidep_rec *r = tidep_slot(p, p->seq, v->layer);
+    const int E = p->shape.n_experts;
+    if (!r->have_start) {
+        memcpy(r->start, v->resident, (size_t)E);
+        r->have_start = true;
+    }
+    uint32_t active = 0, tokens = 0;
+    for (int e = 0; e < E; e++)
+        if (v->counts[e]) {
+            active++;
+            tokens += v->counts[e];
+        }
+    if (r->n_pairs + active > r->cap_pairs) {
+        size_t n = 2 * (r->n_pairs + active) + 64;
+        uint16_t *ids = realloc(r->ids, n * sizeof *ids);
+        if (ids)
+            r->ids = ids;
+        uint32_t *cnt = realloc(r->cnt, n * sizeof *cnt);
+        if (cnt)
+            r->cnt = cnt;
+        if (!ids || !cnt)
+            return false;
+        r->cap_pairs = n;
+    }
+    if (r->n_fwd == r->cap_fwd) {
+        size_t n = 2 * r->cap_fwd + 16;
+        struct tide_solver_fwd *f = realloc(r->fwd, n * sizeof *f);
+        if (!f)
+            return false;
+        r->fwd = f;
+        r->cap_fwd = n;
+    }
+    struct tide_solver_fwd *f = &r->fwd[r->n_fwd++];
+    *f = (struct tide_solver_fwd){
+        .phase = 1, /* TIDE_TRACE_STEP */
+        .first_block = p->first_block,
+        .step = v->step,
+        .tokens = tokens / (uint32_t)(p->shape.top_k > 0 ? p->shape.top_k : 1),
+        .n_active = active,
+        .ids = (const uint16_t *)(uintptr_t)r->n_pairs, /* an offset until solved */
+        .cnt = NULL,
+    };
+    for (int e = 0; e < E; e++)
+        if (v->counts[e]) {
+            r->ids[r->n_pairs] = (uint16_t)e;
+            r->cnt[r->n_pairs++] = v->counts[e];
+        }
+    return true;
+}
+
+/* prefetch: at a refresh step, issue every layer's refresh from the previous
+ * step's counts before the step's forward starts. */
+static int tidep_step_begin(struct tide_policy *p, int block, int step,
+                            const uint8_t *const *resident, struct tide_prefetch *out)
 {
     const int n = p->shape.n_experts;
-    struct polc_rank *r = &p->rank[(size_t)v->layer * (size_t)n];
-    uint8_t *in_target = &p->in_target[(size_t)v->layer * (size_t)n];
-    polc_rank_counts(v->counts, NULL, n, r);
-    int n_target = polc_rank_top_active(r, n, p->shape.budget);
-    memset(in_target, 0, (size_t)n);
-    for (int i = 0; i < n_target; i++)
-        in_target[r[i].id] = 1;
-    int free_slots = p->shape.budget - n_res, next = 0;
-    for (int i = 0; i < n_target; i++) {
-        int32_t e = r[i].id, victim = -1;
-        if (v->resident[e])
+    out->n = 0;
+    memset(p->prefetched, 0, (size_t)p->shape.n_moe_layers);
+    if (!p->prefetch)
+        return TIDE_OK;
+    int32_t *promote = p->scratch, *evict = p->scratch + n;
+    for (int l = 0; l < p->shape.n_moe_layers; l++) {
+        if (!p->have_last[l] || !tidep_is_refresh(p, l, block, step))
             continue;
-        if (free_slots > 0) {
-            free_slots--;
-        } else {
-            /* Enough exist: |target| <= B, so non-target residents >= promotions - free slots. */
-            while (next < n && !(v->resident[next] && !in_target[next]))
-                next++;
-            assert(next < n);
-            victim = next++;
+        int n_res = 0;
+        for (int e = 0; e < n; e++)
+            n_res += resident[l][e] != 0;
+        int k = tide_tide_refresh(&p->last[(size_t)l * n], resident[l], n_res, n, p->shape.budget,
+                                  promote, evict, &p->ws[l]);
+        if (k < 0)
+            return k;
+        if (out->n + k > out->cap) {
+            tide_error("%s: prefetch needs room for %d promotions, the core gave %d", TIDEP_NAME,
+                       out->n + k, out->cap);
+            return TIDE_E_INVAL;
         }
-        out->promote[out->n_promote] = e;
-        out->evict[out->n_promote] = victim;
-        out->n_promote++;
+        for (int i = 0; i < k; i++) {
+            out->layer[out->n] = l;
+            out->expert[out->n] = promote[i];
+            out->evict[out->n] = evict[i];
+            out->n++;
+        }
+        p->prefetched[l] = 1;
     }
+    return TIDE_OK;
 }
 
 static int tidep_plan(struct tide_policy *p, const struct tide_policy_view *v,
@@ -175,9 +481,21 @@ static int tidep_plan(struct tide_policy *p, const struct tide_policy_view *v,
                    v->block);
         return TIDE_E_INVAL;
     }
+    if (p->is_auto && !tidep_record(p, v))
+        return TIDE_E_NOMEM;
     out->n_promote = 0;
-    if (tidep_is_refresh(p, v))
-        tidep_refresh(p, v, n_res, out);
+    if (tidep_is_refresh(p, v->layer, v->block, v->step) && !p->prefetched[v->layer]) {
+        int k = tide_tide_refresh(v->counts, v->resident, n_res, p->shape.n_experts,
+                                  p->shape.budget, out->promote, out->evict, &p->ws[v->layer]);
+        if (k < 0)
+            return k;
+        out->n_promote = k;
+    }
+    if (p->prefetch) {
+        memcpy(&p->last[(size_t)v->layer * p->shape.n_experts], v->counts,
+               sizeof *v->counts * (size_t)p->shape.n_experts);
+        p->have_last[v->layer] = 1;
+    }
     polc_place(&p->shape, v, out);
     return TIDE_OK;
 }
@@ -189,6 +507,7 @@ static const struct tide_policy_ops tidep_ops = {
     .initial = tidep_initial,
     .block_begin = tidep_block_begin,
     .plan = tidep_plan,
+    .step_begin = tidep_step_begin,
 };
 
 static const struct tide_plugin_desc tidep_desc = {

@@ -27,7 +27,6 @@
 /* The backend under test. */
 static const struct tide_backend_ops *ops;
 static struct tide_backend *bk;
-static const char *bk_name;
 
 /* Buffers allocated by the current test, freed by free_all(). */
 static struct tide_buffer *bufs[64];
@@ -68,6 +67,9 @@ static struct tide_tensor new_view(enum tide_dtype dt, int64_t rows, int64_t col
                                    int64_t pad)
 {
     struct tide_tensor t = {0};
+    CHECK(n_bufs < (int)(sizeof bufs / sizeof bufs[0]));
+    if (n_bufs == (int)(sizeof bufs / sizeof bufs[0]))
+        return t;
     size_t bytes = (size_t)(pad + rows * stride + 8) * tide_dtype_size(dt);
     int rc = ops->buffer_alloc(bk, bytes, &bufs[n_bufs]);
     CHECK_EQ_INT(rc, TIDE_OK);
@@ -282,11 +284,12 @@ static void test_matmul(void)
     run_matmul(5, 20, 33, 33, 20, TIDE_DTYPE_F32);        /* f32 checkpoint tensor */
 }
 
-static void run_rmsnorm(int T, int C, int group, int stride, bool in_place, enum tide_dtype ydt)
+static void run_rmsnorm(int T, int C, int group, int stride, bool in_place, enum tide_dtype ydt,
+                        float scale)
 {
     float *x = rnd_array((size_t)T * C, false), *w = rnd_array((size_t)group, false);
     for (int i = 0; i < T * C; i++)
-        x[i] *= 3.0f;
+        x[i] *= scale;
     void *keep;
     struct tide_weight *wt =
         make_weight(w, TIDE_DTYPE_BF16, 1, group, 0, TIDE_WEIGHT_VECTOR, &keep);
@@ -328,10 +331,11 @@ static void run_rmsnorm(int T, int C, int group, int stride, bool in_place, enum
 
 static void test_rmsnorm(void)
 {
-    run_rmsnorm(1, 64, 64, 64 + 2, false, TIDE_DTYPE_F32);
-    run_rmsnorm(3, 48, 48, 60, false, TIDE_DTYPE_BF16);
-    run_rmsnorm(8, 6 * 16, 16, 10 * 16, true, TIDE_DTYPE_F32); /* per head, in place */
-    run_rmsnorm(33, 2048, 2048, 2050, false, TIDE_DTYPE_F32);
+    run_rmsnorm(1, 64, 64, 64 + 2, false, TIDE_DTYPE_F32, 3.0f);
+    run_rmsnorm(3, 48, 48, 60, false, TIDE_DTYPE_BF16, 3.0f);
+    run_rmsnorm(8, 6 * 16, 16, 10 * 16, true, TIDE_DTYPE_F32, 3.0f); /* per head, in place */
+    run_rmsnorm(33, 2048, 2048, 2050, false, TIDE_DTYPE_F32, 3.0f);
+    run_rmsnorm(2, 40, 20, 44, false, TIDE_DTYPE_F32, 1e-3f); /* mean(x^2) ~ eps */
 }
 
 static void run_rope(int T, int nh, int hd, int rot, int64_t pos0)
@@ -533,6 +537,15 @@ static void test_embed(void)
     for (int i = 0; i < n; i++)
         memcpy(want + i * H, table + (size_t)ids[i] * H, sizeof *want * (size_t)H);
     check_exact("embed", o, want, (size_t)n * H);
+    /* An f32 table (a checkpoint may store it so) gives the same rows. */
+    void *keep32;
+    struct tide_weight *w32 =
+        make_weight(table, TIDE_DTYPE_F32, 2, V, H, TIDE_WEIGHT_EMBED, &keep32);
+    CHECK_EQ_INT(ops->embed(bk, w32, ids, n, &ot), TIDE_OK);
+    float *o32 = get(&ot);
+    check_exact("embed f32 table", o32, want, (size_t)n * H);
+    ops->weight_destroy(bk, w32);
+    free(o32);
     /* An id past the vocabulary fails cleanly, naming the id. */
     int32_t bad[2] = {3, 50};
     struct tide_tensor o2 = tide_tensor_slice(&ot, 0, 2, 0, H);
@@ -621,19 +634,47 @@ static void test_router(void)
 }
 
 /* expert_ffn on n scattered rows of x_all [T,H] into out [R,H]. */
-static void run_expert(int H, int I, int T, int n, int R)
+/* Random expert weights (bf16 values) and their host views. */
+struct test_expert {
+    int H, I;
+    float *gate, *up, *down; /* [I,H], [I,H], [H,I] */
+    uint16_t *gb, *ub, *db;  /* the same as bf16 */
+    struct tide_view gv, uv, dv;
+};
+
+static void expert_make(struct test_expert *te, int H, int I)
 {
-    float *gate = rnd_array((size_t)I * H, true), *up = rnd_array((size_t)I * H, true);
-    float *down = rnd_array((size_t)H * I, true), *x = rnd_array((size_t)T * H, true);
+    te->H = H;
+    te->I = I;
+    te->gate = rnd_array((size_t)I * H, true);
+    te->up = rnd_array((size_t)I * H, true);
+    te->down = rnd_array((size_t)H * I, true);
+    te->gb = to_bf16(te->gate, (size_t)I * H);
+    te->ub = to_bf16(te->up, (size_t)I * H);
+    te->db = to_bf16(te->down, (size_t)H * I);
+    te->gv = host_view(te->gb, TIDE_DTYPE_BF16, 2, I, H, "e.gate_proj.weight");
+    te->uv = host_view(te->ub, TIDE_DTYPE_BF16, 2, I, H, "e.up_proj.weight");
+    te->dv = host_view(te->db, TIDE_DTYPE_BF16, 2, H, I, "e.down_proj.weight");
+}
+
+static void expert_free(struct test_expert *te)
+{
+    free(te->gate);
+    free(te->up);
+    free(te->down);
+    free(te->gb);
+    free(te->ub);
+    free(te->db);
+}
+
+/* expert_ffn of e (holding te's weights) on n scattered rows of x_all [T,H] into out [R,H]. */
+static void check_expert(const struct tide_expert *e, const struct test_expert *te, int T, int n,
+                         int R, const char *label)
+{
+    const int H = te->H, I = te->I;
+    float *x = rnd_array((size_t)T * H, true);
     for (int i = 0; i < T * H; i++)
         x[i] = tide_round_bf16(x[i] * 4.0f);
-    uint16_t *gb = to_bf16(gate, (size_t)I * H), *ub = to_bf16(up, (size_t)I * H);
-    uint16_t *db = to_bf16(down, (size_t)H * I);
-    struct tide_view gv = host_view(gb, TIDE_DTYPE_BF16, 2, I, H, "e.gate_proj.weight");
-    struct tide_view uv = host_view(ub, TIDE_DTYPE_BF16, 2, I, H, "e.up_proj.weight");
-    struct tide_view dv = host_view(db, TIDE_DTYPE_BF16, 2, H, I, "e.down_proj.weight");
-    struct tide_expert *e = NULL;
-    CHECK_EQ_INT(ops->expert_create(bk, &gv, &uv, &dv, &e), TIDE_OK);
     int32_t *rows = malloc(sizeof *rows * (size_t)n), *dst = malloc(sizeof *dst * (size_t)n);
     /* Scattered sources (repeats allowed) and distinct destinations (R coprime to 5). */
     for (int i = 0; i < n; i++) {
@@ -652,9 +693,9 @@ static void run_expert(int H, int I, int T, int n, int R)
     for (int i = 0; i < n; i++)
         memcpy(got + (size_t)i * H, o + (size_t)dst[i] * H, sizeof *got * (size_t)H);
     double *want = malloc(sizeof *want * (size_t)n * H), *err = malloc(sizeof *err * (size_t)n * H);
-    ref_expert_ffn(x, rows, n, gate, up, down, H, I, want, err);
-    char what[96];
-    snprintf(what, sizeof what, "expert_ffn H=%d I=%d n=%d of %d rows", H, I, n, T);
+    ref_expert_ffn(x, rows, n, te->gate, te->up, te->down, H, I, want, err);
+    char what[128];
+    snprintf(what, sizeof what, "%s H=%d I=%d n=%d of %d rows", label, H, I, n, T);
     check_values(what, got, want, err, (size_t)n * H, false);
     /* Rows no dst_rows entry names keep their contents. */
     for (int r = 0; r < R; r++) {
@@ -665,14 +706,7 @@ static void run_expert(int H, int I, int T, int n, int R)
             for (int c = 0; c < H; c++)
                 CHECK(o[(size_t)r * H + c] == 7.0f);
     }
-    ops->expert_destroy(bk, e);
-    free(gate);
-    free(up);
-    free(down);
     free(x);
-    free(gb);
-    free(ub);
-    free(db);
     free(rows);
     free(dst);
     free(sentinel);
@@ -683,6 +717,18 @@ static void run_expert(int H, int I, int T, int n, int R)
     free_all();
 }
 
+static void run_expert(int H, int I, int T, int n, int R)
+{
+    struct test_expert te;
+    expert_make(&te, H, I);
+    struct tide_expert *e = NULL;
+    CHECK_EQ_INT(ops->expert_create(bk, &te.gv, &te.uv, &te.dv, &e), TIDE_OK);
+    if (e)
+        check_expert(e, &te, T, n, R, "expert_ffn");
+    ops->expert_destroy(bk, e);
+    expert_free(&te);
+}
+
 static void test_expert_ffn(void)
 {
     run_expert(72, 40, 11, 1, 9);
@@ -691,6 +737,93 @@ static void test_expert_ffn(void)
     run_expert(50, 24, 40, 33, 37);  /* H, I not multiples of 16; padded bucket */
     run_expert(2048, 512, 12, 8, 8); /* LLaDA2-mini expert */
     run_expert(40, 24, 80, 70, 73);  /* many rows: another code path in some backends */
+    run_expert(1100, 40, 5, 1, 3);   /* long rows, 1-2 tokens: another kernel in some backends */
+    run_expert(1100, 40, 5, 2, 3);
+    run_expert(1100, 40, 7, 3, 7);
+    run_expert(1100, 40, 7, 4, 7);
+}
+
+/* Row gather and scatter between a strided table and a packed block. */
+static void run_rows(enum tide_dtype dt)
+{
+    const int T = 9, C = 21, n = 5;
+    const int32_t rows[5] = {8, 0, 3, 3, 6};
+    const int32_t scatter[5] = {2, 7, 0, 5, 4};
+    float *v = rnd_array((size_t)T * C, true);
+    struct tide_tensor table = new_view(dt, T, C, C + 3, 2);
+    struct tide_tensor packed = new_view(dt, n, C, C, 0);
+    put(&table, v);
+    CHECK_EQ_INT(ops->gather_rows(bk, &table, rows, n, &packed), TIDE_OK);
+    float *g = get(&packed), *want = malloc(sizeof *want * (size_t)T * C);
+    for (int i = 0; i < n; i++)
+        memcpy(want + i * C, v + rows[i] * C, sizeof *want * (size_t)C);
+    check_exact("gather_rows", g, want, (size_t)n * C);
+    CHECK_EQ_INT(ops->scatter_rows(bk, &packed, scatter, n, &table), TIDE_OK);
+    float *s = get(&table);
+    memcpy(want, v, sizeof *want * (size_t)T * C);
+    for (int i = 0; i < n; i++)
+        memcpy(want + scatter[i] * C, g + i * C, sizeof *want * (size_t)C);
+    check_exact("scatter_rows", s, want, (size_t)T * C);
+    const int32_t bad[1] = {9};
+    struct tide_tensor one = tide_tensor_slice(&packed, 0, 1, 0, C);
+    capture_errors(true);
+    CHECK_EQ_INT(ops->gather_rows(bk, &table, bad, 1, &one), TIDE_E_INVAL);
+    capture_errors(false);
+    CHECK_CONTAINS(last_error, "gather_rows");
+    free(v);
+    free(g);
+    free(s);
+    free(want);
+    free_all();
+}
+
+/* The optional expert-offload slots, when the backend has them. */
+static void test_slots(void)
+{
+    if (!TIDE_OPS_HAS(ops, slot_create) || !TIDE_OPS_HAS(ops, slot_load) ||
+        !TIDE_OPS_HAS(ops, gather_rows) || !TIDE_OPS_HAS(ops, scatter_rows) ||
+        !TIDE_OPS_HAS(ops, copy_sync)) {
+        fprintf(stderr, "  (no expert-slot ops)\n");
+        return;
+    }
+    run_rows(TIDE_DTYPE_BF16);
+    run_rows(TIDE_DTYPE_F32);
+    struct test_expert a, b;
+    expert_make(&a, 72, 40);
+    expert_make(&b, 72, 40);
+    struct tide_expert *slot = NULL;
+    CHECK_EQ_INT(ops->slot_create(bk, 72, 40, &slot), TIDE_OK);
+    if (slot) {
+        /* Promote a, then b into the same slot: each time the slot computes that expert. */
+        CHECK_EQ_INT(ops->slot_load(bk, slot, &a.gv, &a.uv, &a.dv), TIDE_OK);
+        CHECK_EQ_INT(ops->copy_sync(bk), TIDE_OK);
+        check_expert(slot, &a, 11, 5, 9, "slot expert a");
+        CHECK_EQ_INT(ops->slot_load(bk, slot, &b.gv, &b.uv, &b.dv), TIDE_OK);
+        CHECK_EQ_INT(ops->copy_sync(bk), TIDE_OK);
+        check_expert(slot, &b, 11, 3, 9, "slot expert b");
+        /* The views may go once copy_sync returned: the slot has its own copy. */
+        memset(b.gb, 0, sizeof *b.gb * 40 * 72);
+        check_expert(slot, &b, 11, 2, 9, "slot expert b after its source changed");
+        struct tide_view wrong = a.gv;
+        wrong.shape[0] = 41;
+        capture_errors(true);
+        CHECK_EQ_INT(ops->slot_load(bk, slot, &wrong, &a.uv, &a.dv), TIDE_E_INVAL);
+        capture_errors(false);
+        CHECK_CONTAINS(last_error, "slot_load");
+    }
+    ops->expert_destroy(bk, slot);
+    if (TIDE_OPS_HAS(ops, timings)) {
+        double copy = -1.0, expert = -1.0;
+        CHECK_EQ_INT(ops->timings(bk, &copy, &expert), TIDE_OK);
+        CHECK(copy > 0.0 && expert > 0.0);
+    }
+    if (TIDE_OPS_HAS(ops, mem_info)) {
+        uint64_t free_b = 0, total_b = 0;
+        CHECK_EQ_INT(ops->mem_info(bk, &free_b, &total_b), TIDE_OK);
+        CHECK(total_b > 0 && free_b <= total_b);
+    }
+    expert_free(&a);
+    expert_free(&b);
 }
 
 static void test_moe_combine(void)
@@ -699,6 +832,16 @@ static void test_moe_combine(void)
     float *parts = rnd_array((size_t)T * k * H, false), *w = rnd_array((size_t)T * k, false);
     struct tide_tensor pt = new_view(TIDE_DTYPE_F32, T * k, H, H + 2, 1);
     struct tide_tensor yt = new_view(TIDE_DTYPE_F32, T, H, H, 0);
+    /* Token 1: weights 1 and parts that are rotations of (1, 1e8, -1e8), whose
+     * f32 sum is 0 or 1 depending on the order. The products are exact, so the
+     * in-order sum is exact with or without fused multiply-adds, and another
+     * order gives a different value in some columns. */
+    for (int j = 0; j < k; j++)
+        w[1 * k + j] = 1.0f;
+    const float order[3] = {1.0f, 1e8f, -1e8f};
+    for (int c = 0; c < H; c++)
+        for (int j = 0; j < k; j++)
+            parts[((size_t)1 * k + j) * H + c] = order[(j + c) % 3];
     put(&pt, parts);
     float *junk = rnd_array((size_t)T * H, false);
     put(&yt, junk); /* y is overwritten, not accumulated into */
@@ -706,6 +849,8 @@ static void test_moe_combine(void)
     float *y = get(&yt);
     double want[5 * 33], err[5 * 33];
     ref_moe_combine(parts, w, T, k, H, want, err);
+    for (int c = 0; c < H; c++)
+        err[1 * H + c] = 0.0; /* exact products: the order alone decides */
     check_values("moe_combine", y, want, err, (size_t)T * H, false);
     free(parts);
     free(w);
@@ -765,6 +910,7 @@ static void run_all(void)
     TEST_RUN(test_embed);
     TEST_RUN(test_router);
     TEST_RUN(test_expert_ffn);
+    TEST_RUN(test_slots);
     TEST_RUN(test_moe_combine);
     TEST_RUN(test_errors);
 }
@@ -780,7 +926,7 @@ static bool open_backend(const struct tide_plugin *p, const struct tide_opts *op
 
 int main(int argc, char **argv)
 {
-    bk_name = argc > 1 ? argv[1] : "backend-cpu-onednn";
+    const char *bk_name = argc > 1 ? argv[1] : "backend-cpu-onednn";
     const char *dir = getenv("TIDE_PLUGIN_DIR");
     if (!dir) {
         fprintf(stderr, "TIDE_PLUGIN_DIR is not set (ctest sets it)\n");
@@ -823,6 +969,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "expert_layout = %s\n", c);
             if (open_backend(p, opts)) {
                 TEST_RUN(test_expert_ffn);
+                TEST_RUN(test_slots);
                 ops->destroy(bk);
             }
         }

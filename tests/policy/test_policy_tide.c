@@ -11,7 +11,8 @@ static void test_descriptor(void)
     struct pf f;
     CHECK_EQ_INT(pf_load(&f, "policy-tide"), TIDE_OK);
     CHECK(pf_desc_ok(&f, "policy-tide",
-                     "interval first_block_every_step initial counts_file prefetch"));
+                     "interval first_block_every_step initial counts_file prefetch profile "
+                     "auto_scope auto_window auto_max auto_start"));
     pf_close(&f);
 }
 
@@ -200,22 +201,65 @@ static void test_layers(void)
     pf_close(&f);
 }
 
+/* prefetch: at a refresh step, step_begin() asks for each layer's refresh
+ * from the previous step's counts, and plan() then promotes nothing more. */
+static void test_prefetch(void)
+{
+    struct pf f;
+    if (!PF_OPEN(&f, "policy-tide", "prefetch=true interval=2 first_block_every_step=false", 1, 8,
+                 2))
+        return;
+    int32_t layer[8], expert[8], evict[8];
+    struct tide_prefetch pf = {.cap = 8, .layer = layer, .expert = expert, .evict = evict};
+    const uint8_t *res[1] = {f.resident};
+    pf_block(&f, 0, false);
+    /* Step 0 refreshes, but there is no previous step yet: a plain refresh. */
+    CHECK_EQ_INT(f.ops->step_begin(f.p, 0, 0, res, &pf), TIDE_OK);
+    CHECK_EQ_INT(pf.n, 0);
+    CHECK_STR(pf_plan(&f, 0, 0, "3:5 4:2"), "P[3<0 4<1] D[3 4] H[]");
+    /* Step 1 is not a refresh step. */
+    CHECK_EQ_INT(f.ops->step_begin(f.p, 0, 1, res, &pf), TIDE_OK);
+    CHECK_EQ_INT(pf.n, 0);
+    CHECK_STR(pf_plan(&f, 0, 1, "5:3 6:1"), "P[] D[] H[5 6]");
+    /* Step 2 refreshes from step 1's counts at step start: 5 and 6 replace 3 and 4. */
+    CHECK_EQ_INT(f.ops->step_begin(f.p, 0, 2, res, &pf), TIDE_OK);
+    CHECK_EQ_INT(pf.n, 2);
+    if (pf.n == 2) {
+        CHECK_EQ_INT(layer[0], 0);
+        CHECK_EQ_INT(expert[0], 5);
+        CHECK_EQ_INT(evict[0], 3);
+        CHECK_EQ_INT(expert[1], 6);
+        CHECK_EQ_INT(evict[1], 4);
+        for (int i = 0; i < 2; i++) {
+            f.resident[evict[i]] = 0;
+            f.resident[expert[i]] = 1;
+        }
+    }
+    /* ... and the step's own plan moves nothing, though 7 is now the busiest. */
+    CHECK_STR(pf_plan(&f, 0, 2, "7:4 5:1"), "P[] D[5] H[7]");
+    pf_close(&f);
+}
+
 static void test_options_and_errors(void)
 {
     struct pf f;
-    /* prefetch is accepted but not active: create() warns. */
-    pf_log_capture();
-    CHECK_EQ_INT(pf_open(&f, "policy-tide", "prefetch=true", 1, 8, 2), TIDE_OK);
-    pf_log_release();
-    CHECK_CONTAINS(pf_log_text(), "warn: policy-tide: prefetch = true is not active yet");
-    pf_close(&f);
-
-    /* The config refuses interval 0 with the option's range. */
-    pf_log_capture();
-    CHECK_EQ_INT(pf_open(&f, "policy-tide", "interval=0", 1, 8, 2), TIDE_E_CONFIG);
-    pf_log_release();
-    CHECK_CONTAINS(pf_log_text(), "[1,]");
-    pf_close(&f);
+    /* interval is an integer >= 1 or auto; auto needs a profile. */
+    static const struct {
+        const char *opts, *msg;
+    } bad_opts[] = {
+        {"interval=0", "policy-tide: interval = 0 is out of range: must be an integer >= 1 or auto"},
+        {"interval=4x", "policy-tide: interval = 4x is out of range"},
+        {"interval=auto", "interval = auto needs a hardware profile: set [policy-tide] profile"},
+        {"interval=auto profile=/nonexistent/p.ini", "profile /nonexistent/p.ini: cannot open"},
+    };
+    for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {
+        pf_log_capture();
+        int rc = pf_open(&f, "policy-tide", bad_opts[i].opts, 1, 8, 2);
+        pf_log_release();
+        CHECK(rc == TIDE_E_CONFIG || rc == TIDE_E_NOTFOUND);
+        CHECK_CONTAINS(pf_log_text(), bad_opts[i].msg);
+        pf_close(&f);
+    }
 
     static const struct {
         int layers, experts, budget;
@@ -285,6 +329,7 @@ int main(void)
     TEST_RUN(test_budget_zero);
     TEST_RUN(test_budget_all);
     TEST_RUN(test_layers);
+    TEST_RUN(test_prefetch);
     TEST_RUN(test_options_and_errors);
     TEST_RUN(test_initial_popular);
     TEST_DONE();

@@ -390,6 +390,7 @@ class Model:
             cache_mb = int(os.environ.get("LLADA2_REF_CACHE_MB", "4096"))
         self._cache = {}
         self._cache_left = cache_mb * (1 << 20)
+        self.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
         c = self.cfg
         r = c.rot // 2
         # float64 power, then float32, as the semantics require
@@ -481,7 +482,7 @@ class Model:
         o = o.astype(np.float32).transpose(2, 0, 1, 3).reshape(t, c.n_heads * c.head_dim)
         return bf16(o)
 
-    def moe(self, x, prefix, routes=None):
+    def moe(self, x, prefix, routes=None, force=None):
         c = self.cfg
         logits = matmul(x, self.w(prefix + "gate.weight"))
         s = sigmoid32(logits)
@@ -489,6 +490,8 @@ class Model:
         if c.use_bias and (prefix + "gate.expert_bias") in self.st:
             bias = as_f32(self.st.get(prefix + "gate.expert_bias"))
         ids, wts = route_topk(s, bias, c.n_group, c.topk_group, c.top_k, c.norm_topk, c.rsf)
+        if force is not None:
+            ids, wts = self.forced_route(force, s, bias, ids)
         if routes is not None:
             routes.append((ids, wts))
         t = x.shape[0]
@@ -504,15 +507,77 @@ class Model:
             routed = routed + self.ffn(x, prefix + "shared_experts.")
         return routed
 
+    # Routing given from outside (another implementation's choices), checked
+    # against this reference's own: a different choice is accepted only where
+    # this reference's own scores put it within ROUTE_MARGIN of the boundary.
+    # The margin bounds how far two correct implementations' sigmoid scores
+    # can drift apart: their hidden states differ by up to ~1% once a bf16
+    # rounding went the other way upstream, router logits are O(1), and the
+    # sigmoid's slope is at most 1/4.
+    ROUTE_MARGIN = 1e-2
+
+    def forced_route(self, force, s, bias, own):
+        c = self.cfg
+        if not force:
+            raise RefError("forced routing ran out of records")
+        ids = np.asarray(force.pop(0), dtype=np.int64).reshape(s.shape[0], c.top_k)
+        sel = s + (bias if bias is not None else np.float32(0))
+        t = s.shape[0]
+        g = sel.reshape(t, c.n_group, -1)
+        gscore = np.sort(g, axis=-1)[..., -min(2, g.shape[-1]):].sum(-1)
+        gcut = -np.sort(-gscore, axis=1)[:, c.topk_group - 1]
+        stats = self.route_stats
+        gsize = g.shape[-1]
+        for r in range(t):
+            stats["tokens"] += 1
+            if (ids[r] == own[r]).all():
+                continue
+            stats["different"] += 1
+            # The kept groups may differ only where group scores nearly tie;
+            # then redo the top-k inside the groups the forced choice used.
+            fgroups = sorted({int(e) // gsize for e in ids[r]})
+            near = len(fgroups) <= c.topk_group and all(
+                gscore[r, q] >= gcut[r] - self.ROUTE_MARGIN for q in fgroups)
+            kept = list(fgroups)
+            for q in np.argsort(-gscore[r], kind="stable"):
+                if len(kept) < c.topk_group and int(q) not in kept:
+                    kept.append(int(q))
+            allowed = np.zeros(sel.shape[1], dtype=bool)
+            for q in kept:
+                allowed[q * gsize:(q + 1) * gsize] = True
+            masked = np.where(allowed, sel[r], -np.inf)
+            mine = np.argsort(-masked, kind="stable")[: c.top_k]
+            kth = masked[mine[-1]]
+            # every forced expert must be within the margin of the k-th, and
+            # the slot order may differ only among near-equal scores
+            near = near and all(masked[e] >= kth - self.ROUTE_MARGIN for e in ids[r])
+            near = near and bool(np.all(np.diff(sel[r, ids[r]]) <= self.ROUTE_MARGIN))
+            if not near:
+                stats["unexplained"] += 1
+                if os.environ.get("LLADA2_REF_DEBUG"):
+                    print("route r=%d forced %s own %s sel_forced %s sel_own %s gscore %s" % (
+                        r, ids[r].tolist(), own[r].tolist(), sel[r, ids[r]].tolist(),
+                        sel[r, own[r]].tolist(), gscore[r].tolist()), file=sys.stderr)
+        w = np.take_along_axis(s, ids, axis=1)
+        if c.norm_topk:
+            total = np.zeros((t, 1), dtype=np.float32)
+            for j in range(c.top_k):
+                total = total + w[:, j : j + 1]
+            w = w / (total + np.float32(1e-20))
+        return ids, (w * np.float32(c.rsf)).astype(np.float32)
+
     # -- the forward ---------------------------------------------------------
 
-    def forward(self, ids, pos0, block, cache=None, store=False, logits=True, routes=None):
+    def forward(self, ids, pos0, block, cache=None, store=False, logits=True, routes=None,
+                force=None):
         """Run ids at positions pos0 .. pos0+T-1.
 
         cache: a KVCache holding positions 0 .. pos0-1 (its keys are visible
         under the block-causal mask), or None for no earlier keys.
         store: append this call's K/V to cache (requires cache.n == pos0).
         routes: a list that receives (ids, weights) per MoE layer.
+        force: a list of [T, top_k] id arrays, one per MoE layer call, taken
+        in order: route with these instead (see forced_route).
         Returns float32 logits [T, vocab], or None when logits is False.
         """
         c = self.cfg
@@ -554,7 +619,7 @@ class Model:
             if i < c.first_dense:
                 y = self.ffn(x, p + "mlp.")
             else:
-                y = self.moe(x, p + "mlp.", routes)
+                y = self.moe(x, p + "mlp.", routes, force)
             h = h + y
         if cache is not None and store:
             cache.n = pos0 + t
@@ -614,6 +679,36 @@ def transfer_schedule(block, steps):
     """Tokens to commit at each step of a block: L // S, the first L % S get one more."""
     steps_eff = min(steps, block)
     return [block // steps_eff + (1 if s < block % steps_eff else 0) for s in range(steps_eff)]
+
+
+def read_trace_routes(path):
+    """The routing records of a TIDE trace (docs/trace-format.md), in file
+    order, as [n, top_k] int arrays (other records are skipped)."""
+    raw = open(path, "rb").read()
+    if raw[:8] != b"TIDETRC\0":
+        raise RefError(f"{path}: not a TIDE trace")
+    version, jlen = struct.unpack_from("<II", raw, 8)
+    if version != 1:
+        raise RefError(f"{path}: trace version {version}, expected 1")
+    head = json.loads(raw[16 : 16 + jlen])
+    k, nexp = head["top_k"], head["n_experts"]
+    width = 1 if nexp <= 256 else 2
+    pos = 16 + jlen + (8 - (16 + jlen) % 8) % 8
+    out = []
+    sizes = {1: 8, 2: 5, 3: 4}
+    while pos < len(raw):
+        typ = raw[pos]
+        if typ in sizes:
+            pos += 1 + sizes[typ]
+            continue
+        if typ != 4:
+            raise RefError(f"{path}: unknown record type {typ} at byte {pos}")
+        n = struct.unpack_from("<I", raw, pos + 6)[0]
+        cnt = n * k
+        ids = np.frombuffer(raw, "<u1" if width == 1 else "<u2", cnt, pos + 10)
+        out.append(ids.astype(np.int64).reshape(n, k))
+        pos += 10 + cnt * width
+    return out
 
 
 def pick_commits(logits, active, n_s, threshold, mask_id):

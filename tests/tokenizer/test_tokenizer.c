@@ -17,10 +17,7 @@ static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 
 static uint32_t rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
+    return tt_rnd(&rng);
 }
 
 static int32_t *encode(const char *s, size_t len, size_t *n)

@@ -311,6 +311,80 @@ static void test_malformed(void)
     CHECK_CONTAINS(tt_log, path);
 }
 
+static uint64_t rng = 0x2545F4914F6CDD1DULL;
+
+static uint32_t rnd(void)
+{
+    return tt_rnd(&rng);
+}
+
+/* Random damage to the fixture (byte changes, cuts, repeats): loading must
+ * succeed or fail with TIDE_E_FORMAT and a message naming the file, never
+ * crash; a loaded tokenizer must encode and decode without crashing. */
+static void test_mutations(void)
+{
+    static const char junk[] = "{}[]\":,0-9.etnfalsru \\\n";
+    size_t flen = strlen(fixture);
+    char *buf = malloc(2 * flen + 1);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/mutant.json", tmp);
+    int loaded = 0;
+    for (int iter = 0; iter < 600; iter++) {
+        memcpy(buf, fixture, flen + 1);
+        size_t len = flen;
+        for (int m = 1 + (int)(rnd() % 3); m > 0; m--) {
+            size_t at = rnd() % len, span = 1 + rnd() % 12;
+            if (at + span > len)
+                span = len - at;
+            switch (rnd() % 3) {
+            case 0:
+                buf[at] = junk[rnd() % (sizeof junk - 1)];
+                break;
+            case 1:
+                memmove(buf + at, buf + at + span, len - at - span + 1);
+                len -= span;
+                break;
+            default:
+                if (len + span <= 2 * flen) {
+                    memmove(buf + at + span, buf + at, len - at + 1);
+                    len += span;
+                }
+            }
+            if (len == 0)
+                break;
+        }
+        CHECK_EQ_INT(tt_write(path, buf, len), 0);
+        struct tide_tokenizer *t = NULL;
+        tt_log_reset();
+        int rc = tide_tokenizer_load(path, &t);
+        if (rc != TIDE_OK) {
+            CHECK_EQ_INT(rc, TIDE_E_FORMAT);
+            CHECK_CONTAINS(tt_log, path);
+        } else {
+            loaded++;
+            static const char *const texts[] = {"hello world", "abcd 12\n", "<|x|>y cab",
+                                                "\xff\xfe ab", ""};
+            for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+                int32_t *ids;
+                size_t n;
+                rc = tide_tokenizer_encode(t, texts[i], strlen(texts[i]), &ids, &n);
+                CHECK(rc == TIDE_OK || rc == TIDE_E_FORMAT);
+                if (rc != TIDE_OK)
+                    continue;
+                char *back;
+                size_t bl;
+                CHECK_EQ_INT(tide_tokenizer_decode(t, ids, n, &back, &bl), TIDE_OK);
+                free(back);
+                free(ids);
+            }
+            tide_tokenizer_free(t);
+        }
+        tide_log_set_sink(NULL, NULL);
+    }
+    fprintf(stderr, "  %d of 600 mutants loaded\n", loaded);
+    free(buf);
+}
+
 int main(void)
 {
     const char *data = getenv("TIDE_TEST_DATA");
@@ -324,6 +398,7 @@ int main(void)
     TEST_RUN(test_known_ids);
     TEST_RUN(test_variants);
     TEST_RUN(test_malformed);
+    TEST_RUN(test_mutations);
     free(fixture);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -3,6 +3,7 @@
 #ifndef TIDE_TEST_TOK_TEST_H
 #define TIDE_TEST_TOK_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,15 @@ static inline void tt_log_reset(void)
 {
     tt_log[0] = 0;
     tide_log_set_sink(tt_sink, NULL);
+}
+
+/* xorshift64: a deterministic pseudo-random stream from *state (non-zero). */
+static inline uint32_t tt_rnd(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 11);
 }
 
 /* A fresh temporary folder (static storage), or NULL. */

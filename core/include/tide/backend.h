@@ -190,6 +190,9 @@ struct tide_backend_ops {
     /* Cumulative timings since create (seconds, measured with events on an
      * asynchronous backend): promotions busy, expert FFN compute. May be NULL. */
     int (*timings)(struct tide_backend *bk, double *copy_seconds, double *expert_seconds);
+    /* Memory this backend can still allocate, and its total, in bytes (for a
+     * host backend: available and total RAM). */
+    int (*mem_info)(struct tide_backend *bk, uint64_t *free_bytes, uint64_t *total_bytes);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))

@@ -57,6 +57,16 @@ struct tide_plan {
                          evaluated after the promotions */
 };
 
+/* Promotions a policy asks for at the start of a step (prefetch). The core
+ * provides the arrays with room for `cap` entries. */
+struct tide_prefetch {
+    int cap;
+    int n;
+    int32_t *layer;  /* [cap] MoE layer */
+    int32_t *expert; /* [cap] expert to promote (must not be resident) */
+    int32_t *evict;  /* [cap] resident of that layer to free, or -1 for a free slot */
+};
+
 struct tide_policy_ops {
     uint32_t size;
     int (*create)(const struct tide_policy_shape *shape, const struct tide_opts *opts,
@@ -69,6 +79,15 @@ struct tide_policy_ops {
     void (*block_begin)(struct tide_policy *p, int block, bool first_generated);
     /* Decide the plan for one layer at one step. Returns TIDE_OK or a status. */
     int (*plan)(struct tide_policy *p, const struct tide_policy_view *v, struct tide_plan *out);
+
+    /* ---- Optional: beyond TIDE_POLICY_OPS_MIN_SIZE. ---- */
+
+    /* A denoising step is about to start. resident[l][e] is the residency
+     * map of MoE layer l. The policy may ask for promotions in any layer now;
+     * the core issues them at once, so on an asynchronous backend the copies
+     * overlap the earlier layers' compute. Returns TIDE_OK or a status. */
+    int (*step_begin)(struct tide_policy *p, int block, int step,
+                      const uint8_t *const *resident, struct tide_prefetch *out);
 };
 
 #define TIDE_POLICY_OPS_MIN_SIZE (offsetof(struct tide_policy_ops, plan) + sizeof(void (*)(void)))

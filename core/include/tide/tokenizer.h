@@ -35,11 +35,16 @@ extern "C" {
 struct tide_tokenizer;
 
 /* Load a tokenizer.json. Accepts model.type "BPE" with vocab {piece: id} and
- * merges as "a b" strings or ["a", "b"] pairs; added_tokens; a pre_tokenizer
- * made of Sequence, Split (Regex or String pattern, behavior Isolated) and
- * ByteLevel; normalizer null; decoder ByteLevel or null. Anything else is
- * refused, and the log names the file and the key at fault (with line:column
- * for JSON syntax errors). On success *out owns the tokenizer (free it with
+ * merges as "a b" strings or ["a", "b"] pairs (ignore_merges honoured;
+ * unk_token stands in for bytes the vocab lacks); added_tokens (lstrip and
+ * rstrip honoured, single_word refused); a pre_tokenizer made of Sequence,
+ * Split (Regex or String pattern, behavior Isolated) and ByteLevel; normalizer
+ * null; decoder ByteLevel or null; any post_processor (not applied, see
+ * above). Anything else is refused, and the log names the file and the key at
+ * fault (with line:column for JSON syntax errors). Added tokens get the ids
+ * HuggingFace tokenizers gives them: the vocab's id when model.vocab has the
+ * content, else the next id after the vocab; a file id that disagrees is
+ * logged as a warning. On success *out owns the tokenizer (free it with
  * tide_tokenizer_free). Returns TIDE_OK, TIDE_E_NOTFOUND (no such file),
  * TIDE_E_IO, TIDE_E_FORMAT (malformed or unsupported), TIDE_E_NOMEM. */
 int tide_tokenizer_load(const char *path, struct tide_tokenizer **out);
@@ -63,7 +68,7 @@ int tide_tokenizer_decode(const struct tide_tokenizer *t, const int32_t *ids, si
 
 /* The id of an exact token string: an added token's content, or else a vocab
  * piece as written in tokenizer.json (byte-level form, e.g. "Ġthe").
- * Returns -1 when there is none. */
+ * Returns -1 when there is none (or token is NULL). */
 int32_t tide_tokenizer_id(const struct tide_tokenizer *t, const char *token);
 
 /* The token string of an id: an added token's content, or else the vocab

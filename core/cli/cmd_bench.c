@@ -1,0 +1,530 @@
+/* `tide bench`: a prompt set under several policies, budgets and intervals in
+ * one process, loading the model once. Prints a comparison table and writes
+ * results.csv, the effective config, a manifest and per-configuration
+ * metrics into a new timestamped folder. */
+#include <errno.h>
+#include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "tide/log.h"
+#include "tide/status.h"
+#include "tide/trace.h"
+
+#ifndef TIDE_GIT_REVISION
+#define TIDE_GIT_REVISION "unknown"
+#endif
+
+#define BENCH_MAX_LIST 64
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
+            "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
+            "                  [--max-prompts N] [--repeats N] [--out DIR]\n\n"
+            "Runs the prompt set under every combination of policy, budget and (for\n"
+            "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
+            "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
+            "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
+            "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
+            "Every configuration must generate the same tokens as the no-offload baseline\n"
+            "(placement is lossless); the 'same' column says so, and a mismatch fails the run.\n\n"
+            "The sweep comes from the [bench] section; the flags override it:\n"
+            "  --policies tide,lru,static   plugin names (x means policy-x)\n"
+            "  --budgets 8,16,all           experts per MoE layer on the device\n"
+            "  --intervals 1,4,32           policy-tide refresh intervals\n"
+            "  --prompts FILE               one prompt per line, '#' comments\n"
+            "  --max-prompts N, --repeats N, --out DIR\n\n"
+            "example:\n"
+            "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n");
+}
+
+/* Split "a,b,c" into at most max trimmed items (pointers into buf). */
+static int bench_split(char *buf, char **items, int max)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        char *end = t + strlen(t);
+        while (end > t && end[-1] == ' ')
+            *--end = 0;
+        if (*t && n < max)
+            items[n++] = t;
+    }
+    return n;
+}
+
+struct bench_prompts {
+    char *text; /* the file, lines cut in place */
+    char **line;
+    int n;
+};
+
+static int bench_load_prompts(const char *path, int max, struct bench_prompts *p)
+{
+    size_t len;
+    int rc = cli_read_file(path, &p->text, &len);
+    if (rc != TIDE_OK)
+        return rc;
+    int cap = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(p->text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        size_t ll = strlen(l);
+        while (ll && (l[ll - 1] == '\r' || l[ll - 1] == ' '))
+            l[--ll] = 0;
+        if (!ll || l[0] == '#')
+            continue;
+        if (max && p->n == max)
+            break;
+        if (p->n == cap) {
+            cap = cap ? 2 * cap : 32;
+            char **nl = realloc(p->line, sizeof *nl * (size_t)cap);
+            if (!nl)
+                return TIDE_E_NOMEM;
+            p->line = nl;
+        }
+        p->line[p->n++] = l;
+    }
+    if (!p->n) {
+        tide_error("[bench] prompts = %s: no prompts in the file", path);
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
+}
+
+/* One configuration's results. */
+struct bench_row {
+    char policy[64];
+    int interval; /* -1: not applicable */
+    int budget;
+    int64_t tokens, steps;
+    double seconds;
+    struct tide_moe_counters c;
+    bool same; /* generated the baseline's tokens */
+};
+
+static uint64_t bench_hash(const int32_t *ids, int64_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)ids;
+    for (size_t i = 0; i < (size_t)n * sizeof *ids; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int bench_mkdirs(const char *root, char *dir, size_t len)
+{
+    if (mkdir(root, 0777) != 0 && errno != EEXIST) {
+        tide_error("[bench] out = %s: cannot create it: %s", root, strerror(errno));
+        return TIDE_E_IO;
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int i = 0; i < 100; i++) {
+        if (i)
+            snprintf(dir, len, "%s/%s-%d", root, stamp, i);
+        else
+            snprintf(dir, len, "%s/%s", root, stamp);
+        if (mkdir(dir, 0777) == 0)
+            return TIDE_OK;
+        if (errno != EEXIST)
+            break;
+    }
+    tide_error("[bench] cannot create a results folder under %s: %s", root, strerror(errno));
+    return TIDE_E_IO;
+}
+
+static void bench_cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c += 2;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, len, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts)
+{
+    char path[4400], cpu[256], date[64], pcre[64] = "?";
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    bench_cpu_model(cpu, sizeof cpu);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    pcre2_config(PCRE2_CONFIG_VERSION, pcre);
+    struct utsname un;
+    uname(&un);
+    json_t *m = json_object();
+    json_object_set_new(m, "tide_version", json_string(TIDE_VERSION_STRING));
+    json_object_set_new(m, "git_revision", json_string(TIDE_GIT_REVISION));
+    json_object_set_new(m, "date", json_string(date));
+    json_object_set_new(m, "host", json_string(un.nodename));
+    json_object_set_new(m, "kernel", json_string(un.release));
+    json_object_set_new(m, "cpu", json_string(cpu));
+    json_object_set_new(m, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(m, "device_backend",
+                        json_string(e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk)
+                                                         : e->dev.name));
+    json_object_set_new(m, "host_backend",
+                        json_string(e->host.ops->describe ? e->host.ops->describe(e->host.bk)
+                                                          : e->host.name));
+    json_object_set_new(m, "model", json_string(e->model_dir));
+    json_object_set_new(m, "prompts", json_string(prompts));
+    json_t *lib = json_object();
+    json_object_set_new(lib, "jansson", json_string(JANSSON_VERSION));
+    json_object_set_new(lib, "pcre2", json_string(pcre));
+    json_object_set_new(m, "libraries", lib);
+    int rc = json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (rc) {
+        tide_error("cannot write %s", path);
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
+}
+
+static void bench_print_row(FILE *f, const struct bench_row *r, bool csv)
+{
+    const uint64_t rows = r->c.hit_rows + r->c.miss_rows;
+    const double hit = rows ? (double)r->c.hit_rows / (double)rows : 0.0;
+    char iv[16];
+    snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
+    if (csv)
+        fprintf(f,
+                "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s\n",
+                r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds,
+                hit, (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
+                (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
+                (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
+                r->c.host_seconds, r->c.device_seconds,
+                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO");
+    else
+        fprintf(f, "%-16s %8s %6d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s\n",
+                r->policy, iv, r->budget, 100.0 * hit, (unsigned long long)r->c.miss_rows,
+                (unsigned long long)r->c.promotions, (double)r->c.weight_bytes / 1e9,
+                (double)r->c.act_bytes / 1e9, (long long)r->tokens, r->seconds,
+                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO");
+}
+
+struct bench {
+    struct cli_ctx *c;
+    struct tide_engine *e;
+    struct bench_prompts prompts;
+    int repeats;
+    bool chat;
+    struct tide_gen_params gp;
+    uint64_t *want; /* [n prompts] baseline hash of the generated ids, 0 = none yet */
+    struct tide_trace_writer *trace; /* records the first configuration, then NULL */
+    char dir[4200];
+};
+
+/* Run every prompt once (times repeats) under the engine's current placement. */
+static int bench_run_config(struct bench *b, struct bench_row *r, const char *tag)
+{
+    char path[4600];
+    snprintf(path, sizeof path, "%s/metrics-%s.jsonl", b->dir, tag);
+    FILE *metrics = fopen(path, "w");
+    if (!metrics) {
+        tide_error("cannot create %s: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    tide_moe_reset_totals(b->e->moe);
+    r->same = true;
+    int rc = TIDE_OK;
+    for (int i = 0; i < b->prompts.n && rc == TIDE_OK; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
+        if (rc == TIDE_OK)
+            rc = tide_engine_reserve(b->e, (int64_t)n, &b->gp);
+        for (int rep = 0; rc == TIDE_OK && rep < b->repeats; rep++) {
+            struct tide_gen_result res;
+            fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
+            const struct tide_engine_outputs outs = {
+                .metrics = metrics, .trace = rep == 0 ? b->trace : NULL, .prompt_id = (uint32_t)i};
+            rc = tide_engine_generate(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
+            if (rc == TIDE_OK) {
+                r->tokens += res.n;
+                r->steps += res.steps;
+                r->seconds += res.seconds;
+                uint64_t h = bench_hash(res.ids, res.n);
+                if (!b->want[i])
+                    b->want[i] = h;
+                else if (b->want[i] != h)
+                    r->same = false;
+            }
+            free(res.ids);
+        }
+        free(ids);
+    }
+    tide_moe_totals(b->e->moe, &r->c);
+    if (fclose(metrics) != 0 && rc == TIDE_OK)
+        rc = TIDE_E_IO;
+    return rc;
+}
+
+/* A policy name as given ("tide") or as a plugin name ("policy-tide"). */
+static const char *bench_policy_name(const struct tide_plugin_set *set, const char *name,
+                                     char *buf, size_t len)
+{
+    if (tide_plugins_find(set, name))
+        return name;
+    snprintf(buf, len, "policy-%s", name);
+    return tide_plugins_find(set, buf) ? buf : name;
+}
+
+static int bench_parse_ints(char **items, int n, int n_experts, const char *what, int *out)
+{
+    for (int i = 0; i < n; i++) {
+        char *end;
+        if (!strcmp(items[i], "all")) {
+            out[i] = n_experts;
+            continue;
+        }
+        long v = strtol(items[i], &end, 10);
+        if (*end || v < (strcmp(what, "intervals") ? 0 : 1) || v > 1000000) {
+            tide_error("[bench] %s: '%s' is not a valid value", what, items[i]);
+            return TIDE_E_CONFIG;
+        }
+        out[i] = (int)v;
+    }
+    return TIDE_OK;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct cli_ctx c = {0};
+    static const char *flags[][2] = {
+        {"--policies", "bench.policies="}, {"--budgets", "bench.budgets="},
+        {"--intervals", "bench.intervals="}, {"--prompts", "bench.prompts="},
+        {"--max-prompts", "bench.max_prompts="}, {"--repeats", "bench.repeats="},
+        {"--out", "bench.out="},
+    };
+    char *owned[16];
+    int n_owned = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_common_arg(&c, argc, argv, &i);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            bench_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        bool known = false;
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !known; f++) {
+            if (strcmp(argv[i], flags[f][0]) || i + 1 >= argc || n_owned == 16 ||
+                c.n_sets == CLI_MAX_SETS)
+                continue;
+            size_t len = strlen(flags[f][1]) + strlen(argv[i + 1]) + 1;
+            char *set = malloc(len);
+            if (!set)
+                return CLI_EXIT_RUNTIME;
+            snprintf(set, len, "%s%s", flags[f][1], argv[++i]);
+            owned[n_owned++] = set;
+            c.sets[c.n_sets++] = set;
+            known = true;
+        }
+        if (!known) {
+            fprintf(stderr, "tide bench: unexpected argument '%s'\n\n", argv[i]);
+            bench_usage(stderr);
+            for (int k = 0; k < n_owned; k++)
+                free(owned[k]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    struct bench b = {.c = &c};
+    struct bench_row *rows = NULL;
+    char *lists[3] = {NULL, NULL, NULL};
+    int n_rows = 0;
+    int rc = cli_setup(&c);
+    if (rc != TIDE_OK)
+        goto done;
+    const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
+    tide_engine_gen_params(c.cfg, &b.gp);
+    b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
+    b.repeats = (int)tide_opts_int(bo, "repeats");
+    if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"), (int)tide_opts_int(bo, "max_prompts"),
+                                 &b.prompts)) != TIDE_OK ||
+        (rc = tide_engine_prepare(c.cfg, c.plugins, &b.e)) != TIDE_OK ||
+        (rc = tide_engine_load(b.e, c.plugins)) != TIDE_OK)
+        goto done;
+    const struct tide_moe_shape *sh = tide_moe_get_shape(b.e->moe);
+    if (!sh) {
+        tide_error("tide bench: the model has no MoE layers to place");
+        rc = TIDE_E_CONFIG;
+        goto done;
+    }
+    char *pol[BENCH_MAX_LIST], *bud[BENCH_MAX_LIST], *itv[BENCH_MAX_LIST];
+    lists[0] = strdup(tide_opts_str(bo, "policies"));
+    lists[1] = strdup(tide_opts_str(bo, "budgets"));
+    lists[2] = strdup(tide_opts_str(bo, "intervals"));
+    if (!lists[0] || !lists[1] || !lists[2]) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    int np = bench_split(lists[0], pol, BENCH_MAX_LIST);
+    int nb = bench_split(lists[1], bud, BENCH_MAX_LIST);
+    int ni = bench_split(lists[2], itv, BENCH_MAX_LIST);
+    int budgets[BENCH_MAX_LIST], intervals[BENCH_MAX_LIST];
+    if (!nb) {
+        if ((rc = tide_engine_config_budget(b.e, &budgets[0])) != TIDE_OK)
+            goto done;
+        nb = 1;
+    } else if ((rc = bench_parse_ints(bud, nb, sh->n_experts, "budgets", budgets)) != TIDE_OK) {
+        goto done;
+    }
+    if (!ni) {
+        intervals[0] = 4;
+        ni = 1;
+    } else if ((rc = bench_parse_ints(itv, ni, sh->n_experts, "intervals", intervals)) != TIDE_OK) {
+        goto done;
+    }
+    char names[BENCH_MAX_LIST][64];
+    for (int p = 0; p < np; p++) {
+        char buf[64];
+        snprintf(names[p], sizeof names[p], "%s", bench_policy_name(c.plugins, pol[p], buf, sizeof buf));
+        if (!tide_plugins_get(c.plugins, names[p], TIDE_PLUGIN_POLICY, "[bench] policies")) {
+            rc = TIDE_E_CONFIG;
+            goto done;
+        }
+    }
+    if ((rc = bench_mkdirs(tide_opts_str(bo, "out"), b.dir, sizeof b.dir)) != TIDE_OK)
+        goto done;
+    b.want = calloc((size_t)b.prompts.n, sizeof *b.want);
+    rows = calloc((size_t)(np * nb * ni + 1), sizeof *rows);
+    if (!b.want || !rows) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    const struct tide_opts *oo = tide_config_section(c.cfg, "output");
+    if (*tide_opts_str(oo, "trace") &&
+        (rc = tide_engine_trace_open(b.e, &b.gp, tide_opts_str(oo, "trace"),
+                                     tide_opts_bool(oo, "overwrite"), &b.trace)) != TIDE_OK)
+        goto done;
+    cli_catch_interrupt();
+    tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "
+              "policy-tide); results in %s",
+              b.prompts.n, b.repeats, np, nb, ni, b.dir);
+    printf("%-16s %8s %6s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
+           "budget", "hit rate", "host rows", "promoted", "weights GB", "acts GB", "tokens",
+           "time s", "tok/s", "same");
+    const bool baseline = tide_opts_bool(bo, "baseline");
+    for (int p = -1; p < np && rc == TIDE_OK; p++) {
+        if (p < 0 && !baseline)
+            continue;
+        bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
+        for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
+            for (int ii = 0; ii < (tide_pol ? ni : 1) && rc == TIDE_OK; ii++) {
+                struct bench_row *r = &rows[n_rows];
+                int budget = p < 0 ? sh->n_experts : budgets[bi];
+                snprintf(r->policy, sizeof r->policy, "%s",
+                         p < 0 || budget >= sh->n_experts ? "(no offload)" : names[p]);
+                r->budget = budget;
+                r->interval = tide_pol ? intervals[ii] : -1;
+                if (tide_pol) {
+                    char v[16];
+                    snprintf(v, sizeof v, "%d", intervals[ii]);
+                    if ((rc = tide_config_set_value(c.cfg, "policy-tide", "interval", v,
+                                                    "bench")) != TIDE_OK)
+                        break;
+                }
+                if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p],
+                                            budget)) != TIDE_OK)
+                    break;
+                char tag[128];
+                snprintf(tag, sizeof tag, "%s-b%d-i%d", p < 0 ? "baseline" : names[p], budget,
+                         r->interval);
+                rc = bench_run_config(&b, r, tag);
+                if (b.trace) {
+                    /* Routing does not depend on placement: one configuration suffices. */
+                    int trc = tide_trace_writer_close(b.trace, rc == TIDE_OK);
+                    b.trace = NULL;
+                    if (rc == TIDE_OK)
+                        rc = trc;
+                }
+                if (rc != TIDE_OK)
+                    break;
+                bench_print_row(stdout, r, false);
+                fflush(stdout);
+                n_rows++;
+            }
+        }
+    }
+    char path[4400];
+    snprintf(path, sizeof path, "%s/results.csv", b.dir);
+    FILE *csv = fopen(path, "w");
+    if (!csv) {
+        tide_error("cannot create %s", path);
+        if (rc == TIDE_OK)
+            rc = TIDE_E_IO;
+    } else {
+        fprintf(csv, "policy,interval,budget,tokens,steps,seconds,hit_rate,hit_rows,miss_rows,"
+                     "promotions,evictions,weight_bytes,act_bytes,host_seconds,device_seconds,"
+                     "tokens_per_second,same_tokens\n");
+        for (int i = 0; i < n_rows; i++)
+            bench_print_row(csv, &rows[i], true);
+        fclose(csv);
+    }
+    snprintf(path, sizeof path, "%s/config.ini", b.dir);
+    FILE *ini = fopen(path, "w");
+    if (ini) {
+        tide_config_print(c.cfg, ini, NULL);
+        fclose(ini);
+    }
+    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"));
+    if (rc == TIDE_OK)
+        rc = mrc;
+    bool all_same = true;
+    for (int i = 0; i < n_rows; i++)
+        all_same &= rows[i].same;
+    if (rc == TIDE_OK && !all_same) {
+        tide_error("bench: some configurations generated different tokens than the baseline "
+                   "(column 'same'); placement must be lossless");
+        rc = TIDE_E_INVAL;
+    }
+    if (n_rows)
+        tide_info("bench: %d configurations written to %s/results.csv", n_rows, b.dir);
+done:
+    tide_trace_writer_close(b.trace, false);
+    for (int k = 0; k < n_owned; k++)
+        free(owned[k]);
+    for (int k = 0; k < 3; k++)
+        free(lists[k]);
+    free(rows);
+    free(b.want);
+    free(b.prompts.text);
+    free(b.prompts.line);
+    tide_engine_close(b.e);
+    cli_teardown(&c);
+    return cli_exit_code(rc);
+}

@@ -1,0 +1,516 @@
+/* `tide profile`: measure this machine's expert times and copy bandwidth
+ * and write a hardware profile INI (docs/profiles.md).
+ *
+ * Host experts run on the host backend (backend-cpu-onednn) exactly as the
+ * dispatcher runs them: expert_create from views into a file mapping (as
+ * the mmapped checkpoint), then expert_ffn over `rows` gathered rows, cycling
+ * through enough distinct experts that the weights come from DRAM. With a
+ * CUDA device, the device curve is expert_ffn on backend-cuda, host to device
+ * is slot_load + copy_sync (the promotion path, from the registered
+ * mapping), device to host is a large read, the latency a one-row write.
+ * Without one, the host backend also plays the device, as in the engine:
+ * the device curve is the host curve, promotions are its slot_load (a memory
+ * copy), and copies do not overlap compute. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tide/backend.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/profile.h"
+#include "tide/status.h"
+
+static double prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void prof_usage(FILE *f)
+{
+    fprintf(f, "usage: tide profile OUT.ini [--force] [--hidden N] [--inter N] [--rows LIST]\n"
+               "                    [--experts N] [--device auto|none] [--name NAME]\n"
+               "                    [-c CONFIG] [--set section.key=value]\n\n"
+               "Measures this machine and writes a hardware profile for `tide sim` and\n"
+               "policy-tide's interval = auto: host expert time against rows (the host\n"
+               "backend, e.g. backend-cpu-onednn with its [backend-cpu-onednn] threads), memory\n"
+               "copy bandwidth and, when a CUDA device is usable (--device auto), device\n"
+               "expert time, promotion (slot_load) bandwidth, device-to-host bandwidth and the\n"
+               "latency of a small copy. Without a device the host backend plays the device,\n"
+               "as in the engine. Defaults: LLaDA2.0-mini experts (hidden 2048, inter 512),\n"
+               "rows 1,2,4,8,16,32,64,128,256, 24 distinct experts (so weights come from DRAM).\n"
+               "An existing OUT.ini is kept unless --force.\n");
+}
+
+struct prof_ctx {
+    struct cli_ctx c;
+    const char *out, *name, *device;
+    bool force;
+    int hidden, inter, n_experts;
+    double rows[TIDE_PROFILE_MAX_POINTS];
+    int n_rows;
+    /* weights: a file mapping holding n_experts experts */
+    void *map;
+    size_t map_bytes;
+    struct tide_view (*views)[3]; /* [n_experts][gate, up, down] */
+};
+
+static int prof_args(struct prof_ctx *p, int argc, char **argv)
+{
+    p->hidden = 2048;
+    p->inter = 512;
+    p->n_experts = 24;
+    p->device = "auto";
+    const double def_rows[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    p->n_rows = 9;
+    memcpy(p->rows, def_rows, sizeof def_rows);
+    for (int i = 1; i < argc; i++) {
+        int r = cli_common_arg(&p->c, argc, argv, &i);
+        if (r < 0)
+            return TIDE_E_CONFIG;
+        if (r > 0)
+            continue;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--force")) {
+            p->force = true;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (p->out) {
+                tide_error("profile: one output file, not '%s' and '%s'", p->out, a);
+                return TIDE_E_CONFIG;
+            }
+            p->out = a;
+            continue;
+        }
+        if (!v) {
+            tide_error("%s needs a value", a);
+            return TIDE_E_CONFIG;
+        }
+        i++;
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!strcmp(a, "--hidden") || !strcmp(a, "--inter") || !strcmp(a, "--experts")) {
+            if (*end || x < 1 || x > (1 << 20)) {
+                tide_error("%s %s: expected a positive integer", a, v);
+                return TIDE_E_CONFIG;
+            }
+            *(!strcmp(a, "--hidden")  ? &p->hidden
+              : !strcmp(a, "--inter") ? &p->inter
+                                      : &p->n_experts) = (int)x;
+        } else if (!strcmp(a, "--rows")) {
+            p->n_rows = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *save = NULL;
+            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                long rr = strtol(t, &end, 10);
+                if (*end || rr < 1 || rr > 65536 || p->n_rows == TIDE_PROFILE_MAX_POINTS ||
+                    (p->n_rows && rr <= p->rows[p->n_rows - 1])) {
+                    tide_error("--rows %s: expected ascending integers in [1, 65536], at most %d",
+                               v, TIDE_PROFILE_MAX_POINTS);
+                    return TIDE_E_CONFIG;
+                }
+                p->rows[p->n_rows++] = (double)rr;
+            }
+            if (!p->n_rows) {
+                tide_error("--rows is empty");
+                return TIDE_E_CONFIG;
+            }
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "auto") && strcmp(v, "none")) {
+                tide_error("--device %s: expected auto or none", v);
+                return TIDE_E_CONFIG;
+            }
+            p->device = v;
+        } else if (!strcmp(a, "--name")) {
+            p->name = v;
+        } else {
+            tide_error("profile: unknown option '%s' (see tide profile --help)", a);
+            return TIDE_E_CONFIG;
+        }
+    }
+    if (!p->out) {
+        tide_error("profile: name the output file (e.g. config/profiles/this-machine.ini)");
+        return TIDE_E_CONFIG;
+    }
+    if (!p->force && access(p->out, F_OK) == 0) {
+        tide_error("profile %s exists; refusing to replace it (use --force)", p->out);
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
+}
+
+/* Random bf16 experts in an unlinked temporary file, mapped read-only. */
+static int prof_weights(struct prof_ctx *p)
+{
+    const size_t per = tide_expert_bytes((uint32_t)p->hidden, (uint32_t)p->inter);
+    p->map_bytes = per * (size_t)p->n_experts;
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tide-profile-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        tide_error("profile: cannot create a weight file in %s: %s", dir, strerror(errno));
+        return TIDE_E_IO;
+    }
+    unlink(path);
+    uint16_t *buf = malloc(per);
+    int rc = buf ? TIDE_OK : TIDE_E_NOMEM;
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int e = 0; e < p->n_experts && rc == TIDE_OK; e++) {
+        for (size_t i = 0; i < per / 2; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            buf[i] = tide_f32_to_bf16((float)((int)(s % 2001) - 1000) * 2e-5f);
+        }
+        if (write(fd, buf, per) != (ssize_t)per) {
+            tide_error("profile: cannot write the weight file: %s", strerror(errno));
+            rc = TIDE_E_IO;
+        }
+    }
+    free(buf);
+    if (rc == TIDE_OK) {
+        p->map = mmap(NULL, p->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p->map == MAP_FAILED) {
+            p->map = NULL;
+            tide_error("profile: cannot map the weight file: %s", strerror(errno));
+            rc = TIDE_E_IO;
+        }
+    }
+    close(fd);
+    p->views = calloc((size_t)p->n_experts, sizeof *p->views);
+    if (rc == TIDE_OK && !p->views)
+        rc = TIDE_E_NOMEM;
+    const size_t mat = per / 3;
+    for (int e = 0; rc == TIDE_OK && e < p->n_experts; e++)
+        for (int j = 0; j < 3; j++) {
+            struct tide_view *v = &p->views[e][j];
+            v->data = (const char *)p->map + per * (size_t)e + mat * (size_t)j;
+            v->dtype = TIDE_DTYPE_BF16;
+            v->ndim = 2;
+            v->shape[0] = j < 2 ? p->inter : p->hidden;
+            v->shape[1] = j < 2 ? p->hidden : p->inter;
+            v->nbytes = mat;
+            v->name = "profile expert";
+        }
+    return rc;
+}
+
+/* One backend instance of a plugin in a role. */
+static int prof_backend(struct prof_ctx *p, const struct tide_plugin *pl,
+                        enum tide_backend_role role, struct tide_backend_ref *out)
+{
+    const struct tide_backend_args a = {
+        .size = sizeof a,
+        .opts = tide_config_section(p->c.cfg, pl->desc->name),
+        .role = role,
+    };
+    out->ops = pl->desc->ops;
+    out->name = pl->desc->name;
+    int rc = out->ops->create(&a, &out->bk);
+    if (rc != TIDE_OK) {
+        tide_error("profile: backend %s could not start (%s)", out->name, tide_status_str(rc));
+        out->bk = NULL;
+    }
+    return rc;
+}
+
+/* Expert time against rows on backend b: mean microseconds per expert_ffn
+ * over three passes through the experts after a warm-up pass. */
+static int prof_curve(struct prof_ctx *p, const struct tide_backend_ref *b,
+                      struct tide_profile_curve *out)
+{
+    const struct tide_backend_ops *o = b->ops;
+    const int N = p->n_experts, R = (int)p->rows[p->n_rows - 1];
+    struct tide_expert **ex = calloc((size_t)N, sizeof *ex);
+    int32_t *idx = malloc(sizeof *idx * (size_t)R);
+    struct tide_buffer *xb = NULL, *yb = NULL;
+    int rc = ex && idx ? TIDE_OK : TIDE_E_NOMEM;
+    for (int i = 0; i < R && idx; i++)
+        idx[i] = i;
+    for (int e = 0; e < N && rc == TIDE_OK; e++)
+        rc = o->expert_create(b->bk, &p->views[e][0], &p->views[e][1], &p->views[e][2], &ex[e]);
+    if (rc == TIDE_OK)
+        rc = o->buffer_alloc(b->bk, (size_t)R * (size_t)p->hidden * 2, &xb);
+    if (rc == TIDE_OK)
+        rc = o->buffer_alloc(b->bk, (size_t)R * (size_t)p->hidden * 4, &yb);
+    uint16_t *xh = malloc((size_t)R * (size_t)p->hidden * 2);
+    if (rc == TIDE_OK && !xh)
+        rc = TIDE_E_NOMEM;
+    struct tide_tensor x = tide_tensor_2d(xb, TIDE_DTYPE_BF16, R, p->hidden);
+    struct tide_tensor y = tide_tensor_2d(yb, TIDE_DTYPE_F32, R, p->hidden);
+    if (rc == TIDE_OK) {
+        for (size_t i = 0; i < (size_t)R * (size_t)p->hidden; i++)
+            xh[i] = tide_f32_to_bf16((float)((i * 37) % 200) * 0.005f - 0.5f);
+        rc = o->write(b->bk, &x, xh);
+    }
+    out->n = 0;
+    for (int k = 0; k < p->n_rows && rc == TIDE_OK; k++) {
+        const int64_t rows = (int64_t)p->rows[k];
+        double best = 0;
+        for (int pass = 0; pass < 4 && rc == TIDE_OK; pass++) {
+            double t0 = prof_now();
+            for (int e = 0; e < N && rc == TIDE_OK; e++)
+                rc = o->expert_ffn(b->bk, ex[e], &x, idx, idx, rows, &y);
+            if (rc == TIDE_OK)
+                rc = o->sync(b->bk);
+            double us = (prof_now() - t0) * 1e6 / N;
+            if (pass == 1 || (pass > 1 && us < best)) /* pass 0 warms up */
+                best = us;
+        }
+        out->rows[out->n] = (double)rows;
+        out->us[out->n++] = best;
+        tide_info("profile: %s: %lld rows: %.2f us per expert", b->name, (long long)rows, best);
+    }
+    for (int e = 0; e < N && ex; e++)
+        if (ex[e])
+            o->expert_destroy(b->bk, ex[e]);
+    if (xb)
+        o->buffer_free(b->bk, xb);
+    if (yb)
+        o->buffer_free(b->bk, yb);
+    free(xh);
+    free(ex);
+    free(idx);
+    return rc;
+}
+
+/* Promotion bandwidth: slot_load of every expert into 4 slots, then copy_sync. */
+static int prof_promote(struct prof_ctx *p, const struct tide_backend_ref *b, double *gbps)
+{
+    const struct tide_backend_ops *o = b->ops;
+    if (!TIDE_OPS_HAS(o, slot_create) || !TIDE_OPS_HAS(o, slot_load) ||
+        !TIDE_OPS_HAS(o, copy_sync)) {
+        tide_error("profile: backend %s has no slot ops", b->name);
+        return TIDE_E_UNSUPPORTED;
+    }
+    struct tide_expert *slot[4] = {0};
+    int rc = TIDE_OK;
+    for (int s = 0; s < 4 && rc == TIDE_OK; s++)
+        rc = o->slot_create(b->bk, p->hidden, p->inter, &slot[s]);
+    double best = 0;
+    for (int pass = 0; pass < 4 && rc == TIDE_OK; pass++) {
+        double t0 = prof_now();
+        for (int e = 0; e < p->n_experts && rc == TIDE_OK; e++)
+            rc =
+                o->slot_load(b->bk, slot[e % 4], &p->views[e][0], &p->views[e][1], &p->views[e][2]);
+        if (rc == TIDE_OK)
+            rc = o->copy_sync(b->bk);
+        double g = (double)p->map_bytes / (prof_now() - t0) / 1e9;
+        if (pass > 0 && g > best) /* pass 0 registers and warms */
+            best = g;
+    }
+    for (int s = 0; s < 4; s++)
+        if (slot[s])
+            o->expert_destroy(b->bk, slot[s]);
+    *gbps = best;
+    return rc;
+}
+
+/* Host memcpy bandwidth over 64 MiB buffers, best of five. */
+static double prof_memcpy(void)
+{
+    const size_t n = 64u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n);
+        memset(b, 2, n);
+        for (int i = 0; i < 6; i++) {
+            double t0 = prof_now();
+            memcpy(i & 1 ? a : b, i & 1 ? b : a, n);
+            double g = (double)n / (prof_now() - t0) / 1e9;
+            if (i > 0 && g > best)
+                best = g;
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* Device to host GB/s (a 64 MiB read) and the latency of a one-row write. */
+static int prof_d2h(struct prof_ctx *p, const struct tide_backend_ref *b, double *gbps,
+                    double *lat_us)
+{
+    const struct tide_backend_ops *o = b->ops;
+    const size_t n = 64u << 20;
+    struct tide_buffer *buf = NULL;
+    void *host = malloc(n);
+    int rc = host ? o->buffer_alloc(b->bk, n, &buf) : TIDE_E_NOMEM;
+    struct tide_tensor t = tide_tensor_2d(buf, TIDE_DTYPE_F32, (int64_t)(n / 4 / 1024), 1024);
+    double best = 0;
+    for (int i = 0; i < 4 && rc == TIDE_OK; i++) {
+        double t0 = prof_now();
+        rc = o->read(b->bk, &t, host);
+        double g = (double)n / (prof_now() - t0) / 1e9;
+        if (i > 0 && g > best)
+            best = g;
+    }
+    *gbps = best;
+    struct tide_tensor row = tide_tensor_2d(buf, TIDE_DTYPE_BF16, 1, p->hidden);
+    double t0 = prof_now();
+    for (int i = 0; i < 200 && rc == TIDE_OK; i++)
+        rc = o->write(b->bk, &row, host);
+    if (rc == TIDE_OK)
+        rc = o->sync(b->bk);
+    *lat_us = (prof_now() - t0) * 1e6 / 200;
+    if (buf)
+        o->buffer_free(b->bk, buf);
+    free(host);
+    return rc;
+}
+
+static void prof_cpu_name(char *out, size_t len)
+{
+    snprintf(out, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c += 1 + (c[1] == ' ');
+                c[strcspn(c, "\n")] = 0;
+                snprintf(out, len, "%s", c);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static int prof_main(struct prof_ctx *p)
+{
+    int rc = prof_weights(p);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_opts *bo = tide_config_section(p->c.cfg, "backend");
+    const struct tide_plugin *hpl = tide_plugins_get(p->c.plugins, tide_opts_str(bo, "host"),
+                                                     TIDE_PLUGIN_BACKEND, "[backend] host");
+    if (!hpl)
+        return TIDE_E_CONFIG;
+    const struct tide_plugin *cuda =
+        strcmp(p->device, "none") ? tide_plugins_find(p->c.plugins, "backend-cuda") : NULL;
+    if (cuda && (!cuda->usable || cuda->desc->kind != TIDE_PLUGIN_BACKEND)) {
+        tide_info("profile: no usable CUDA device (%s): the host backend plays the device",
+                  cuda->why);
+        cuda = NULL;
+    }
+    struct tide_profile prof;
+    memset(&prof, 0, sizeof prof);
+    snprintf(prof.name, sizeof prof.name, "%s", p->name ? p->name : "measured");
+    prof.hidden = (uint32_t)p->hidden;
+    prof.inter = (uint32_t)p->inter;
+    struct tide_backend_ref host = {0}, dev = {0};
+    char cpu[160], host_desc[256], dev_desc[256] = "", notes_buf[11][512];
+    prof_cpu_name(cpu, sizeof cpu);
+    if ((rc = prof_backend(p, hpl, TIDE_ROLE_HOST, &host)) != TIDE_OK)
+        goto done;
+    snprintf(host_desc, sizeof host_desc, "%s",
+             host.ops->describe ? host.ops->describe(host.bk) : host.name);
+    tide_info("profile: host experts on %s (%s)", host_desc, cpu);
+    if ((rc = prof_curve(p, &host, &prof.host)) != TIDE_OK)
+        goto done;
+    const double mc = prof_memcpy();
+    if (cuda) {
+        if ((rc = prof_backend(p, cuda, TIDE_ROLE_DEVICE, &dev)) != TIDE_OK)
+            goto done;
+        snprintf(dev_desc, sizeof dev_desc, "%s",
+                 dev.ops->describe ? dev.ops->describe(dev.bk) : dev.name);
+        tide_info("profile: device %s", dev_desc);
+        if ((rc = prof_curve(p, &dev, &prof.device)) != TIDE_OK ||
+            (rc = prof_promote(p, &dev, &prof.h2d_gbps)) != TIDE_OK ||
+            (rc = prof_d2h(p, &dev, &prof.d2h_gbps, &prof.latency_us)) != TIDE_OK)
+            goto done;
+        prof.overlap = true;
+    } else {
+        /* The host backend as the device, as the engine runs without a GPU. */
+        if ((rc = prof_backend(p, hpl, TIDE_ROLE_DEVICE, &dev)) != TIDE_OK ||
+            (rc = prof_promote(p, &dev, &prof.h2d_gbps)) != TIDE_OK)
+            goto done;
+        prof.device = prof.host;
+        prof.d2h_gbps = mc;
+        prof.latency_us = 0;
+        prof.overlap = false;
+    }
+    snprintf(notes_buf[0], 512, "written by `tide profile` on %s", cpu);
+    snprintf(notes_buf[1], 512,
+             "[M] %s: slot_load of %d distinct experts from a file mapping, then copy_sync "
+             "(the promotion path), best of 3 passes",
+             cuda ? dev_desc : host_desc, p->n_experts);
+    snprintf(notes_buf[2], 512,
+             cuda ? "[M] a 64 MiB read from the device, best of 3"
+                  : "[M] host memcpy of 64 MiB, best of 5 (no device: activations stay in "
+                    "host memory)");
+    snprintf(notes_buf[3], 512,
+             cuda ? "[M] mean of 200 one-row writes to the device"
+                  : "[M] none: the host backend plays the device (no transfer)");
+    snprintf(notes_buf[4], 512,
+             cuda ? "the CUDA backend overlaps copies, host and device experts"
+                  : "the CPU backend runs its queues inline: nothing overlaps");
+    snprintf(notes_buf[5], 512, "the expert shape measured (--hidden, --inter)");
+    notes_buf[6][0] = 0;
+    snprintf(notes_buf[7], 512,
+             "[E] not measured: attention, router and shared expert per MoE layer per forward; "
+             "0 leaves them out of modelled times (they do not depend on placement)");
+    notes_buf[8][0] = 0;
+    snprintf(notes_buf[9], 512,
+             "[M] %s: expert_ffn per expert, cycling %d distinct experts (weights from DRAM), "
+             "best of 3 passes after a warm-up; host memcpy measured at %.1f GB/s",
+             cuda ? dev_desc : host_desc, p->n_experts, mc);
+    snprintf(notes_buf[10], 512,
+             "[M] %s: expert_ffn per expert, cycling %d distinct experts, best of 3 passes",
+             host_desc, p->n_experts);
+    const char *notes[11];
+    for (int i = 0; i < 11; i++)
+        notes[i] = notes_buf[i];
+    char header[600];
+    snprintf(header, sizeof header,
+             "Hardware profile measured by `tide profile` (docs/profiles.md).\n"
+             "[M] = measured here, [E] = estimate. Host: %s. Device: %s.",
+             cpu, cuda ? dev_desc : "none (the host backend plays the device)");
+    if ((rc = tide_profile_save(&prof, p->out, p->force, header, notes)) == TIDE_OK)
+        printf("wrote %s: host %.1f us per expert at 1 row, %.1f at %g rows; promotions %.2f "
+               "GB/s; device %s\n",
+               p->out, prof.host.us[0], prof.host.us[prof.host.n - 1],
+               prof.host.rows[prof.host.n - 1], prof.h2d_gbps, cuda ? dev_desc : "= host");
+done:
+    if (dev.bk)
+        dev.ops->destroy(dev.bk);
+    if (host.bk)
+        host.ops->destroy(host.bk);
+    return rc;
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            prof_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+    struct prof_ctx p;
+    memset(&p, 0, sizeof p);
+    int rc = prof_args(&p, argc, argv);
+    if (rc == TIDE_OK)
+        rc = cli_setup(&p.c);
+    if (rc == TIDE_OK)
+        rc = prof_main(&p);
+    if (p.map)
+        munmap(p.map, p.map_bytes);
+    free(p.views);
+    cli_teardown(&p.c);
+    return cli_exit_code(rc);
+}

@@ -1,0 +1,837 @@
+/* `tide sim`: replay a routing trace through placement policies, budgets and
+ * intervals under a hardware profile; hindsight baselines, the oracle
+ * bound, the interval and budget solver, a table, CSV and SVG plots
+ * (docs/sim.md). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "sim.h"
+#include "svgplot.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+#define SIM_MAX_LIST 256
+
+static void sim_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
+            "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
+            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
+            "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n\n"
+            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
+            "through the same policy plugins the engine uses, for every policy, budget and\n"
+            "(policy-tide) interval, and prints per configuration: promotions, GB moved\n"
+            "(weights and activations), host rows, hit rate and, with a hardware profile\n"
+            "(config/profiles/), the modelled ms per denoising step and tokens/s.\n\n"
+            "  --policy tide,lru,static   policies (plugin names; x means policy-x)\n"
+            "  --budget 32,64,128         experts per MoE layer on the device (default: 1/4)\n"
+            "  --interval 1-32,auto       policy-tide intervals; auto = the policy's online\n"
+            "                             solver with this profile (default: 1 to the trace's\n"
+            "                             steps per block)\n"
+            "  --csv FILE                 also write the table as CSV\n"
+            "  --plot DIR                 write SVG plots: time against interval per budget,\n"
+            "                             hit rate against budget, expert heat maps\n"
+            "  --metrics FILE             one configuration only: the engine's per-layer JSON\n"
+            "                             Lines, for comparison with a live run\n"
+            "  --layer-budgets            also share each budget's memory (budget x layers)\n"
+            "                             unequally by greedy marginal gain, and replay it\n"
+            "  --no-hindsight             skip belady, best-static and the oracle\n"
+            "  --no-oracle                skip the oracle (a min-cost flow; the slowest row)\n"
+            "  --scale-profile            accept a profile measured for another expert shape,\n"
+            "                             scaling its expert times by expert bytes\n"
+            "  --model DIR                check that the trace was recorded for this checkpoint\n"
+            "  --force                    replace existing --csv, --metrics and plot files\n"
+            "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
+            "Hindsight rows: belady (full swap, evicting the farthest next use), best-static\n"
+            "(the top-B experts over the whole trace), oracle (a lower bound on every\n"
+            "policy's modelled time; its hit rate and moves are those of its schedule).\n");
+}
+
+struct sim_row {
+    char policy[32];
+    char interval[16];
+    int budget;     /* -1: per-layer budgets */
+    int interval_n; /* policy-tide's interval; 0 auto; -1 none */
+    struct tide_sim_counters c;
+    double *layer_us; /* [L], policy-tide rows */
+    bool bound;       /* the oracle: us is a lower bound */
+    bool no_counters; /* the oracle without a schedule: counters unknown */
+    double seconds;
+};
+
+struct sim_cli {
+    struct cli_ctx c;
+    const char *trace_path, *profile_path, *csv, *plot, *metrics, *model_dir;
+    char policies[512], budgets[512], intervals[512];
+    bool hindsight, oracle, layer_budgets, scale, force;
+    struct tide_sim_trace *t;
+    struct tide_profile prof;
+    bool have_prof;
+    struct tide_cost cost;
+    int budget[SIM_MAX_LIST], n_budget;
+    int interval[SIM_MAX_LIST], n_interval; /* 0 = auto */
+    const struct tide_plugin *pol[16];
+    int n_pol;
+    struct sim_row *rows;
+    int n_rows, cap_rows;
+    int L, E;
+};
+
+static int sim_add_row(struct sim_cli *s, struct sim_row **out)
+{
+    if (s->n_rows == s->cap_rows) {
+        int n = s->cap_rows ? 2 * s->cap_rows : 64;
+        struct sim_row *r = realloc(s->rows, sizeof *r * (size_t)n);
+        if (!r)
+            return TIDE_E_NOMEM;
+        s->rows = r;
+        s->cap_rows = n;
+    }
+    *out = &s->rows[s->n_rows++];
+    memset(*out, 0, sizeof **out);
+    (*out)->interval_n = -1;
+    snprintf((*out)->interval, sizeof(*out)->interval, "-");
+    return TIDE_OK;
+}
+
+/* "1-8,16,auto" into values (auto = 0). */
+static int sim_parse_list(const char *text, const char *what, bool allow_auto, int lo, int hi,
+                          int *out, int *n)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", text);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long a, b;
+        char *end;
+        if (allow_auto && !strcmp(tok, "auto")) {
+            a = b = 0;
+        } else {
+            errno = 0;
+            a = strtol(tok, &end, 10);
+            b = a;
+            if (end != tok && *end == '-')
+                b = strtol(end + 1, &end, 10);
+            if (end == tok || *end || errno || a < lo || b > hi || b < a) {
+                tide_error("--%s %s: '%s' is not a number or range within [%d, %d]%s", what, text,
+                           tok, lo, hi, allow_auto ? " or auto" : "");
+                return TIDE_E_CONFIG;
+            }
+        }
+        for (long v = a; v <= b; v++) {
+            if (*n == SIM_MAX_LIST) {
+                tide_error("--%s: at most %d values", what, SIM_MAX_LIST);
+                return TIDE_E_CONFIG;
+            }
+            out[(*n)++] = (int)v;
+        }
+    }
+    if (!*n) {
+        tide_error("--%s is empty", what);
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
+}
+
+/* Create PATH.tmp unless PATH exists (and !force). */
+static FILE *sim_create(const char *path, bool force, char **tmp)
+{
+    if (!force && access(path, F_OK) == 0) {
+        tide_error("%s exists; refusing to replace it (use --force)", path);
+        return NULL;
+    }
+    *tmp = malloc(strlen(path) + 5);
+    if (!*tmp)
+        return NULL;
+    sprintf(*tmp, "%s.tmp", path);
+    FILE *f = fopen(*tmp, "w");
+    if (!f) {
+        tide_error("cannot create %s: %s", *tmp, strerror(errno));
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return f;
+}
+
+static int sim_finish(FILE *f, char *tmp, const char *path, bool keep)
+{
+    int rc = ferror(f) ? TIDE_E_IO : TIDE_OK;
+    if (fclose(f) != 0)
+        rc = TIDE_E_IO;
+    if (keep && rc == TIDE_OK && rename(tmp, path) != 0)
+        rc = TIDE_E_IO;
+    if (keep && rc != TIDE_OK)
+        tide_error("cannot write %s: %s", path, strerror(errno));
+    if (!keep || rc != TIDE_OK)
+        remove(tmp);
+    free(tmp);
+    return rc;
+}
+
+static int sim_args(struct sim_cli *s, int argc, char **argv)
+{
+    s->hindsight = s->oracle = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_common_arg(&s->c, argc, argv, &i);
+        if (r < 0)
+            return TIDE_E_CONFIG;
+        if (r > 0)
+            continue;
+        static const char *const flags[] = {"--no-hindsight", "--no-oracle", "--layer-budgets",
+                                            "--scale-profile", "--force"};
+        bool *flag_dst[] = {&s->hindsight, &s->oracle, &s->layer_budgets, &s->scale, &s->force};
+        const bool flag_val[] = {false, false, true, true, true};
+        bool done = false;
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+            if (!strcmp(a, flags[k])) {
+                *flag_dst[k] = flag_val[k];
+                done = true;
+            }
+        if (done)
+            continue;
+        static const char *const vals[] = {"--trace",  "--profile", "--csv",
+                                           "--plot",   "--metrics", "--model",
+                                           "--policy", "--budget",  "--interval"};
+        const char **val_dst[] = {&s->trace_path, &s->profile_path, &s->csv,
+                                  &s->plot,       &s->metrics,      &s->model_dir};
+        char *list_dst[] = {s->policies, s->budgets, s->intervals};
+        size_t k = 0;
+        while (k < sizeof vals / sizeof vals[0] && strcmp(a, vals[k]))
+            k++;
+        if (k == sizeof vals / sizeof vals[0]) {
+            tide_error("sim: unknown argument '%s' (see tide sim --help)", a);
+            return TIDE_E_CONFIG;
+        }
+        if (i + 1 >= argc) {
+            tide_error("%s needs a value", a);
+            return TIDE_E_CONFIG;
+        }
+        if (k < 6)
+            *val_dst[k] = argv[++i];
+        else
+            snprintf(list_dst[k - 6], 512, "%s", argv[++i]);
+    }
+    if (!s->trace_path) {
+        tide_error("sim: name the routing trace with --trace FILE");
+        return TIDE_E_CONFIG;
+    }
+    if (!s->hindsight)
+        s->oracle = false;
+    return TIDE_OK;
+}
+
+/* --model DIR: open the checkpoint (experts stay where they are) and compare. */
+static int sim_check_model(struct sim_cli *s)
+{
+    int rc = tide_config_set_value(s->c.cfg, "model", "path", s->model_dir, "--model");
+    if (rc == TIDE_OK)
+        rc = tide_config_set_value(s->c.cfg, "policy", "budget", "-1", "--model");
+    struct tide_engine *e = NULL;
+    if (rc == TIDE_OK && (rc = tide_engine_prepare(s->c.cfg, s->c.plugins, &e)) == TIDE_OK)
+        rc = tide_engine_load(e, s->c.plugins);
+    if (rc == TIDE_OK) {
+        const struct tide_model_info *m = e->mops->info(e->model);
+        const struct tide_trace_header *h = &s->t->h;
+        if ((uint32_t)m->n_moe_layers != h->n_layers || (uint32_t)m->n_experts != h->n_experts ||
+            (uint32_t)m->top_k != h->top_k || (uint32_t)m->hidden != h->hidden ||
+            m->expert_bytes != h->expert_bytes) {
+            tide_error("trace %s was recorded for %u MoE layers x %u experts (top-%u, hidden %u, "
+                       "%llu bytes per expert), but the model %s has %d x %d (top-%d, hidden %d, "
+                       "%llu bytes per expert)",
+                       s->trace_path, h->n_layers, h->n_experts, h->top_k, h->hidden,
+                       (unsigned long long)h->expert_bytes, s->model_dir, m->n_moe_layers,
+                       m->n_experts, m->top_k, m->hidden, (unsigned long long)m->expert_bytes);
+            rc = TIDE_E_CONFIG;
+        }
+    }
+    tide_engine_close(e);
+    return rc;
+}
+
+static int sim_setup(struct sim_cli *s)
+{
+    int rc = tide_sim_trace_load(s->trace_path, &s->t);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_trace_header *h = &s->t->h;
+    s->L = (int)h->n_layers;
+    s->E = (int)h->n_experts;
+    if (s->model_dir && (rc = sim_check_model(s)) != TIDE_OK)
+        return rc;
+    if (s->profile_path) {
+        if ((rc = tide_profile_load(s->profile_path, &s->prof)) != TIDE_OK)
+            return rc;
+        s->have_prof = true;
+    } else {
+        /* No profile: a model in which everything is free (counters only). */
+        memset(&s->prof, 0, sizeof s->prof);
+        snprintf(s->prof.name, sizeof s->prof.name, "none");
+        s->prof.h2d_gbps = s->prof.d2h_gbps = 1e300;
+        s->prof.hidden = h->hidden;
+        s->prof.inter = h->inter;
+    }
+    char what[600];
+    snprintf(what, sizeof what, "the trace %s", s->trace_path);
+    if ((rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
+                             s->t->max_tokens)) != TIDE_OK)
+        return rc == TIDE_E_CONFIG ? rc : rc;
+    if (s->have_prof && (h->hidden != s->prof.hidden || h->inter != s->prof.inter))
+        tide_warn("profile %s is for hidden %u x inter %u; its expert times are scaled by %.3f "
+                  "for the trace's hidden %u x inter %u (--scale-profile)",
+                  s->prof.name, s->prof.hidden, s->prof.inter, s->cost.scale, h->hidden, h->inter);
+    /* Lists. */
+    if (!s->policies[0])
+        snprintf(s->policies, sizeof s->policies, "tide,lru,static");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s->policies);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char name[80];
+        snprintf(name, sizeof name, strchr(tok, '-') ? "%s" : "policy-%s", tok);
+        if (s->n_pol == (int)(sizeof s->pol / sizeof s->pol[0])) {
+            tide_error("--policy: at most %d policies", s->n_pol);
+            return TIDE_E_CONFIG;
+        }
+        s->pol[s->n_pol] = tide_plugins_get(s->c.plugins, name, TIDE_PLUGIN_POLICY, "--policy");
+        if (!s->pol[s->n_pol++])
+            return TIDE_E_CONFIG;
+    }
+    if (!s->budgets[0])
+        snprintf(s->budgets, sizeof s->budgets, "%d", s->E / 4);
+    if ((rc = sim_parse_list(s->budgets, "budget", false, 0, s->E, s->budget, &s->n_budget)) !=
+        TIDE_OK)
+        return rc;
+    if (!s->intervals[0])
+        snprintf(s->intervals, sizeof s->intervals, "1-%u", h->steps < 64 ? h->steps : 64);
+    return sim_parse_list(s->intervals, "interval", true, 1, 1 << 20, s->interval, &s->n_interval);
+}
+
+/* Replay one configuration into a new row. */
+static int sim_replay(struct sim_cli *s, const char *label, enum tide_sim_hindsight kind,
+                      const struct tide_plugin *pl, int budget, const int *layer_budget,
+                      int interval, FILE *metrics)
+{
+    const struct tide_sim_config cfg = {
+        .label = label,
+        .kind = kind,
+        .ops = pl ? pl->desc->ops : NULL,
+        .opts = pl ? tide_config_section(s->c.cfg, pl->desc->name) : NULL,
+        .budget = budget,
+        .layer_budget = layer_budget,
+    };
+    struct tide_sim_result res;
+    int rc = tide_sim_run(s->t, &cfg, &s->cost, metrics, &res);
+    if (rc != TIDE_OK)
+        return rc;
+    struct sim_row *r;
+    if ((rc = sim_add_row(s, &r)) != TIDE_OK) {
+        tide_sim_result_free(&res);
+        return rc;
+    }
+    snprintf(r->policy, sizeof r->policy, "%s", label);
+    r->budget = layer_budget ? -1 : budget;
+    r->interval_n = interval;
+    if (interval >= 0)
+        snprintf(r->interval, sizeof r->interval, interval ? "%d" : "auto", interval);
+    r->c = res.total;
+    r->seconds = res.seconds;
+    r->layer_us = malloc(sizeof *r->layer_us * (size_t)s->L);
+    if (!r->layer_us) {
+        tide_sim_result_free(&res);
+        return TIDE_E_NOMEM;
+    }
+    for (int l = 0; l < s->L; l++)
+        r->layer_us[l] = res.layer[l].us;
+    tide_sim_result_free(&res);
+    return TIDE_OK;
+}
+
+static int sim_set_interval(struct sim_cli *s, int interval)
+{
+    char v[32];
+    snprintf(v, sizeof v, interval ? "%d" : "auto", interval);
+    int rc = tide_config_set_value(s->c.cfg, "policy-tide", "interval", v, "--interval");
+    const struct tide_opts *o = tide_config_section(s->c.cfg, "policy-tide");
+    if (rc == TIDE_OK && !interval && o && !*tide_opts_str(o, "profile")) {
+        if (!s->profile_path) {
+            tide_error("--interval auto needs --profile (or [policy-tide] profile)");
+            return TIDE_E_CONFIG;
+        }
+        rc =
+            tide_config_set_value(s->c.cfg, "policy-tide", "profile", s->profile_path, "--profile");
+    }
+    return rc;
+}
+
+/* The per-layer cost of policy-tide at every grid budget (evaluator), the
+ * greedy allocation of budget * L experts, and a replay of it. */
+static int sim_layer_budgets(struct sim_cli *s, int budget, int interval, FILE *out)
+{
+    const struct tide_opts *o = tide_config_section(s->c.cfg, "policy-tide");
+    const struct tide_plugin *pl = tide_plugins_find(s->c.plugins, "policy-tide");
+    if (!o || !pl) {
+        tide_error("--layer-budgets needs the policy-tide plugin");
+        return TIDE_E_CONFIG;
+    }
+    const struct tide_tide_rule rule = {
+        .interval = interval,
+        .first_block_every_step = tide_opts_bool(o, "first_block_every_step"),
+        .prefetch = tide_opts_bool(o, "prefetch"),
+    };
+    const int L = s->L, E = s->E, step = E >= 32 ? E / 32 : 1;
+    int grid[SIM_MAX_LIST], n_grid = 0;
+    for (int b = 0; b <= E && n_grid < SIM_MAX_LIST; b += step)
+        grid[n_grid++] = b;
+    if (grid[n_grid - 1] != E && n_grid < SIM_MAX_LIST)
+        grid[n_grid++] = E;
+    double *cost = malloc(sizeof *cost * (size_t)L * n_grid);
+    uint8_t *res = malloc((size_t)E);
+    int *idx = malloc(sizeof *idx * (size_t)L), *lb = malloc(sizeof *lb * (size_t)L);
+    struct tide_solver_ws ws = {0};
+    int rc = cost && res && idx && lb ? TIDE_OK : TIDE_E_NOMEM;
+    for (int l = 0; l < L && rc == TIDE_OK; l++)
+        for (int j = 0; j < n_grid && rc == TIDE_OK; j++) {
+            memset(res, 0, (size_t)E);
+            memset(res, 1, (size_t)grid[j]); /* initial = first: experts 0..B-1 */
+            struct tide_eval ev = {0};
+            rc = tide_solver_eval_tide(s->t->fwd[l], s->t->n_fwd[l], E, grid[j], res, &rule,
+                                       &s->cost, &ev, &ws);
+            cost[(size_t)l * n_grid + j] = ev.us;
+        }
+    double total_us = 0;
+    if (rc == TIDE_OK)
+        rc = tide_solver_budgets(cost, L, n_grid, grid, (int64_t)budget * L, idx, &total_us);
+    if (rc == TIDE_OK) {
+        fprintf(out,
+                "budget %d x %d layers shared unequally (interval %d, greedy marginal "
+                "gain, grid step %d): ",
+                budget, L, interval, step);
+        for (int l = 0; l < L; l++) {
+            lb[l] = grid[idx[l]];
+            fprintf(out, "%s%d", l ? "," : "", lb[l]);
+        }
+        fprintf(out, "\n");
+        rc = sim_replay(s, "policy-tide", SIM_PLUGIN, pl, budget, lb, interval, NULL);
+    }
+    tide_solver_ws_free(&ws);
+    free(cost);
+    free(res);
+    free(idx);
+    free(lb);
+    return rc;
+}
+
+static int sim_oracle_row(struct sim_cli *s, int budget)
+{
+    struct tide_sim_oracle o;
+    clock_t t0 = clock();
+    int rc = tide_sim_oracle(s->t, budget, NULL, &s->cost, &o);
+    if (rc != TIDE_OK)
+        return rc;
+    struct sim_row *r;
+    if ((rc = sim_add_row(s, &r)) == TIDE_OK) {
+        snprintf(r->policy, sizeof r->policy, "oracle");
+        r->budget = budget;
+        r->c = o.sched;
+        r->c.us = o.bound_us;
+        r->c.step_us = o.step_bound_us;
+        r->c.weight_bytes = r->c.promotions * s->t->h.expert_bytes;
+        r->c.act_bytes = r->c.miss_rows * s->t->h.hidden * 6u;
+        r->bound = true;
+        r->no_counters = !o.schedule;
+        r->seconds = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        r->layer_us = malloc(sizeof *r->layer_us * (size_t)s->L);
+        if (r->layer_us)
+            memcpy(r->layer_us, o.layer_bound_us, sizeof *r->layer_us * (size_t)s->L);
+        else
+            rc = TIDE_E_NOMEM;
+    }
+    tide_sim_oracle_free(&o);
+    return rc;
+}
+
+static const struct sim_row *sim_find(const struct sim_cli *s, const char *policy, int budget)
+{
+    for (int i = 0; i < s->n_rows; i++)
+        if (!strcmp(s->rows[i].policy, policy) && s->rows[i].budget == budget)
+            return &s->rows[i];
+    return NULL;
+}
+
+static double sim_hit(const struct tide_sim_counters *c)
+{
+    uint64_t r = c->hit_rows + c->miss_rows;
+    return r ? (double)c->hit_rows / (double)r : 0;
+}
+
+static void sim_print_row(const struct sim_cli *s, const struct sim_row *r, double oracle_us)
+{
+    char ms[32] = "-", tps[32] = "-", vs[32] = "-", b[16];
+    if (s->have_prof) {
+        snprintf(ms, sizeof ms, "%s%.3f", r->bound ? ">=" : "", tide_sim_ms_per_step(s->t, &r->c));
+        snprintf(tps, sizeof tps, "%s%.1f", r->bound ? "<=" : "", tide_sim_tok_per_s(s->t, &r->c));
+        if (oracle_us > 0)
+            snprintf(vs, sizeof vs, "%.3fx", r->c.us / oracle_us);
+    }
+    snprintf(b, sizeof b, r->budget < 0 ? "layer" : "%d", r->budget);
+    if (r->no_counters) {
+        printf("%-14s %8s %6s %11s %9s %11s %9s %10s %10s %9s\n", r->policy, r->interval, b, "-",
+               "-", "-", "-", ms, tps, vs);
+        return;
+    }
+    printf("%-14s %8s %6s %11llu %9.3f %11llu %8.3f%% %10s %10s %9s\n", r->policy, r->interval, b,
+           (unsigned long long)r->c.promotions, (double)(r->c.weight_bytes + r->c.act_bytes) / 1e9,
+           (unsigned long long)r->c.miss_rows, 100.0 * sim_hit(&r->c), ms, tps, vs);
+}
+
+static void sim_csv_row(FILE *f, const struct sim_cli *s, const struct sim_row *r)
+{
+    if (r->no_counters)
+        fprintf(f, "%s,%s,%d,,,,,,,", r->policy, r->interval, r->budget);
+    else
+        fprintf(f, "%s,%s,%s%d,%llu,%llu,%llu,%llu,%llu,%.6f,", r->policy, r->interval,
+                r->budget < 0 ? "layer" : "", r->budget < 0 ? 0 : r->budget,
+                (unsigned long long)r->c.promotions, (unsigned long long)r->c.weight_bytes,
+                (unsigned long long)r->c.act_bytes, (unsigned long long)r->c.hit_rows,
+                (unsigned long long)r->c.miss_rows, sim_hit(&r->c));
+    if (s->have_prof)
+        fprintf(f, "%.6f,%.3f,%.3f,%d,%.6f\n", tide_sim_ms_per_step(s->t, &r->c),
+                tide_sim_tok_per_s(s->t, &r->c), r->c.us, r->bound, r->seconds);
+    else
+        fprintf(f, ",,,%d,%.6f\n", r->bound, r->seconds);
+}
+
+/* The best policy-tide interval per budget (global and per layer). */
+static void sim_choose(struct sim_cli *s, int budget)
+{
+    int idx[SIM_MAX_LIST], n = 0, iv[SIM_MAX_LIST];
+    for (int i = 0; i < s->n_rows && n < SIM_MAX_LIST; i++) {
+        const struct sim_row *r = &s->rows[i];
+        if (!strcmp(r->policy, "policy-tide") && r->budget == budget && r->interval_n > 0) {
+            iv[n] = r->interval_n;
+            idx[n++] = i;
+        }
+    }
+    if (!n || !s->have_prof)
+        return;
+    double *cost = malloc(sizeof *cost * (size_t)s->L * (size_t)n);
+    int *li = malloc(sizeof *li * (size_t)s->L);
+    if (!cost || !li) {
+        free(cost);
+        free(li);
+        return;
+    }
+    for (int l = 0; l < s->L; l++)
+        for (int k = 0; k < n; k++)
+            cost[(size_t)l * n + k] = s->rows[idx[k]].layer_us[l];
+    int g;
+    double g_us, l_us;
+    if (tide_solver_intervals(cost, s->L, n, iv, &g, &g_us, li, &l_us) == TIDE_OK) {
+        const struct sim_row *best = &s->rows[idx[g]];
+        printf("budget %d: interval %d minimises modelled time for policy-tide: %.3f ms per step, "
+               "%.1f tokens/s",
+               budget, iv[g], tide_sim_ms_per_step(s->t, &best->c),
+               tide_sim_tok_per_s(s->t, &best->c));
+        const struct sim_row *o = sim_find(s, "oracle", budget);
+        if (o)
+            printf(" (%.3fx the oracle bound)", best->c.us / o->c.us);
+        printf("\n          per-layer intervals ");
+        for (int l = 0; l < s->L; l++)
+            printf("%s%d", l ? "," : "", iv[li[l]]);
+        printf(" would give %.3f ms per step (%.2f%% less)\n",
+               tide_sim_ms_per_step(s->t, &best->c) * (g_us > 0 ? l_us / g_us : 1),
+               100.0 * (1 - l_us / g_us));
+    }
+    free(cost);
+    free(li);
+}
+
+static int sim_plots(struct sim_cli *s)
+{
+    if (mkdir(s->plot, 0777) != 0 && errno != EEXIST) {
+        tide_error("--plot %s: cannot create the folder: %s", s->plot, strerror(errno));
+        return TIDE_E_IO;
+    }
+    char path[4200], title[256];
+    int rc = TIDE_OK;
+    static const char *const refs[] = {"policy-lru", "policy-static", "belady", "best-static",
+                                       "oracle"};
+    double xs[SIM_MAX_LIST], ys[SIM_MAX_LIST], ref_y[8][2], ref_x[2];
+    /* Modelled time against interval, one chart per budget. */
+    for (int bi = 0; s->have_prof && bi < s->n_budget && rc == TIDE_OK; bi++) {
+        const int b = s->budget[bi];
+        int n = 0;
+        for (int i = 0; i < s->n_rows && n < SIM_MAX_LIST; i++)
+            if (!strcmp(s->rows[i].policy, "policy-tide") && s->rows[i].budget == b &&
+                s->rows[i].interval_n > 0) {
+                xs[n] = s->rows[i].interval_n;
+                ys[n++] = tide_sim_ms_per_step(s->t, &s->rows[i].c);
+            }
+        if (!n)
+            continue;
+        struct svg_series ser[8] = {{"policy-tide", xs, ys, n, false, true}};
+        int ns = 1;
+        ref_x[0] = xs[0];
+        ref_x[1] = xs[n - 1];
+        for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
+            const struct sim_row *r = sim_find(s, refs[k], b);
+            if (!r)
+                continue;
+            ref_y[ns][0] = ref_y[ns][1] = tide_sim_ms_per_step(s->t, &r->c);
+            ser[ns] = (struct svg_series){refs[k], ref_x, ref_y[ns], 2, true, false};
+            ns++;
+        }
+        snprintf(path, sizeof path, "%s/interval-b%d.svg", s->plot, b);
+        snprintf(title, sizeof title, "Modelled time against interval, budget %d (%s)", b,
+                 s->prof.name);
+        rc = svg_line_chart(path, title, "refresh interval (steps)", "modelled ms per step", ser,
+                            ns, false);
+    }
+    /* Hit rate against budget. */
+    if (rc == TIDE_OK && s->n_budget > 0) {
+        static const char *const pols[] = {"policy-tide", "policy-lru",  "policy-static",
+                                           "belady",      "best-static", "oracle"};
+        double hx[6][SIM_MAX_LIST], hy[6][SIM_MAX_LIST];
+        struct svg_series ser[6];
+        int ns = 0;
+        for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+            int n = 0;
+            for (int bi = 0; bi < s->n_budget; bi++) {
+                /* policy-tide: its best interval by modelled time (or the first). */
+                const struct sim_row *best = NULL;
+                for (int i = 0; i < s->n_rows; i++) {
+                    const struct sim_row *r = &s->rows[i];
+                    if (strcmp(r->policy, pols[k]) || r->budget != s->budget[bi] || r->no_counters)
+                        continue;
+                    if (!best || (s->have_prof && r->c.us < best->c.us))
+                        best = r;
+                }
+                if (best) {
+                    hx[ns][n] = s->budget[bi];
+                    hy[ns][n++] = 100.0 * sim_hit(&best->c);
+                }
+            }
+            if (n)
+                ser[ns] = (struct svg_series){pols[k], hx[ns], hy[ns], n, k >= 3, true}, ns++;
+        }
+        snprintf(path, sizeof path, "%s/hitrate-budget.svg", s->plot);
+        if (ns)
+            rc = svg_line_chart(path, "Hit rate against budget (policy-tide at its best interval)",
+                                "experts per MoE layer on the device", "hit rate (%)", ser, ns,
+                                false);
+    }
+    /* Heat maps of expert activity over the step forwards: first, middle, last layer. */
+    const int layers[3] = {0, s->L / 2, s->L - 1};
+    for (int q = 0; q < 3 && rc == TIDE_OK; q++) {
+        const int l = layers[q];
+        if (q && l == layers[q - 1])
+            continue;
+        const struct tide_solver_fwd *fw = s->t->fwd[l];
+        int cols = 0, marks[4096], n_marks = 0;
+        for (size_t j = 0; j < s->t->n_fwd[l] && cols < 1200; j++)
+            if (fw[j].phase == TIDE_TRACE_STEP) {
+                if (fw[j].step == 0 && cols && n_marks < 4096)
+                    marks[n_marks++] = cols;
+                cols++;
+            }
+        const int E = s->E, rows = E < 256 ? E : 256;
+        double *v = calloc((size_t)E * (cols ? cols : 1), sizeof *v);
+        uint64_t *tot = calloc((size_t)E, sizeof *tot);
+        int32_t *order = malloc(sizeof *order * (size_t)E);
+        struct tide_solver_ws ws = {0};
+        uint32_t *t32 = malloc(sizeof *t32 * (size_t)E);
+        if (!v || !tot || !order || !t32) {
+            rc = TIDE_E_NOMEM;
+        } else {
+            int c = 0;
+            for (size_t j = 0; j < s->t->n_fwd[l] && c < cols; j++) {
+                if (fw[j].phase != TIDE_TRACE_STEP)
+                    continue;
+                for (uint32_t a = 0; a < fw[j].n_active; a++)
+                    tot[fw[j].ids[a]] += fw[j].cnt[a];
+                c++;
+            }
+            for (int e = 0; e < E; e++)
+                t32[e] = tot[e] > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)tot[e] + 1;
+            int n = tide_rank_top(t32, E, E, order, &ws); /* busiest first */
+            int *row_of = (int *)tot;                     /* reuse: expert -> row */
+            for (int e = 0; e < E; e++)
+                row_of[e] = -1;
+            for (int i = 0; i < n && i < rows; i++)
+                row_of[order[i]] = i;
+            c = 0;
+            for (size_t j = 0; j < s->t->n_fwd[l] && c < cols; j++) {
+                if (fw[j].phase != TIDE_TRACE_STEP)
+                    continue;
+                for (uint32_t a = 0; a < fw[j].n_active; a++)
+                    if (row_of[fw[j].ids[a]] >= 0)
+                        v[(size_t)row_of[fw[j].ids[a]] * cols + c] = fw[j].cnt[a];
+                c++;
+            }
+            snprintf(path, sizeof path, "%s/heatmap-layer%02d.svg", s->plot, l);
+            snprintf(title, sizeof title, "MoE layer %d: tokens per expert per denoising step", l);
+            rc = svg_heatmap(path, title, "denoising steps in trace order (red: a new block)",
+                             rows < E ? "busiest 256 experts" : "experts, busiest first", v, rows,
+                             cols, marks, n_marks);
+        }
+        tide_solver_ws_free(&ws);
+        free(v);
+        free(tot);
+        free(order);
+        free(t32);
+    }
+    if (rc == TIDE_OK)
+        printf("plots in %s/\n", s->plot);
+    return rc;
+}
+
+static int sim_main(struct sim_cli *s)
+{
+    int rc = sim_setup(s);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_trace_header *h = &s->t->h;
+    int n_cfg = 0;
+    for (int p = 0; p < s->n_pol; p++)
+        n_cfg += !strcmp(s->pol[p]->desc->name, "policy-tide") ? s->n_interval : 1;
+    n_cfg *= s->n_budget;
+    if (s->metrics && (n_cfg != 1 || s->layer_budgets)) {
+        tide_error("--metrics needs exactly one configuration (one policy, budget and interval) "
+                   "and no --layer-budgets; this run has %d",
+                   n_cfg);
+        return TIDE_E_CONFIG;
+    }
+    FILE *mf = NULL;
+    char *mtmp = NULL;
+    if (s->metrics && !(mf = sim_create(s->metrics, s->force, &mtmp)))
+        return TIDE_E_CONFIG;
+    printf("trace %s: %u MoE layers x %u experts, top-%u; %llu blocks, %llu steps, %llu "
+           "assignments\nprofile: %s%s\n\n",
+           s->trace_path, h->n_layers, h->n_experts, h->top_k, (unsigned long long)s->t->blocks,
+           (unsigned long long)s->t->steps, (unsigned long long)s->t->assignments, s->prof.name,
+           s->have_prof ? (s->prof.overlap ? " (copies overlap compute)" : " (serial)")
+                        : " (no profile: counters only)");
+    cli_catch_interrupt();
+    double replay_s = 0;
+    uint64_t replays = 0;
+    for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
+        const int b = s->budget[bi];
+        for (int p = 0; p < s->n_pol && rc == TIDE_OK; p++) {
+            const struct tide_plugin *pl = s->pol[p];
+            const bool is_tide = !strcmp(pl->desc->name, "policy-tide");
+            for (int k = 0; k < (is_tide ? s->n_interval : 1) && rc == TIDE_OK; k++) {
+                if (tide_stop_requested()) {
+                    rc = TIDE_E_INTERRUPTED;
+                    break;
+                }
+                if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
+                    break;
+                rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
+                                is_tide ? s->interval[k] : -1, mf);
+                if (rc == TIDE_OK) {
+                    replay_s += s->rows[s->n_rows - 1].seconds;
+                    replays++;
+                }
+            }
+        }
+        if (rc == TIDE_OK && s->hindsight && b < s->E) {
+            if ((rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL)) == TIDE_OK)
+                rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
+        }
+        if (rc == TIDE_OK && s->oracle && b < s->E)
+            rc = sim_oracle_row(s, b);
+    }
+    if (mf && sim_finish(mf, mtmp, s->metrics, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK)
+        rc = TIDE_E_IO;
+    if (rc != TIDE_OK)
+        return rc;
+    printf("%-14s %8s %6s %11s %9s %11s %9s %10s %10s %9s\n", "policy", "interval", "budget",
+           "promotions", "moved GB", "host rows", "hit rate", "ms/step", "tok/s", "vs oracle");
+    for (int bi = 0; bi < s->n_budget; bi++) {
+        const struct sim_row *o = sim_find(s, "oracle", s->budget[bi]);
+        for (int i = 0; i < s->n_rows; i++)
+            if (s->rows[i].budget == s->budget[bi])
+                sim_print_row(s, &s->rows[i], o ? o->c.us : 0);
+    }
+    printf("\n");
+    for (int bi = 0; bi < s->n_budget; bi++)
+        sim_choose(s, s->budget[bi]);
+    if (s->layer_budgets && s->have_prof) {
+        for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
+            /* At the best global interval found for this budget (else the first). */
+            const struct sim_row *best = NULL;
+            for (int i = 0; i < s->n_rows; i++)
+                if (!strcmp(s->rows[i].policy, "policy-tide") &&
+                    s->rows[i].budget == s->budget[bi] && s->rows[i].interval_n > 0 &&
+                    (!best || s->rows[i].c.us < best->c.us))
+                    best = &s->rows[i];
+            int iv = best ? best->interval_n : 4;
+            if ((rc = sim_set_interval(s, iv)) == TIDE_OK &&
+                (rc = sim_layer_budgets(s, s->budget[bi], iv, stdout)) == TIDE_OK) {
+                const struct sim_row *o = sim_find(s, "oracle", s->budget[bi]);
+                sim_print_row(s, &s->rows[s->n_rows - 1], o ? o->c.us : 0);
+                if (best)
+                    printf("  uniform budget %d at interval %d: %.3f ms per step; unequal: %.3f\n",
+                           s->budget[bi], iv, tide_sim_ms_per_step(s->t, &best->c),
+                           tide_sim_ms_per_step(s->t, &s->rows[s->n_rows - 1].c));
+            }
+        }
+    }
+    if (rc != TIDE_OK)
+        return rc;
+    if (replays)
+        printf("\nreplayed %llu configurations of %llu assignments in %.3f s: %.1f million "
+               "assignments per second\n",
+               (unsigned long long)replays, (unsigned long long)s->t->assignments, replay_s,
+               replay_s > 0 ? (double)replays * (double)s->t->assignments / replay_s / 1e6 : 0);
+    if (s->csv) {
+        char *tmp = NULL;
+        FILE *f = sim_create(s->csv, s->force, &tmp);
+        if (!f)
+            return TIDE_E_CONFIG;
+        fprintf(f, "policy,interval,budget,promotions,weight_bytes,act_bytes,hit_rows,miss_rows,"
+                   "hit_rate,model_ms_per_step,model_tok_per_s,model_us,bound,replay_seconds\n");
+        for (int i = 0; i < s->n_rows; i++)
+            sim_csv_row(f, s, &s->rows[i]);
+        if ((rc = sim_finish(f, tmp, s->csv, true)) != TIDE_OK)
+            return rc;
+    }
+    if (s->plot)
+        rc = sim_plots(s);
+    return rc;
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            sim_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+    struct sim_cli s;
+    memset(&s, 0, sizeof s);
+    int rc = sim_args(&s, argc, argv);
+    if (rc == TIDE_OK)
+        rc = cli_setup(&s.c);
+    if (rc == TIDE_OK)
+        rc = sim_main(&s);
+    for (int i = 0; i < s.n_rows; i++)
+        free(s.rows[i].layer_us);
+    free(s.rows);
+    tide_cost_free(&s.cost);
+    tide_sim_trace_free(s.t);
+    cli_teardown(&s.c);
+    return cli_exit_code(rc);
+}

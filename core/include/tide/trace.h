@@ -1,0 +1,105 @@
+/* Routing traces: the routing of every MoE layer at every forward of a
+ * generation, recorded once and replayed by `tide sim` through any policy,
+ * budget and hardware profile (placement never changes routing).
+ *
+ * File format (version 1, little-endian), documented in docs/trace-format.md:
+ *   header: magic "TIDETRC\0", u32 version, u32 json_len, JSON metadata
+ *           (model shape, generation parameters), padded to 8 bytes;
+ *   records: u8 type, then a type-specific payload (see the doc). A file may
+ *           hold many prompts, appended one after another.
+ * Writers write PATH.tmp and rename on close, so nothing is half-written. */
+#ifndef TIDE_TRACE_H
+#define TIDE_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIDE_TRACE_VERSION 1u
+
+/* Phases of a forward, as the dispatcher sees them. */
+enum tide_trace_phase {
+    TIDE_TRACE_PREFILL = 0, /* prompt blocks written to the KV cache */
+    TIDE_TRACE_STEP = 1,    /* a denoising step (the policy is consulted) */
+    TIDE_TRACE_KV = 2,      /* a finished block's final K/V pass */
+};
+
+/* What a trace is about. Strings are owned by the caller (writer) or by the
+ * reader (reader). */
+struct tide_trace_header {
+    uint32_t n_layers;     /* MoE layers */
+    uint32_t n_experts;    /* routed experts per MoE layer */
+    uint32_t top_k;
+    uint32_t hidden;
+    uint32_t inter;        /* expert intermediate width */
+    uint64_t expert_bytes; /* one routed expert */
+    uint32_t block_length;
+    uint32_t steps;
+    double threshold;
+    const char *model;     /* checkpoint directory or a synthetic label */
+};
+
+struct tide_trace_writer;
+
+/* Create PATH (refusing an existing file unless append or overwrite) or
+ * append to it (its header must match h: same shape). Writes go to
+ * PATH.tmp until tide_trace_writer_close(w, true). */
+int tide_trace_writer_open(const char *path, bool append, bool overwrite,
+                           const struct tide_trace_header *h, struct tide_trace_writer **out);
+/* A new prompt: its id (free-form, e.g. the index in a prompt file) and length. */
+int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
+/* Block `block` (0 = first generated) starts. */
+int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
+/* Denoising step `step` of the current block starts. */
+int tide_trace_step(struct tide_trace_writer *w, int32_t step);
+/* The routing of one MoE layer in one forward: n tokens, top_k ids each. */
+int tide_trace_route(struct tide_trace_writer *w, enum tide_trace_phase phase, uint32_t layer,
+                     uint32_t n, const int32_t *ids);
+/* Finish: keep renames PATH.tmp to PATH; !keep removes PATH.tmp (interrupt,
+ * error). Frees w. Returns the first write error, if any. */
+int tide_trace_writer_close(struct tide_trace_writer *w, bool keep);
+
+/* ---- Reading ---- */
+
+#define TIDE_TRACE_MAGIC "TIDETRC\0"
+
+enum tide_trace_rec {
+    TIDE_TREC_PROMPT = 1, /* u32 prompt_id, u32 prompt_len */
+    TIDE_TREC_BLOCK = 2,  /* i32 block, u8 first_generated */
+    TIDE_TREC_STEP = 3,   /* i32 step */
+    TIDE_TREC_ROUTE = 4,  /* u8 phase, u32 layer, u32 n, n*top_k ids (u8, or u16 if > 256 experts) */
+};
+
+/* One record. ids points into the reader's buffer, valid until the next call. */
+struct tide_trace_record {
+    enum tide_trace_rec type;
+    uint32_t prompt_id, prompt_len;
+    int32_t block;
+    bool first_generated;
+    int32_t step;
+    enum tide_trace_phase phase;
+    uint32_t layer;
+    uint32_t n;          /* tokens */
+    const int32_t *ids;  /* [n * top_k] */
+};
+
+struct tide_trace_reader;
+
+/* Open and check a trace: refuses a foreign file, another version, a bad
+ * header, naming the file. */
+int tide_trace_reader_open(const char *path, struct tide_trace_reader **out);
+const struct tide_trace_header *tide_trace_reader_header(const struct tide_trace_reader *r);
+/* Read the next record: returns 1 with *rec filled, 0 at the end, or a
+ * negative status (a truncated or malformed record: logged with its offset). */
+int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record *rec);
+/* Back to the first record. */
+void tide_trace_reader_rewind(struct tide_trace_reader *r);
+void tide_trace_reader_close(struct tide_trace_reader *r); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

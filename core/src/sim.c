@@ -1,0 +1,697 @@
+/* The trace simulator: decoding a trace into a tape and replaying it
+ * through placement policies (sim.h). The replay mirrors the dispatcher in
+ * core/src/moe.c event by event, so that its counters equal the engine's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+static double sim_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- Decoding ------------------------------------------------------------ */
+
+/* Grow *p (elements of elem bytes, capacity *cap) to hold need. */
+static bool sim_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+void tide_sim_trace_free(struct tide_sim_trace *t)
+{
+    if (!t)
+        return;
+    for (uint32_t l = 0; t->fwd && l < t->h.n_layers; l++)
+        free(t->fwd[l]);
+    free(t->fwd);
+    free(t->n_fwd);
+    free(t->ev);
+    free(t->ids);
+    free(t->cnt);
+    free(t->model);
+    free(t->path);
+    free(t);
+}
+
+/* The forwards' pair offsets were stored in place of pointers while the
+ * pair arrays grew; turn them into pointers. */
+static void sim_fix_pointers(struct tide_sim_trace *t)
+{
+    for (uint32_t l = 0; l < t->h.n_layers; l++)
+        for (size_t j = 0; j < t->n_fwd[l]; j++) {
+            struct tide_solver_fwd *f = &t->fwd[l][j];
+            size_t off = (size_t)(uintptr_t)f->ids;
+            f->ids = t->ids + off;
+            f->cnt = t->cnt + off;
+        }
+}
+
+int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
+{
+    struct tide_trace_reader *r;
+    int rc = tide_trace_reader_open(path, &r);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_sim_trace *t = calloc(1, sizeof *t);
+    const struct tide_trace_header *h = tide_trace_reader_header(r);
+    const uint32_t L = h->n_layers, E = h->n_experts;
+    uint32_t *dense = calloc(E, sizeof *dense);
+    size_t *fcap = calloc(L, sizeof *fcap);
+    if (!t || !dense || !fcap || !(t->path = strdup(path)) ||
+        !(t->model = strdup(h->model ? h->model : "")) || !(t->fwd = calloc(L, sizeof *t->fwd)) ||
+        !(t->n_fwd = calloc(L, sizeof *t->n_fwd))) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    t->h = *h;
+    t->h.model = t->model;
+    size_t ev_cap = 0, pair_cap = 0, cnt_cap = 0;
+    uint32_t prompt_len = 0;
+    bool first = false;
+    int32_t step = -1;
+    struct tide_trace_record rec;
+    int got;
+    while ((got = tide_trace_reader_next(r, &rec)) == 1) {
+        if (!sim_grow((void **)&t->ev, &ev_cap, t->n_ev + 1, sizeof *t->ev)) {
+            rc = TIDE_E_NOMEM;
+            goto done;
+        }
+        struct sim_event *ev = &t->ev[t->n_ev++];
+        memset(ev, 0, sizeof *ev);
+        switch (rec.type) {
+        case TIDE_TREC_PROMPT:
+            ev->type = SIM_EV_PROMPT;
+            ev->a = (int32_t)rec.prompt_id;
+            ev->b = rec.prompt_len;
+            prompt_len = rec.prompt_len;
+            first = false;
+            step = -1;
+            t->prompts++;
+            break;
+        case TIDE_TREC_BLOCK:
+            ev->type = SIM_EV_BLOCK;
+            ev->a = rec.block;
+            ev->first = rec.first_generated;
+            first = rec.first_generated;
+            step = -1;
+            t->blocks++;
+            t->tokens_generated += h->block_length - (first ? prompt_len % h->block_length : 0);
+            break;
+        case TIDE_TREC_STEP:
+            ev->type = SIM_EV_STEP;
+            ev->a = rec.step;
+            step = rec.step;
+            t->steps++;
+            break;
+        case TIDE_TREC_ROUTE: {
+            const uint32_t l = rec.layer;
+            const size_t A = (size_t)rec.n * h->top_k;
+            uint32_t n_active = 0;
+            for (size_t a = 0; a < A; a++)
+                n_active += dense[rec.ids[a]]++ == 0;
+            if (!sim_grow((void **)&t->ids, &pair_cap, t->n_pairs + n_active, sizeof *t->ids) ||
+                !sim_grow((void **)&t->cnt, &cnt_cap, t->n_pairs + n_active, sizeof *t->cnt) ||
+                !sim_grow((void **)&t->fwd[l], &fcap[l], t->n_fwd[l] + 1, sizeof **t->fwd)) {
+                rc = TIDE_E_NOMEM;
+                goto done;
+            }
+            const size_t off = t->n_pairs;
+            for (uint32_t e = 0; e < E; e++) {
+                if (dense[e]) {
+                    t->ids[t->n_pairs] = (uint16_t)e;
+                    t->cnt[t->n_pairs++] = dense[e];
+                    dense[e] = 0;
+                }
+            }
+            struct tide_solver_fwd *f = &t->fwd[l][t->n_fwd[l]];
+            f->phase = (uint8_t)rec.phase;
+            f->first_block = rec.phase == TIDE_TRACE_STEP && first;
+            f->step = rec.phase == TIDE_TRACE_STEP ? step : -1;
+            f->tokens = rec.n;
+            f->n_active = n_active;
+            f->ids = (const uint16_t *)(uintptr_t)off;
+            f->cnt = NULL;
+            ev->type = SIM_EV_ROUTE;
+            ev->phase = (uint8_t)rec.phase;
+            ev->a = (int32_t)l;
+            ev->b = rec.n;
+            ev->fwd = (uint32_t)t->n_fwd[l]++;
+            if (rec.n > t->max_tokens)
+                t->max_tokens = rec.n;
+            t->assignments += A;
+            break;
+        }
+        }
+    }
+    if (got < 0)
+        rc = got;
+    else
+        sim_fix_pointers(t);
+done:
+    tide_trace_reader_close(r);
+    free(dense);
+    free(fcap);
+    if (rc != TIDE_OK) {
+        if (t && t->fwd && t->n_fwd)
+            sim_fix_pointers(t); /* nothing dereferences them; keep free() simple */
+        tide_sim_trace_free(t);
+        return rc;
+    }
+    *out = t;
+    return TIDE_OK;
+}
+
+/* ---- Replay ---------------------------------------------------------------- */
+
+static const char *const sim_phase_name[] = {"prefill", "step", "kv"};
+
+/* One policy instance and the layers it places (one per distinct budget). */
+struct sim_inst {
+    const struct tide_policy_ops *ops;
+    struct tide_policy *p;
+    int budget;
+};
+
+struct sim {
+    const struct tide_sim_trace *t;
+    const struct tide_sim_config *c;
+    const struct tide_cost *cost;
+    FILE *metrics;
+    int L, E, K;
+    int *budget;  /* [L] */
+    int *inst_of; /* [L] instance, -1 when the layer does not offload */
+    struct sim_inst inst[8];
+    int n_inst;
+    uint8_t *res;           /* [L][E] residency */
+    const uint8_t **rows;   /* [L] rows of res */
+    int *held;              /* [L] residents */
+    uint32_t *fwd_index;    /* [L] the layer's current forward */
+    uint32_t *pending_prom; /* [L] prefetched promotions not yet in a forward's time */
+    uint32_t *dense;        /* [E] */
+    int32_t *promote, *evict;
+    uint8_t *place, *mark;
+    struct tide_prefetch pf;
+    struct tide_sim_counters *cur; /* [L] the current phase */
+    int phase, block, step;
+    struct tide_sim_result *out;
+};
+
+static void sim_free(struct sim *s)
+{
+    for (int i = 0; i < s->n_inst; i++)
+        if (s->inst[i].p)
+            s->inst[i].ops->destroy(s->inst[i].p);
+    free(s->budget);
+    free(s->inst_of);
+    free(s->res);
+    free(s->rows);
+    free(s->held);
+    free(s->fwd_index);
+    free(s->pending_prom);
+    free(s->dense);
+    free(s->promote);
+    free(s->evict);
+    free(s->place);
+    free(s->mark);
+    free(s->pf.layer);
+    free(s->pf.expert);
+    free(s->pf.evict);
+    free(s->cur);
+}
+
+static void sim_add(struct tide_sim_counters *a, const struct tide_sim_counters *b)
+{
+    a->tokens += b->tokens;
+    a->active += b->active;
+    a->hit_rows += b->hit_rows;
+    a->miss_rows += b->miss_rows;
+    a->promotions += b->promotions;
+    a->evictions += b->evictions;
+    a->weight_bytes += b->weight_bytes;
+    a->act_bytes += b->act_bytes;
+    a->us += b->us;
+    a->step_us += b->step_us;
+}
+
+/* Close the current phase like moe_flush: write its lines, add it up. */
+static void sim_flush(struct sim *s)
+{
+    for (int l = 0; l < s->L; l++) {
+        struct tide_sim_counters *c = &s->cur[l];
+        if (!c->tokens && !c->promotions) {
+            memset(c, 0, sizeof *c);
+            continue;
+        }
+        if (s->metrics)
+            fprintf(s->metrics,
+                    "{\"type\":\"layer\",\"phase\":\"%s\",\"block\":%d,\"step\":%d,\"layer\":%d,"
+                    "\"tokens\":%llu,\"active\":%llu,\"hit_rows\":%llu,\"miss_rows\":%llu,"
+                    "\"promotions\":%llu,\"evictions\":%llu,\"weight_bytes\":%llu,"
+                    "\"act_bytes\":%llu,\"model_us\":%.3f}\n",
+                    sim_phase_name[s->phase], s->block, s->phase == TIDE_TRACE_STEP ? s->step : -1,
+                    l, (unsigned long long)c->tokens, (unsigned long long)c->active,
+                    (unsigned long long)c->hit_rows, (unsigned long long)c->miss_rows,
+                    (unsigned long long)c->promotions, (unsigned long long)c->evictions,
+                    (unsigned long long)c->weight_bytes, (unsigned long long)c->act_bytes, c->us);
+        sim_add(&s->out->layer[l], c);
+        sim_add(&s->out->total, c);
+        memset(c, 0, sizeof *c);
+    }
+}
+
+/* Promote e in layer l, evicting ev (or into a free slot). */
+static void sim_promote(struct sim *s, int l, int e, int ev)
+{
+    uint8_t *r = &s->res[(size_t)l * s->E];
+    if (ev >= 0) {
+        r[ev] = 0;
+        s->cur[l].evictions++;
+    } else {
+        s->held[l]++;
+    }
+    r[e] = 1;
+    s->cur[l].promotions++;
+    s->cur[l].weight_bytes += s->t->h.expert_bytes;
+}
+
+static int sim_create_inst(struct sim *s, int budget, struct sim_inst *in)
+{
+    const struct tide_policy_shape shape = {
+        .size = sizeof shape,
+        .n_layers = s->L,
+        .n_moe_layers = s->L,
+        .n_experts = s->E,
+        .top_k = s->K,
+        .expert_bytes = s->t->h.expert_bytes,
+        .budget = budget,
+    };
+    in->budget = budget;
+    int rc;
+    if (s->c->kind == SIM_PLUGIN) {
+        in->ops = s->c->ops;
+        rc = in->ops->create(&shape, s->c->opts, &in->p);
+    } else {
+        rc = sim_hindsight_create(s->c->kind, s->t, &shape, s->fwd_index, &in->ops, &in->p);
+    }
+    if (rc != TIDE_OK) {
+        tide_error("sim: policy %s could not start with budget %d (%s)", s->c->label, budget,
+                   tide_status_str(rc));
+        in->p = NULL;
+    }
+    return rc;
+}
+
+static int sim_setup(struct sim *s)
+{
+    const int L = s->L, E = s->E;
+    const size_t LE = (size_t)L * (size_t)E;
+    s->budget = malloc(sizeof *s->budget * (size_t)L);
+    s->inst_of = malloc(sizeof *s->inst_of * (size_t)L);
+    s->res = calloc(LE ? LE : 1, 1);
+    s->rows = malloc(sizeof *s->rows * (size_t)L);
+    s->held = calloc((size_t)L, sizeof *s->held);
+    s->fwd_index = calloc((size_t)L, sizeof *s->fwd_index);
+    s->pending_prom = calloc((size_t)L, sizeof *s->pending_prom);
+    s->dense = calloc((size_t)E, sizeof *s->dense);
+    s->promote = malloc(sizeof *s->promote * (size_t)E);
+    s->evict = malloc(sizeof *s->evict * (size_t)E);
+    s->place = malloc((size_t)E);
+    s->mark = malloc((size_t)E);
+    s->pf.cap = (int)LE;
+    s->pf.layer = malloc(sizeof *s->pf.layer * (LE ? LE : 1));
+    s->pf.expert = malloc(sizeof *s->pf.expert * (LE ? LE : 1));
+    s->pf.evict = malloc(sizeof *s->pf.evict * (LE ? LE : 1));
+    s->cur = calloc((size_t)L, sizeof *s->cur);
+    s->out->layer = calloc((size_t)L, sizeof *s->out->layer);
+    if (!s->budget || !s->inst_of || !s->res || !s->rows || !s->held || !s->fwd_index ||
+        !s->pending_prom || !s->dense || !s->promote || !s->evict || !s->place || !s->mark ||
+        !s->pf.layer || !s->pf.expert || !s->pf.evict || !s->cur || !s->out->layer)
+        return TIDE_E_NOMEM;
+    int32_t *init = malloc(sizeof *init * (size_t)E);
+    if (!init)
+        return TIDE_E_NOMEM;
+    int rc = TIDE_OK;
+    for (int l = 0; l < L && rc == TIDE_OK; l++) {
+        int b = s->c->layer_budget ? s->c->layer_budget[l] : s->c->budget;
+        if (b < 0) {
+            tide_error("sim: budget %d for MoE layer %d: must be >= 0", b, l);
+            rc = TIDE_E_CONFIG;
+            break;
+        }
+        s->budget[l] = b < E ? b : E;
+        s->rows[l] = &s->res[(size_t)l * E];
+        s->inst_of[l] = -1;
+        if (b >= E)
+            continue; /* no offload: every expert on the device, no policy */
+        int i = 0;
+        while (i < s->n_inst && s->inst[i].budget != b)
+            i++;
+        if (i == s->n_inst) {
+            if (s->n_inst == (int)(sizeof s->inst / sizeof s->inst[0])) {
+                tide_error("sim: at most %d distinct per-layer budgets",
+                           (int)(sizeof s->inst / sizeof s->inst[0]));
+                rc = TIDE_E_CONFIG;
+                break;
+            }
+            if ((rc = sim_create_inst(s, b, &s->inst[s->n_inst])) != TIDE_OK)
+                break;
+            s->n_inst++;
+        }
+        s->inst_of[l] = i;
+        int n = s->inst[i].ops->initial(s->inst[i].p, l, init);
+        if (n < 0 || n > b) {
+            tide_error("sim: policy %s: initial placement of MoE layer %d has %d experts (budget "
+                       "%d)",
+                       s->c->label, l, n, b);
+            rc = TIDE_E_INVAL;
+        }
+        uint8_t *r = &s->res[(size_t)l * E];
+        for (int k = 0; k < n && rc == TIDE_OK; k++) {
+            if (init[k] < 0 || init[k] >= E || r[init[k]]) {
+                tide_error("sim: policy %s: initial placement of MoE layer %d names expert %d "
+                           "(out of range or twice)",
+                           s->c->label, l, init[k]);
+                rc = TIDE_E_INVAL;
+            } else {
+                r[init[k]] = 1;
+                s->held[l]++;
+            }
+        }
+    }
+    free(init);
+    return rc;
+}
+
+/* The prefetches of one instance at step start, validated like the
+ * dispatcher's; entries for layers of other instances are ignored. */
+static int sim_prefetch(struct sim *s, int i)
+{
+    struct sim_inst *in = &s->inst[i];
+    if (!TIDE_OPS_HAS(in->ops, step_begin))
+        return TIDE_OK;
+    s->pf.n = 0;
+    int rc = in->ops->step_begin(in->p, s->block, s->step, s->rows, &s->pf);
+    if (rc != TIDE_OK) {
+        tide_error("sim: policy %s failed at the start of block %d step %d", s->c->label, s->block,
+                   s->step);
+        return rc;
+    }
+    if (s->pf.n < 0 || s->pf.n > s->pf.cap) {
+        tide_error("sim: policy %s: prefetch count %d out of range", s->c->label, s->pf.n);
+        return TIDE_E_INVAL;
+    }
+    for (int k = 0; k < s->pf.n; k++) {
+        int l = s->pf.layer[k], e = s->pf.expert[k], ev = s->pf.evict[k];
+        if (l >= 0 && l < s->L && s->inst_of[l] != i)
+            continue;
+        const uint8_t *r = l >= 0 && l < s->L ? s->rows[l] : NULL;
+        const char *bad = NULL;
+        if (!r || e < 0 || e >= s->E)
+            bad = "a layer or expert out of range";
+        else if (r[e])
+            bad = "an expert that is already resident";
+        else if (ev >= 0 && (ev >= s->E || !r[ev]))
+            bad = "an eviction of an expert that is not resident";
+        else if (ev < 0 && s->held[l] >= s->budget[l])
+            bad = "a free slot in a full layer";
+        if (bad) {
+            tide_error("sim: policy %s: invalid prefetch at block %d step %d (layer %d, expert %d, "
+                       "evict %d): %s",
+                       s->c->label, s->block, s->step, l, e, ev, bad);
+            return TIDE_E_INVAL;
+        }
+        sim_promote(s, l, e, ev);
+        s->pending_prom[l]++;
+    }
+    return TIDE_OK;
+}
+
+/* The plan rules of the dispatcher (moe.c moe_check_plan). */
+static int sim_check_plan(struct sim *s, int l, const struct tide_plan *p)
+{
+    const uint8_t *r = s->rows[l];
+    uint8_t *mark = s->mark;
+    char why[200] = "";
+    int free_slots = s->budget[l] - s->held[l];
+    if (p->n_promote < 0 || p->n_promote > s->budget[l])
+        snprintf(why, sizeof why, "%d promotions with a budget of %d", p->n_promote, s->budget[l]);
+    memcpy(mark, r, (size_t)s->E);
+    for (int i = 0; !*why && i < p->n_promote; i++) {
+        int e = p->promote[i], ev = p->evict[i];
+        if (e < 0 || e >= s->E)
+            snprintf(why, sizeof why, "promotes expert %d, out of range", e);
+        else if (mark[e])
+            snprintf(why, sizeof why, "promotes expert %d, which is already resident", e);
+        else if (ev < 0 && free_slots-- <= 0)
+            snprintf(why, sizeof why, "promotes expert %d into a free slot, but the layer is full",
+                     e);
+        else if (ev >= s->E || (ev >= 0 && mark[ev] != 1))
+            snprintf(why, sizeof why, "evicts expert %d, which is not resident", ev);
+        if (!*why) {
+            mark[e] = 2;
+            if (ev >= 0)
+                mark[ev] = 3;
+        }
+    }
+    for (int e = 0; !*why && e < s->E; e++) {
+        if (!s->dense[e])
+            continue;
+        if (p->place[e] == TIDE_PLACE_DEVICE && mark[e] != 1 && mark[e] != 2)
+            snprintf(why, sizeof why,
+                     mark[e] == 3 ? "evicts expert %d, which it places on the device"
+                                  : "places expert %d on the device, but it is not resident",
+                     e);
+        else if (p->place[e] != TIDE_PLACE_DEVICE && p->place[e] != TIDE_PLACE_HOST)
+            snprintf(why, sizeof why, "places expert %d nowhere (place %d)", e, p->place[e]);
+    }
+    if (!*why)
+        return TIDE_OK;
+    tide_error("sim: policy %s returned an invalid plan at MoE layer %d, block %d, step %d: it %s",
+               s->c->label, l, s->block, s->step, why);
+    return TIDE_E_INVAL;
+}
+
+static int sim_route(struct sim *s, const struct sim_event *ev)
+{
+    const int l = ev->a, E = s->E;
+    const struct tide_solver_fwd *f = &s->t->fwd[l][ev->fwd];
+    s->fwd_index[l] = ev->fwd;
+    const uint8_t *r = s->rows[l];
+    for (uint32_t a = 0; a < f->n_active; a++)
+        s->dense[f->ids[a]] = f->cnt[a];
+    struct tide_layer_work w = {.tokens = f->tokens, .promotions = s->pending_prom[l]};
+    s->pending_prom[l] = 0;
+    const int i = s->inst_of[l];
+    int rc = TIDE_OK;
+    uint8_t *place = s->place;
+    if (i < 0) {
+        memset(place, TIDE_PLACE_DEVICE, (size_t)E);
+    } else {
+        for (int e = 0; e < E; e++)
+            place[e] = r[e] ? TIDE_PLACE_DEVICE : TIDE_PLACE_HOST;
+        if (s->phase == TIDE_TRACE_STEP) {
+            const struct tide_policy_view v = {
+                .layer = l, .block = s->block, .step = s->step, .counts = s->dense, .resident = r};
+            struct tide_plan plan = {.promote = s->promote, .evict = s->evict, .place = place};
+            struct sim_inst *in = &s->inst[i];
+            if ((rc = in->ops->plan(in->p, &v, &plan)) != TIDE_OK) {
+                tide_error("sim: policy %s failed at MoE layer %d, block %d, step %d", s->c->label,
+                           l, s->block, s->step);
+            } else if ((rc = sim_check_plan(s, l, &plan)) == TIDE_OK) {
+                for (int k = 0; k < plan.n_promote; k++)
+                    sim_promote(s, l, plan.promote[k], plan.evict[k]);
+                w.promotions += (uint32_t)plan.n_promote;
+            }
+        }
+    }
+    struct tide_sim_counters *c = &s->cur[l];
+    for (uint32_t a = 0; a < f->n_active; a++) {
+        const uint32_t e = f->ids[a], n = f->cnt[a];
+        if (place[e] == TIDE_PLACE_DEVICE) {
+            w.device_us += tide_cost_device(s->cost, n);
+            c->hit_rows += n;
+        } else {
+            w.host_us += tide_cost_host(s->cost, n);
+            w.host_rows += n;
+        }
+        s->dense[e] = 0;
+    }
+    c->miss_rows += w.host_rows;
+    c->act_bytes += w.host_rows * s->t->h.hidden * 6u;
+    c->tokens += f->tokens;
+    c->active += f->n_active;
+    const double us = tide_cost_layer_us(s->cost, &w);
+    c->us += us;
+    if (s->phase == TIDE_TRACE_STEP)
+        c->step_us += us;
+    return rc;
+}
+
+int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c,
+                 const struct tide_cost *cost, FILE *metrics, struct tide_sim_result *out)
+{
+    memset(out, 0, sizeof *out);
+    struct sim s = {
+        .t = t,
+        .c = c,
+        .cost = cost,
+        .metrics = metrics,
+        .L = (int)t->h.n_layers,
+        .E = (int)t->h.n_experts,
+        .K = (int)t->h.top_k,
+        .phase = TIDE_TRACE_PREFILL,
+        .out = out,
+    };
+    const double t0 = sim_now();
+    int rc = sim_setup(&s);
+    for (size_t k = 0; k < t->n_ev && rc == TIDE_OK; k++) {
+        const struct sim_event *ev = &t->ev[k];
+        switch (ev->type) {
+        case SIM_EV_PROMPT: /* the previous generation finished (tide_moe_finish) */
+            sim_flush(&s);
+            s.phase = TIDE_TRACE_PREFILL;
+            s.block = 0;
+            s.step = 0;
+            break;
+        case SIM_EV_BLOCK:
+            sim_flush(&s);
+            s.block = ev->a;
+            s.step = 0;
+            s.phase = TIDE_TRACE_KV;
+            for (int i = 0; i < s.n_inst; i++)
+                if (s.inst[i].ops->block_begin)
+                    s.inst[i].ops->block_begin(s.inst[i].p, ev->a, ev->first != 0);
+            break;
+        case SIM_EV_STEP:
+            sim_flush(&s);
+            s.step = ev->a;
+            s.phase = TIDE_TRACE_STEP;
+            for (int i = 0; i < s.n_inst && rc == TIDE_OK; i++)
+                rc = sim_prefetch(&s, i);
+            break;
+        case SIM_EV_ROUTE:
+            if (ev->phase != s.phase) { /* the step ended (tide_moe_step_end) */
+                sim_flush(&s);
+                s.phase = ev->phase;
+            }
+            rc = sim_route(&s, ev);
+            break;
+        }
+    }
+    if (rc == TIDE_OK)
+        sim_flush(&s);
+    out->seconds = sim_now() - t0;
+    sim_free(&s);
+    if (rc != TIDE_OK)
+        tide_sim_result_free(out);
+    return rc;
+}
+
+void tide_sim_result_free(struct tide_sim_result *r)
+{
+    if (!r)
+        return;
+    free(r->layer);
+    r->layer = NULL;
+}
+
+double tide_sim_tok_per_s(const struct tide_sim_trace *t, const struct tide_sim_counters *c)
+{
+    return c->us > 0 ? (double)t->tokens_generated / (c->us * 1e-6) : 0.0;
+}
+
+double tide_sim_ms_per_step(const struct tide_sim_trace *t, const struct tide_sim_counters *c)
+{
+    return t->steps ? c->us / 1e3 / (double)t->steps : 0.0;
+}
+
+/* ---- Statistics ------------------------------------------------------------ */
+
+/* Cosine of two count vectors and Jaccard of their supports; ids ascending. */
+static void sim_pair_sim(const struct tide_solver_fwd *a, const struct tide_solver_fwd *b,
+                         double *cos, double *jac)
+{
+    double dot = 0, na = 0, nb = 0;
+    uint32_t i = 0, j = 0, inter = 0;
+    while (i < a->n_active || j < b->n_active) {
+        if (j >= b->n_active || (i < a->n_active && a->ids[i] < b->ids[j])) {
+            na += (double)a->cnt[i] * a->cnt[i];
+            i++;
+        } else if (i >= a->n_active || b->ids[j] < a->ids[i]) {
+            nb += (double)b->cnt[j] * b->cnt[j];
+            j++;
+        } else {
+            dot += (double)a->cnt[i] * b->cnt[j];
+            na += (double)a->cnt[i] * a->cnt[i];
+            nb += (double)b->cnt[j] * b->cnt[j];
+            inter++;
+            i++;
+            j++;
+        }
+    }
+    uint32_t uni = a->n_active + b->n_active - inter;
+    *cos = na > 0 && nb > 0 ? dot / sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
+    *jac = uni ? (double)inter / uni : 1.0;
+}
+
+void tide_sim_similarity(const struct tide_solver_fwd *const *fwd, const size_t *n_fwd,
+                         int n_layers, int max_d, double *cos, double *jac, uint64_t *pairs)
+{
+    const size_t rows = (size_t)(n_layers + 1) * (size_t)max_d;
+    uint64_t *np = calloc(rows, sizeof *np);
+    for (size_t i = 0; i < rows; i++)
+        cos[i] = jac[i] = 0;
+    for (int l = 0; np && l < n_layers; l++) {
+        const struct tide_solver_fwd *f = fwd[l];
+        for (size_t j = 0; j < n_fwd[l]; j++) {
+            if (f[j].phase != TIDE_TRACE_STEP)
+                continue;
+            /* Later steps of the same block: ascending, uninterrupted. */
+            for (size_t k = j + 1; k < n_fwd[l]; k++) {
+                if (f[k].phase != TIDE_TRACE_STEP || f[k].step <= f[k - 1].step)
+                    break;
+                int d = f[k].step - f[j].step;
+                if (d > max_d)
+                    break;
+                double c, q;
+                sim_pair_sim(&f[j], &f[k], &c, &q);
+                const size_t at = (size_t)l * max_d + (size_t)(d - 1);
+                const size_t all = (size_t)n_layers * max_d + (size_t)(d - 1);
+                cos[at] += c;
+                jac[at] += q;
+                np[at]++;
+                cos[all] += c;
+                jac[all] += q;
+                np[all]++;
+            }
+        }
+    }
+    for (size_t i = 0; np && i < rows; i++) {
+        if (np[i]) {
+            cos[i] /= (double)np[i];
+            jac[i] /= (double)np[i];
+        }
+        if (pairs)
+            pairs[i] = np[i];
+    }
+    free(np);
+}

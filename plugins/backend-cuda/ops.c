@@ -1,0 +1,655 @@
+/* backend-cuda ops: argument checks on the host, then cuBLAS or a kernel of
+ * kernels.cu enqueued on the compute stream. Host arrays (ids, row maps,
+ * routing weights) are uploaded through the pinned ring before the op
+ * returns. The router's top-k runs on the host over the logits it copies
+ * back, with the same f32 code path as the CPU backend, so both pick the
+ * same experts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_bk.h"
+#include "cuda_kernels.h"
+
+/* Log a failed kernel launch. */
+#define CUDA_BK_LAUNCH(op, call) CUDA_BK_TRY(op, call)
+
+/* Elements between rows of a view. */
+static int64_t ld(const struct tide_tensor *t)
+{
+    return t->stride;
+}
+
+int cuda_bk_gemm(struct tide_backend *bk, const void *x, int64_t ldx, const void *w, int64_t n,
+                 int64_t k, int64_t t, float *y, int64_t ldy, const char *op)
+{
+    if (t == 0 || n == 0)
+        return TIDE_OK;
+    if (t > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldx > INT32_MAX || ldy > INT32_MAX)
+        return cuda_bk_inval(op, "a %lldx%lldx%lld product exceeds cuBLAS's 32-bit sizes",
+                             (long long)t, (long long)n, (long long)k);
+    /* Row-major y[t,n] = x[t,k] W[n,k]^T is column-major y^T = W x^T: W is a
+     * column-major [k,n] matrix read transposed, x^T a column-major [k,t]. */
+    const float one = 1.0f, zero = 0.0f;
+    CUDA_BK_BLAS_TRY(op,
+                     cublasGemmEx(bk->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)t, (int)k, &one,
+                                  w, CUDA_R_16BF, (int)k, x, CUDA_R_16BF, (int)ldx, &zero, y,
+                                  CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return TIDE_OK;
+}
+
+int cuda_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
+                   const struct tide_weight *w, const struct tide_tensor *y)
+{
+    const char *op = "matmul";
+    int rc = cuda_bk_check_weight(op, "w", w, TIDE_WEIGHT_MATMUL);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_BF16);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    if (x->cols != w->cols || y->cols != w->rows || x->rows != y->rows)
+        return cuda_bk_inval(op,
+                             "shapes do not match: x [%lld,%lld] * %s [%lld,%lld]^T -> y "
+                             "[%lld,%lld]",
+                             (long long)x->rows, (long long)x->cols, w->name, (long long)w->rows,
+                             (long long)w->cols, (long long)y->rows, (long long)y->cols);
+    if ((rc = cuda_bk_enter(bk, op)))
+        return rc;
+    return cuda_bk_gemm(bk, cuda_bk_at(x, 0, 0), ld(x), w->dev, w->rows, w->cols, x->rows,
+                        cuda_bk_at(y, 0, 0), ld(y), op);
+}
+
+int cuda_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
+                  int64_t n, const struct tide_tensor *out)
+{
+    const char *op = "embed";
+    int rc = cuda_bk_check_weight(op, "table", table, TIDE_WEIGHT_EMBED);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    if (n < 0 || n != out->rows || out->cols != table->cols || (n && !ids))
+        return cuda_bk_inval(op, "%lld ids (%s) into out [%lld,%lld] from table %s [%lld,%lld]",
+                             (long long)n, ids ? "set" : "NULL", (long long)out->rows,
+                             (long long)out->cols, table->name, (long long)table->rows,
+                             (long long)table->cols);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= table->rows) {
+            tide_error(CUDA_BK_NAME ": embed: token id %d (position %lld) is outside the "
+                                    "vocabulary [0, %lld) of %s",
+                       ids[i], (long long)i, (long long)table->rows, table->name);
+            return TIDE_E_RANGE;
+        }
+    if (n == 0)
+        return TIDE_OK;
+    void *dids;
+    if ((rc = cuda_bk_enter(bk, op)) ||
+        (rc = cuda_bk_scratch(bk, sizeof(int32_t) * (size_t)n, op, &dids)) ||
+        (rc = cuda_bk_upload(bk, dids, ids, sizeof(int32_t) * (size_t)n, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_embed(bk->compute, table->dev, (int)table->dtype, table->cols, dids,
+                                    n, cuda_bk_at(out, 0, 0), ld(out)));
+    return TIDE_OK;
+}
+
+int cuda_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
+                    const struct tide_weight *w, int group, float eps, const struct tide_tensor *y)
+{
+    const char *op = "rmsnorm";
+    int rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32 | CUDA_BK_BF16);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32 | CUDA_BK_BF16);
+    if (!rc)
+        rc = cuda_bk_check_weight(op, "w", w, TIDE_WEIGHT_VECTOR);
+    if (!rc)
+        rc = cuda_bk_same_shape(op, "x", x, "y", y);
+    if (rc)
+        return rc;
+    if (group <= 0 || x->cols % group || w->cols != group)
+        return cuda_bk_inval(op,
+                             "group %d must divide x's %lld columns and equal the length %lld "
+                             "of weight %s",
+                             group, (long long)x->cols, (long long)w->cols, w->name);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return cuda_bk_inval(op, "eps = %g is not a finite non-negative number", (double)eps);
+    if ((rc = cuda_bk_enter(bk, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_rmsnorm(bk->compute, cuda_bk_at(x, 0, 0), x->dtype == TIDE_DTYPE_BF16,
+                                      ld(x), w->dev, group, eps, cuda_bk_at(y, 0, 0),
+                                      y->dtype == TIDE_DTYPE_BF16, ld(y), x->rows, x->cols));
+    return TIDE_OK;
+}
+
+int cuda_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_dim, int rot_dim,
+                 float theta, int64_t pos0)
+{
+    const char *op = "rope";
+    int rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    if (head_dim <= 0 || x->cols % head_dim || rot_dim < 0 || rot_dim > head_dim || rot_dim % 2)
+        return cuda_bk_inval(op,
+                             "head_dim %d must divide x's %lld columns and rot_dim %d must be "
+                             "even and in [0, head_dim]",
+                             head_dim, (long long)x->cols, rot_dim);
+    if (!(theta > 0.0f) || !isfinite(theta) || pos0 < 0)
+        return cuda_bk_inval(op, "theta = %g must be positive and pos0 = %lld non-negative",
+                             (double)theta, (long long)pos0);
+    if (rot_dim / 2 > CUDA_K_ROPE_MAX_HALF) {
+        tide_error(CUDA_BK_NAME ": rope: rot_dim %d exceeds the %d this backend supports", rot_dim,
+                   2 * CUDA_K_ROPE_MAX_HALF);
+        return TIDE_E_UNSUPPORTED;
+    }
+    if (rot_dim == 0)
+        return TIDE_OK;
+    const int half = rot_dim / 2;
+    struct cuda_k_rope_freqs f;
+    memset(&f, 0, sizeof f);
+    for (int j = 0; j < half; j++)
+        f.inv[j] = (float)pow((double)theta, -2.0 * j / rot_dim);
+    if ((rc = cuda_bk_enter(bk, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_rope(bk->compute, cuda_bk_at(x, 0, 0), ld(x), x->rows,
+                                   x->cols / head_dim, head_dim, half, &f, pos0));
+    return TIDE_OK;
+}
+
+/* Validate the attention arguments. */
+static int cuda_bk_attn_check(const struct tide_attn_args *a)
+{
+    const char *op = "attention";
+    if (!a || a->size < offsetof(struct tide_attn_args, scale) + sizeof a->scale)
+        return cuda_bk_inval(op, "arguments are NULL or truncated");
+    int rc = cuda_bk_check_tensor(op, "q", a->q, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "k_cache", a->k_cache, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "v_cache", a->v_cache, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "out", a->out, CUDA_BK_F32 | CUDA_BK_BF16);
+    if (rc)
+        return rc;
+    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
+        a->block <= 0 || a->pos0 < 0 || a->n < 0 || !isfinite(a->scale))
+        return cuda_bk_inval(op,
+                             "bad parameters: n_heads %d, n_kv_heads %d, head_dim %d, block "
+                             "%d, pos0 %lld, n %lld, scale %g",
+                             a->n_heads, a->n_kv_heads, a->head_dim, a->block, (long long)a->pos0,
+                             (long long)a->n, (double)a->scale);
+    const int64_t qc = (int64_t)a->n_heads * a->head_dim, kc = (int64_t)a->n_kv_heads * a->head_dim;
+    if (a->q->rows != a->n || a->q->cols != qc || a->out->rows != a->n || a->out->cols != qc)
+        return cuda_bk_inval(op, "q [%lld,%lld] and out [%lld,%lld] must be [n=%lld, %lld]",
+                             (long long)a->q->rows, (long long)a->q->cols, (long long)a->out->rows,
+                             (long long)a->out->cols, (long long)a->n, (long long)qc);
+    const struct tide_tensor *kv[2] = {a->k_cache, a->v_cache};
+    for (int i = 0; i < 2; i++)
+        if (kv[i]->cols != kc || kv[i]->rows < a->pos0 + a->n)
+            return cuda_bk_inval(op, "%s is [%lld,%lld], expected at least %lld rows of %lld",
+                                 i ? "v_cache" : "k_cache", (long long)kv[i]->rows,
+                                 (long long)kv[i]->cols, (long long)(a->pos0 + a->n),
+                                 (long long)kc);
+    return TIDE_OK;
+}
+
+/* Most bytes of attention scores in scratch at once (grid * context floats). */
+#define CUDA_BK_ATTN_SCRATCH ((size_t)64 << 20)
+
+int cuda_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
+{
+    int rc = cuda_bk_attn_check(a);
+    if (rc || a->n == 0)
+        return rc;
+    const char *op = "attention";
+    const int64_t total = a->pos0 + a->n, pairs = a->n * a->n_heads;
+    int64_t grid = (int64_t)(CUDA_BK_ATTN_SCRATCH / (sizeof(float) * (size_t)total));
+    grid = grid < 1 ? 1 : grid > pairs ? pairs : grid;
+    void *scores;
+    if ((rc = cuda_bk_enter(bk, op)) ||
+        (rc = cuda_bk_scratch(bk, sizeof(float) * (size_t)(grid * total), op, &scores)))
+        return rc;
+    const struct cuda_k_attn k = {
+        .q = cuda_bk_at(a->q, 0, 0),
+        .k = cuda_bk_at(a->k_cache, 0, 0),
+        .v = cuda_bk_at(a->v_cache, 0, 0),
+        .out = cuda_bk_at(a->out, 0, 0),
+        .ldq = ld(a->q),
+        .ldk = ld(a->k_cache),
+        .ldv = ld(a->v_cache),
+        .ldo = ld(a->out),
+        .out_bf16 = a->out->dtype == TIDE_DTYPE_BF16,
+        .pos0 = a->pos0,
+        .n = a->n,
+        .total = total,
+        .n_heads = a->n_heads,
+        .group = a->n_heads / a->n_kv_heads,
+        .head_dim = a->head_dim,
+        .block = a->block,
+        .scale = a->scale,
+    };
+    CUDA_BK_LAUNCH(op, cuda_k_attention(bk->compute, &k, scores, grid));
+    return TIDE_OK;
+}
+
+int cuda_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
+                   const struct tide_tensor *u, const struct tide_tensor *out)
+{
+    const char *op = "swiglu";
+    int rc = cuda_bk_check_tensor(op, "g", g, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "u", u, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_BF16);
+    if (!rc)
+        rc = cuda_bk_same_shape(op, "g", g, "u", u);
+    if (!rc)
+        rc = cuda_bk_same_shape(op, "g", g, "out", out);
+    if (rc || (rc = cuda_bk_enter(bk, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_swiglu(bk->compute, cuda_bk_at(g, 0, 0), ld(g), cuda_bk_at(u, 0, 0),
+                                     ld(u), cuda_bk_at(out, 0, 0), ld(out), g->rows, g->cols));
+    return TIDE_OK;
+}
+
+int cuda_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const struct tide_tensor *x)
+{
+    const char *op = "add";
+    int rc = cuda_bk_check_tensor(op, "acc", acc, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_same_shape(op, "acc", acc, "x", x);
+    if (rc || (rc = cuda_bk_enter(bk, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_add(bk->compute, cuda_bk_at(acc, 0, 0), ld(acc), cuda_bk_at(x, 0, 0),
+                                  ld(x), acc->rows, acc->cols));
+    return TIDE_OK;
+}
+
+/* Do the byte ranges of two views of the same buffer intersect? */
+static bool cuda_bk_overlap(const struct tide_tensor *a, const struct tide_tensor *b)
+{
+    if (a->buf != b->buf || !a->rows || !a->cols || !b->rows || !b->cols)
+        return false;
+    size_t ae =
+        a->offset + (size_t)((a->rows - 1) * a->stride + a->cols) * tide_dtype_size(a->dtype);
+    size_t be =
+        b->offset + (size_t)((b->rows - 1) * b->stride + b->cols) * tide_dtype_size(b->dtype);
+    return a->offset < be && b->offset < ae;
+}
+
+int cuda_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
+                    const struct tide_tensor *dst)
+{
+    const char *op = "convert";
+    int rc = cuda_bk_check_tensor(op, "src", src, CUDA_BK_ANY);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "dst", dst, CUDA_BK_ANY);
+    if (!rc)
+        rc = cuda_bk_same_shape(op, "src", src, "dst", dst);
+    if (rc)
+        return rc;
+    const bool same = src->dtype == dst->dtype;
+    const bool fb = (src->dtype == TIDE_DTYPE_F32 || src->dtype == TIDE_DTYPE_BF16) &&
+                    (dst->dtype == TIDE_DTYPE_F32 || dst->dtype == TIDE_DTYPE_BF16);
+    if (!same && !fb)
+        return cuda_bk_inval(op, "cannot convert %s to %s (f32 <-> bf16 or same-type copies only)",
+                             tide_dtype_name(src->dtype), tide_dtype_name(dst->dtype));
+    if (src->rows == 0 || src->cols == 0)
+        return TIDE_OK;
+    if (same && src->buf == dst->buf && src->offset == dst->offset && src->stride == dst->stride)
+        return TIDE_OK; /* the view onto itself */
+    if ((rc = cuda_bk_enter(bk, op)))
+        return rc;
+    const size_t ses = tide_dtype_size(src->dtype), row = (size_t)src->cols * ses;
+    const void *from = cuda_bk_at(src, 0, 0);
+    int64_t from_ld = ld(src);
+    if (cuda_bk_overlap(src, dst)) {
+        /* Copy the source aside first: in-place rows must read the old values. */
+        void *tmp;
+        if ((rc = cuda_bk_scratch(bk, row * (size_t)src->rows, op, &tmp)))
+            return rc;
+        CUDA_BK_TRY(op,
+                    cudaMemcpy2DAsync(tmp, row, from, (size_t)from_ld * ses, row, (size_t)src->rows,
+                                      cudaMemcpyDeviceToDevice, bk->compute));
+        from = tmp;
+        from_ld = src->cols;
+    }
+    if (same) {
+        CUDA_BK_TRY(op, cudaMemcpy2DAsync(cuda_bk_at(dst, 0, 0), (size_t)ld(dst) * ses, from,
+                                          (size_t)from_ld * ses, row, (size_t)src->rows,
+                                          cudaMemcpyDeviceToDevice, bk->compute));
+        return TIDE_OK;
+    }
+    CUDA_BK_LAUNCH(op, cuda_k_convert(bk->compute, from, src->dtype == TIDE_DTYPE_BF16, from_ld,
+                                      cuda_bk_at(dst, 0, 0), dst->dtype == TIDE_DTYPE_BF16, ld(dst),
+                                      src->rows, src->cols));
+    return TIDE_OK;
+}
+
+/* ---- router (host top-k) ------------------------------------------------ */
+
+/* Validate the router arguments. */
+static int cuda_bk_router_check(const struct tide_router_args *a)
+{
+    const char *op = "router";
+    if (!a || a->size < offsetof(struct tide_router_args, weights_host) + sizeof a->weights_host)
+        return cuda_bk_inval(op, "arguments are NULL or truncated");
+    int rc = cuda_bk_check_tensor(op, "logits", a->logits, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    const int64_t E = a->logits->cols;
+    if (a->bias) {
+        rc = cuda_bk_check_weight(op, "bias", a->bias, TIDE_WEIGHT_VECTOR);
+        if (rc)
+            return rc;
+        if (a->bias->cols != E)
+            return cuda_bk_inval(op, "bias %s has %lld values for %lld experts", a->bias->name,
+                                 (long long)a->bias->cols, (long long)E);
+    }
+    if (a->n_group < 1 || E % a->n_group || a->topk_group < 1 || a->topk_group > a->n_group ||
+        a->top_k < 1 || a->top_k > a->topk_group * (E / a->n_group))
+        return cuda_bk_inval(op, "%lld experts cannot take n_group %d, topk_group %d, top_k %d",
+                             (long long)E, a->n_group, a->topk_group, a->top_k);
+    if (a->logits->rows && (!a->ids_host || !a->weights_host))
+        return cuda_bk_inval(op, "ids_host or weights_host is NULL");
+    return TIDE_OK;
+}
+
+/* Index of the largest v[i] with !taken[i]; ties and NaNs go to the lowest index. */
+static int cuda_bk_argmax(const float *v, const unsigned char *taken, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || v[i] > v[best]))
+            best = i;
+    return best;
+}
+
+/* Route one token (backend.h): s, sel and taken are scratch of E entries, gs
+ * and gt of n_group. The arithmetic is the CPU backend's, in f32. */
+static void cuda_bk_route1(const struct tide_router_args *a, const float *logit, const float *bias,
+                           int E, float *s, float *sel, unsigned char *taken, float *gs,
+                           unsigned char *gt, int32_t *ids, float *w)
+{
+    for (int e = 0; e < E; e++) {
+        s[e] = 1.0f / (1.0f + expf(-logit[e]));
+        sel[e] = bias ? s[e] + bias[e] : s[e];
+    }
+    if (a->n_group > 1) {
+        const int gsz = E / a->n_group;
+        for (int g = 0; g < a->n_group; g++) {
+            const float *v = sel + g * gsz;
+            float m1 = -INFINITY, m2 = -INFINITY; /* the two largest */
+            for (int i = 0; i < gsz; i++) {
+                if (v[i] > m1) {
+                    m2 = m1;
+                    m1 = v[i];
+                } else if (v[i] > m2) {
+                    m2 = v[i];
+                }
+            }
+            gs[g] = gsz > 1 ? m1 + m2 : m1;
+            gt[g] = 0;
+        }
+        for (int k = 0; k < a->topk_group; k++)
+            gt[cuda_bk_argmax(gs, gt, a->n_group)] = 1;
+        for (int e = 0; e < E; e++)
+            if (!gt[e / gsz])
+                sel[e] = -INFINITY;
+    }
+    memset(taken, 0, (size_t)E);
+    float sum = 0.0f;
+    for (int k = 0; k < a->top_k; k++) {
+        int e = cuda_bk_argmax(sel, taken, E);
+        taken[e] = 1;
+        ids[k] = e;
+        w[k] = s[e];
+        sum += w[k];
+    }
+    for (int k = 0; k < a->top_k; k++) {
+        if (a->norm_topk)
+            w[k] /= sum + 1e-20f;
+        w[k] *= a->scale;
+    }
+}
+
+int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
+{
+    const char *op = "router";
+    int rc = cuda_bk_router_check(a);
+    if (rc)
+        return rc;
+    const int64_t n = a->logits->rows;
+    const int E = (int)a->logits->cols, G = a->n_group;
+    if (n == 0)
+        return TIDE_OK;
+    /* Host scratch: logits [n,E] | s, sel [E] | gs [G] | taken [E] | gt [G]. */
+    const size_t lb = sizeof(float) * (size_t)(n * E), fl = sizeof(float) * (size_t)(2 * E + G);
+    void *hs;
+    if ((rc = cuda_bk_enter(bk, op)) ||
+        (rc = cuda_bk_host_scratch(bk, lb + fl + (size_t)(E + G), op, &hs)))
+        return rc;
+    float *logits = hs, *s = (float *)((char *)hs + lb);
+    unsigned char *taken = (unsigned char *)s + fl;
+    CUDA_BK_TRY(op,
+                cudaMemcpy2DAsync(logits, sizeof(float) * (size_t)E, cuda_bk_at(a->logits, 0, 0),
+                                  sizeof(float) * (size_t)ld(a->logits), sizeof(float) * (size_t)E,
+                                  (size_t)n, cudaMemcpyDeviceToHost, bk->compute));
+    CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+    const float *bias = a->bias ? a->bias->host_vec : NULL;
+    for (int64_t t = 0; t < n; t++)
+        cuda_bk_route1(a, logits + t * E, bias, E, s, s + E, taken, s + 2 * E, taken + E,
+                       a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
+    /* The stream is idle: a good moment to fold in the finished expert timings. */
+    return cuda_timer_harvest(&bk->expert_timer, false);
+}
+
+/* ---- rows, experts, combine -------------------------------------------- */
+
+struct cuda_bk_pair {
+    int32_t row; /* destination row */
+    int32_t i;   /* source index */
+};
+
+static int cuda_bk_pair_cmp(const void *pa, const void *pb)
+{
+    const struct cuda_bk_pair *a = pa, *b = pb;
+    if (a->row != b->row)
+        return a->row < b->row ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* Scatter maps for "dst[rows[i]] = src[i], i = 0..n-1 in order": where a row
+ * is named twice the later i wins, as in a sequential loop. Fills smap/dmap
+ * (host, n entries each) with the m <= n kept pairs, all rows distinct. */
+static int cuda_bk_scatter_maps(struct tide_backend *bk, const int32_t *rows, int64_t n,
+                                int32_t *smap, int32_t *dmap, int64_t *m, const char *op)
+{
+    bool sorted = true;
+    for (int64_t i = 1; i < n && sorted; i++)
+        sorted = rows[i] > rows[i - 1];
+    if (sorted) { /* strictly increasing: distinct already (the usual case) */
+        for (int64_t i = 0; i < n; i++) {
+            smap[i] = (int32_t)i;
+            dmap[i] = rows[i];
+        }
+        *m = n;
+        return TIDE_OK;
+    }
+    struct cuda_bk_pair *p = malloc(sizeof *p * (size_t)(n ? n : 1));
+    if (!p) {
+        tide_error(CUDA_BK_NAME ": %s: out of memory for %lld row indices", op, (long long)n);
+        return TIDE_E_NOMEM;
+    }
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (struct cuda_bk_pair){.row = rows[i], .i = (int32_t)i};
+    qsort(p, (size_t)n, sizeof *p, cuda_bk_pair_cmp);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + 1 < n && p[i + 1].row == p[i].row)
+            continue; /* a later write to the same row follows */
+        smap[k] = p[i].i;
+        dmap[k] = p[i].row;
+        k++;
+    }
+    free(p);
+    *m = k;
+    return TIDE_OK;
+}
+
+int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
+                       const struct tide_tensor *x_all, const int32_t *rows,
+                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn";
+    int rc = cuda_bk_check_expert(op, e);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "x_all", x_all, CUDA_BK_BF16);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    if (x_all->cols != e->hidden || out->cols != e->hidden)
+        return cuda_bk_inval(op,
+                             "x_all has %lld columns and out %lld, the expert's hidden size "
+                             "is %lld",
+                             (long long)x_all->cols, (long long)out->cols, (long long)e->hidden);
+    if ((rc = cuda_bk_check_rows(op, "rows", rows, n, x_all->rows)) ||
+        (rc = cuda_bk_check_rows(op, "dst_rows", dst_rows, n, out->rows)))
+        return rc;
+    if (n == 0)
+        return TIDE_OK;
+    const int64_t H = e->hidden, I = e->inter;
+    /* Host maps: rows [n] | smap [n] | dmap [n]; device: the same, then
+     * x [n,H] bf16 | gate,up [n,2I] f32 | h [n,I] bf16 | y [n,H] f32. */
+    const size_t mb = sizeof(int32_t) * (size_t)(3 * n);
+    const size_t bm = cuda_bk_align(mb), bx = cuda_bk_align(sizeof(uint16_t) * (size_t)(n * H));
+    const size_t bgu = cuda_bk_align(sizeof(float) * (size_t)(n * 2 * I));
+    const size_t bh = cuda_bk_align(sizeof(uint16_t) * (size_t)(n * I));
+    void *hm, *dev;
+    int64_t m = 0;
+    if ((rc = cuda_bk_enter(bk, op)) || (rc = cuda_bk_host_scratch(bk, mb, op, &hm)))
+        return rc;
+    int32_t *hmap = hm;
+    memcpy(hmap, rows, sizeof(int32_t) * (size_t)n);
+    if ((rc = cuda_bk_scatter_maps(bk, dst_rows, n, hmap + n, hmap + 2 * n, &m, op)) ||
+        (rc =
+             cuda_bk_scratch(bk, bm + bx + bgu + bh + sizeof(float) * (size_t)(n * H), op, &dev)) ||
+        (rc = cuda_bk_upload(bk, dev, hmap, mb, op)))
+        return rc;
+    const int32_t *drows = dev, *dsmap = drows + n, *ddmap = drows + 2 * n;
+    uint16_t *xs = (uint16_t *)((char *)dev + bm);
+    float *gu = (float *)((char *)xs + bx);
+    uint16_t *hs = (uint16_t *)((char *)gu + bgu);
+    float *ys = (float *)((char *)hs + bh);
+    struct tide_expert *ew = (struct tide_expert *)e; /* its events are bookkeeping */
+    int slot;
+    if (ew->is_slot && ew->load_recorded) /* use the expert only after its copy landed */
+        CUDA_BK_TRY(op, cudaStreamWaitEvent(bk->compute, ew->loaded, 0));
+    if ((rc = cuda_timer_begin(&bk->expert_timer, bk->compute, &slot)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, cuda_bk_at(x_all, 0, 0), ld(x_all), drows, xs,
+                                        H, NULL, n, H, sizeof(uint16_t)));
+    if ((rc = cuda_bk_gemm(bk, xs, H, e->dev, 2 * I, H, n, gu, 2 * I, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_swiglu(bk->compute, gu, 2 * I, gu + I, 2 * I, hs, I, n, I));
+    if ((rc = cuda_bk_gemm(bk, hs, I, e->dev + 2 * I * H, H, I, n, ys, H, op)))
+        return rc;
+    if (ew->is_slot) { /* the last read of the slot: a later slot_load waits for this */
+        CUDA_BK_TRY(op, cudaEventRecord(ew->used, bk->compute));
+        ew->use_recorded = true;
+    }
+    CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, ys, H, dsmap, cuda_bk_at(out, 0, 0), ld(out),
+                                        ddmap, m, H, sizeof(float)));
+    return cuda_timer_end(&bk->expert_timer, bk->compute, slot);
+}
+
+int cuda_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
+                        int k, const struct tide_tensor *y)
+{
+    const char *op = "moe_combine";
+    int rc = cuda_bk_check_tensor(op, "parts", parts, CUDA_BK_F32);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32);
+    if (rc)
+        return rc;
+    if (k < 1 || parts->rows != y->rows * k || parts->cols != y->cols || (y->rows && !w))
+        return cuda_bk_inval(op,
+                             "parts [%lld,%lld] must be [%lld*k, %lld] with k = %d >= 1 and "
+                             "w set",
+                             (long long)parts->rows, (long long)parts->cols, (long long)y->rows,
+                             (long long)y->cols, k);
+    if (y->rows == 0)
+        return TIDE_OK;
+    const size_t wb = sizeof(float) * (size_t)parts->rows;
+    void *dw;
+    if ((rc = cuda_bk_enter(bk, op)) || (rc = cuda_bk_scratch(bk, wb, op, &dw)) ||
+        (rc = cuda_bk_upload(bk, dw, w, wb, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_combine(bk->compute, cuda_bk_at(parts, 0, 0), ld(parts), dw, k,
+                                      cuda_bk_at(y, 0, 0), ld(y), y->rows, y->cols));
+    return TIDE_OK;
+}
+
+/* Shared checks of gather_rows and scatter_rows: `packed` is the [n, cols]
+ * side, `other` the side indexed by rows. */
+static int cuda_bk_rows_check(const char *op, const struct tide_tensor *packed, const char *pn,
+                              const struct tide_tensor *other, const char *on, const int32_t *rows,
+                              int64_t n)
+{
+    int rc = cuda_bk_check_tensor(op, pn, packed, CUDA_BK_ANY);
+    if (!rc)
+        rc = cuda_bk_check_tensor(op, on, other, CUDA_BK_ANY);
+    if (rc)
+        return rc;
+    if (packed->dtype != other->dtype || packed->cols != other->cols || n < 0 || packed->rows < n)
+        return cuda_bk_inval(op,
+                             "%s %s [%lld,%lld] and %s %s [%lld,%lld] must share dtype and "
+                             "columns, with at least n = %lld rows in %s",
+                             pn, tide_dtype_name(packed->dtype), (long long)packed->rows,
+                             (long long)packed->cols, on, tide_dtype_name(other->dtype),
+                             (long long)other->rows, (long long)other->cols, (long long)n, pn);
+    return cuda_bk_check_rows(op, "rows", rows, n, other->rows);
+}
+
+int cuda_bk_gather_rows(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,
+                        int64_t n, const struct tide_tensor *dst)
+{
+    const char *op = "gather_rows";
+    int rc = cuda_bk_rows_check(op, dst, "dst", src, "src", rows, n);
+    if (rc || n == 0 || src->cols == 0)
+        return rc;
+    void *dmap;
+    if ((rc = cuda_bk_enter(bk, op)) ||
+        (rc = cuda_bk_scratch(bk, sizeof(int32_t) * (size_t)n, op, &dmap)) ||
+        (rc = cuda_bk_upload(bk, dmap, rows, sizeof(int32_t) * (size_t)n, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, cuda_bk_at(src, 0, 0), ld(src), dmap,
+                                        cuda_bk_at(dst, 0, 0), ld(dst), NULL, n, src->cols,
+                                        tide_dtype_size(src->dtype)));
+    return TIDE_OK;
+}
+
+int cuda_bk_scatter_rows(struct tide_backend *bk, const struct tide_tensor *src,
+                         const int32_t *rows, int64_t n, const struct tide_tensor *dst)
+{
+    const char *op = "scatter_rows";
+    int rc = cuda_bk_rows_check(op, src, "src", dst, "dst", rows, n);
+    if (rc || n == 0 || src->cols == 0)
+        return rc;
+    const size_t mb = sizeof(int32_t) * (size_t)(2 * n);
+    void *hm, *dev;
+    int64_t m = 0;
+    if ((rc = cuda_bk_enter(bk, op)) || (rc = cuda_bk_host_scratch(bk, mb, op, &hm)))
+        return rc;
+    int32_t *smap = hm, *dmap = smap + n;
+    if ((rc = cuda_bk_scatter_maps(bk, rows, n, smap, dmap, &m, op)) ||
+        (rc = cuda_bk_scratch(bk, mb, op, &dev)) || (rc = cuda_bk_upload(bk, dev, hm, mb, op)))
+        return rc;
+    CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, cuda_bk_at(src, 0, 0), ld(src), dev,
+                                        cuda_bk_at(dst, 0, 0), ld(dst), (int32_t *)dev + n, m,
+                                        src->cols, tide_dtype_size(src->dtype)));
+    return TIDE_OK;
+}

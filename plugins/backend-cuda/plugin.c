@@ -1,0 +1,845 @@
+/* backend-cuda: the plugin descriptor, instance lifecycle, memory, weights
+ * and experts. The ops live in ops.c (cuBLAS matmuls and the kernels of
+ * kernels.cu), promotions and timings in offload.c.
+ *
+ * The CUDA runtime is loaded with this plugin; the module is linked with
+ * -z nodelete so that dlclose never unmaps it while the driver's threads and
+ * the runtime's exit handlers still refer to it. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_bk.h"
+#include "tide/option.h"
+#include "tide/plugin.h"
+
+/* Pinned ring for uploads (ids, row maps, routing weights, the host experts'
+ * results): 16 segments of 1 MiB; larger writes wait for their copy. */
+#define CUDA_BK_PARAM_SEG  ((size_t)1 << 20)
+#define CUDA_BK_PARAM_NSEG 16
+/* Segments of the promotion staging ring. */
+#define CUDA_BK_STAGING_NSEG 8
+
+static const struct tide_option cuda_bk_options[] = {
+    {"device", TIDE_OPT_INT, "0", "CUDA device ordinal (as numbered by the CUDA runtime)", NULL,
+     "[0,]"},
+    {"pin", TIDE_OPT_BOOL, "true",
+     "page-lock file-mapped promotion sources (the mmapped checkpoint) in place with "
+     "cudaHostRegister, locked until the backend is destroyed; other memory, everything when "
+     "false, and everything after a failed lock go through a pinned staging ring",
+     NULL, NULL},
+    {"staging", TIDE_OPT_SIZE, "64MiB",
+     "pinned host ring for promotions that are not page-locked in place (8 segments)", NULL,
+     "[65536,]"},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+/* ---- errors and validation --------------------------------------------- */
+
+int cuda_bk_fail(const char *op, const char *call, cudaError_t err)
+{
+    tide_error(CUDA_BK_NAME ": %s: %s failed: %s: %s", op, call, cudaGetErrorName(err),
+               cudaGetErrorString(err));
+    return err == cudaErrorMemoryAllocation ? TIDE_E_NOMEM : TIDE_E_DEVICE;
+}
+
+int cuda_bk_blas_fail(const char *op, const char *call, cublasStatus_t st)
+{
+    tide_error(CUDA_BK_NAME ": %s: %s failed: %s: %s", op, call, cublasGetStatusName(st),
+               cublasGetStatusString(st));
+    return st == CUBLAS_STATUS_ALLOC_FAILED ? TIDE_E_NOMEM : TIDE_E_DEVICE;
+}
+
+int cuda_bk_inval(const char *op, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tide_error(CUDA_BK_NAME ": %s: %s", op, msg);
+    return TIDE_E_INVAL;
+}
+
+int cuda_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
+                         unsigned dtypes)
+{
+    if (!t)
+        return cuda_bk_inval(op, "%s is NULL", what);
+    if (!t->buf)
+        return cuda_bk_inval(op, "%s has no buffer", what);
+    if (t->buf->magic != CUDA_BK_BUF_MAGIC)
+        return cuda_bk_inval(op, "%s is a view of a buffer this backend did not allocate", what);
+    if ((unsigned)t->dtype >= 32 || !(dtypes & CUDA_BK_DT(t->dtype))) {
+        char want[64] = "";
+        for (int d = TIDE_DTYPE_F32; d <= TIDE_DTYPE_I32; d++)
+            if (dtypes & CUDA_BK_DT(d))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         want[0] ? " or " : "", tide_dtype_name((enum tide_dtype)d));
+        return cuda_bk_inval(op, "%s is %s, expected %s", what, tide_dtype_name(t->dtype), want);
+    }
+    if (t->rows < 0 || t->cols < 0 || t->stride < t->cols)
+        return cuda_bk_inval(op, "%s has shape [%lld,%lld] with row stride %lld", what,
+                             (long long)t->rows, (long long)t->cols, (long long)t->stride);
+    size_t es = tide_dtype_size(t->dtype);
+    if (t->offset % es)
+        return cuda_bk_inval(op, "%s offset %zu is not a multiple of its element size", what,
+                             t->offset);
+    if (t->rows == 0 || t->cols == 0)
+        return TIDE_OK;
+    /* One past the last element, in bytes; doubles cannot overflow here. */
+    double last = ((double)(t->rows - 1) * (double)t->stride + (double)t->cols) * (double)es +
+                  (double)t->offset;
+    if (last > (double)t->buf->bytes)
+        return cuda_bk_inval(op,
+                             "%s [%lld,%lld] (stride %lld, offset %zu) runs past the end of its "
+                             "%zu-byte buffer",
+                             what, (long long)t->rows, (long long)t->cols, (long long)t->stride,
+                             t->offset, t->buf->bytes);
+    return TIDE_OK;
+}
+
+int cuda_bk_same_shape(const char *op, const char *an, const struct tide_tensor *a, const char *bn,
+                       const struct tide_tensor *b)
+{
+    if (a->rows == b->rows && a->cols == b->cols)
+        return TIDE_OK;
+    return cuda_bk_inval(op, "%s [%lld,%lld] and %s [%lld,%lld] differ in shape", an,
+                         (long long)a->rows, (long long)a->cols, bn, (long long)b->rows,
+                         (long long)b->cols);
+}
+
+int cuda_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
+                         enum tide_weight_kind kind)
+{
+    static const char *const kinds[] = {"?", "MATMUL", "VECTOR", "EMBED"};
+    if (!w)
+        return cuda_bk_inval(op, "%s is NULL", what);
+    if (w->kind != kind)
+        return cuda_bk_inval(op, "%s (%s) is a %s weight, expected %s", what, w->name,
+                             kinds[w->kind <= 3 ? w->kind : 0], kinds[kind]);
+    return TIDE_OK;
+}
+
+int cuda_bk_check_expert(const char *op, const struct tide_expert *e)
+{
+    if (!e)
+        return cuda_bk_inval(op, "expert is NULL");
+    if (e->magic != CUDA_BK_EXPERT_MAGIC)
+        return cuda_bk_inval(op, "the expert was not made by this backend");
+    return TIDE_OK;
+}
+
+int cuda_bk_check_rows(const char *op, const char *what, const int32_t *rows, int64_t n,
+                       int64_t limit)
+{
+    if (n < 0 || (n > 0 && !rows))
+        return cuda_bk_inval(op, "%lld %s (%s)", (long long)n, what, rows ? "set" : "NULL");
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= limit)
+            return cuda_bk_inval(op, "%s[%lld] = %d is outside [0, %lld)", what, (long long)i,
+                                 rows[i], (long long)limit);
+    return TIDE_OK;
+}
+
+/* ---- instance helpers -------------------------------------------------- */
+
+int cuda_bk_enter(struct tide_backend *bk, const char *op)
+{
+    CUDA_BK_TRY(op, cudaSetDevice(bk->device));
+    return TIDE_OK;
+}
+
+/* cudaMalloc with a message naming what the memory is for and what is free. */
+static int cuda_bk_malloc(void **p, size_t bytes, const char *op, const char *what)
+{
+    *p = NULL;
+    cudaError_t err = cudaMalloc(p, bytes ? bytes : 256);
+    if (err == cudaSuccess)
+        return TIDE_OK;
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    tide_error(CUDA_BK_NAME ": %s: cannot allocate %zu bytes of device memory for %s (%zu of "
+                            "%zu bytes free): %s",
+               op, bytes, what, free_b, total_b, cudaGetErrorName(err));
+    *p = NULL;
+    return err == cudaErrorMemoryAllocation ? TIDE_E_NOMEM : TIDE_E_DEVICE;
+}
+
+int cuda_bk_scratch(struct tide_backend *bk, size_t bytes, const char *op, void **out)
+{
+    if (bytes > bk->scratch_bytes) {
+        /* Earlier ops on the stream may still read the old scratch. */
+        CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+        if (bk->scratch)
+            CUDA_BK_TRY(op, cudaFree(bk->scratch));
+        bk->scratch = NULL;
+        bk->scratch_bytes = 0;
+        size_t want = cuda_bk_align(bytes + bytes / 4);
+        int rc = cuda_bk_malloc(&bk->scratch, want, op, "scratch");
+        if (rc)
+            return rc;
+        bk->scratch_bytes = want;
+    }
+    *out = bk->scratch;
+    return TIDE_OK;
+}
+
+int cuda_bk_host_scratch(struct tide_backend *bk, size_t bytes, const char *op, void **out)
+{
+    if (bytes > bk->host_scratch_bytes) {
+        size_t want = bytes + bytes / 4 + 64;
+        void *p = malloc(want);
+        if (!p) {
+            tide_error(CUDA_BK_NAME ": %s: cannot allocate %zu bytes of host memory", op, want);
+            return TIDE_E_NOMEM;
+        }
+        free(bk->host_scratch);
+        bk->host_scratch = p;
+        bk->host_scratch_bytes = want;
+    }
+    *out = bk->host_scratch;
+    return TIDE_OK;
+}
+
+int cuda_bk_upload(struct tide_backend *bk, void *dst, const void *src, size_t bytes,
+                   const char *op)
+{
+    if (!bytes)
+        return TIDE_OK;
+    void *pinned = NULL;
+    int rc = cuda_ring_reserve(&bk->params, bytes, &pinned);
+    if (rc)
+        return rc;
+    if (pinned) {
+        memcpy(pinned, src, bytes);
+        CUDA_BK_TRY(op, cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, bk->compute));
+        return TIDE_OK;
+    }
+    /* Too large for the ring: copy from the caller's memory and wait, so it may be reused. */
+    CUDA_BK_TRY(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, bk->compute));
+    CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+    return TIDE_OK;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void cuda_bk_destroy(struct tide_backend *bk)
+{
+    if (!bk)
+        return;
+    if (bk->n_buffers || bk->n_weights || bk->n_experts)
+        tide_warn(CUDA_BK_NAME ": destroyed with %d buffers, %d weights and %d experts still "
+                               "alive",
+                  bk->n_buffers, bk->n_weights, bk->n_experts);
+    cudaSetDevice(bk->device);
+    /* Errors are ignored from here on: everything is released regardless. */
+    if (bk->copy)
+        cudaStreamSynchronize(bk->copy);
+    if (bk->compute)
+        cudaStreamSynchronize(bk->compute);
+    cuda_bk_unpin_all(bk);
+    cuda_ring_free(&bk->params);
+    cuda_ring_free(&bk->staging);
+    cuda_timer_free(&bk->copy_timer);
+    cuda_timer_free(&bk->expert_timer);
+    if (bk->scratch)
+        cudaFree(bk->scratch);
+    if (bk->blas)
+        cublasDestroy(bk->blas);
+    if (bk->copy)
+        cudaStreamDestroy(bk->copy);
+    if (bk->compute)
+        cudaStreamDestroy(bk->compute);
+    cudaGetLastError();
+    free(bk->host_scratch);
+    free(bk->pins);
+    free(bk);
+}
+
+/* The device's name, memory and compute capability into bk->desc. */
+static int cuda_bk_describe_device(struct tide_backend *bk)
+{
+    struct cudaDeviceProp p;
+    CUDA_BK_TRY("create", cudaGetDeviceProperties(&p, bk->device));
+    if (p.major < 8) {
+        tide_error(CUDA_BK_NAME ": device %d (%s) has compute capability %d.%d; this backend "
+                                "needs 8.0 or newer (bf16 tensor cores)",
+                   bk->device, p.name, p.major, p.minor);
+        return TIDE_E_UNSUPPORTED;
+    }
+    int rt = 0, drv = 0, blas = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    cublasGetVersion(bk->blas, &blas);
+    snprintf(bk->desc, sizeof bk->desc,
+             "%.256s (device %d), %.1f GiB, compute capability %d.%d, %d SMs; CUDA runtime %d.%d, "
+             "driver %d.%d, cuBLAS %d.%d.%d; promotions %s",
+             p.name, bk->device, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.major,
+             p.minor, p.multiProcessorCount, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
+             blas / 10000, blas % 10000 / 100, blas % 100,
+             !bk->pin           ? "staged through a pinned ring"
+             : bk->pin_readonly ? "from file mappings page-locked read-only"
+                                : "from file mappings page-locked");
+    return TIDE_OK;
+}
+
+static int cuda_bk_create(const struct tide_backend_args *args, struct tide_backend **out)
+{
+    if (!args || !out || args->size < offsetof(struct tide_backend_args, role) + sizeof args->role)
+        return cuda_bk_inval("create", "NULL or truncated arguments");
+    *out = NULL;
+    int64_t device = args->opts ? tide_opts_int(args->opts, "device") : 0;
+    bool pin = args->opts ? tide_opts_bool(args->opts, "pin") : true;
+    uint64_t staging = args->opts ? tide_opts_size(args->opts, "staging") : (uint64_t)64 << 20;
+    int count = -1;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        tide_error(CUDA_BK_NAME ": no usable CUDA device: cudaGetDeviceCount: %s: %s",
+                   cudaGetErrorName(err), cudaGetErrorString(err));
+        return TIDE_E_UNSUPPORTED;
+    }
+    if (device < 0 || device >= count) {
+        tide_error(CUDA_BK_NAME ": device = %lld, but this machine has %d CUDA device%s (0..%d)",
+                   (long long)device, count, count == 1 ? "" : "s", count - 1);
+        return TIDE_E_CONFIG;
+    }
+    if (staging < CUDA_BK_STAGING_NSEG * (uint64_t)4096)
+        return cuda_bk_inval("create", "staging = %llu bytes is too small",
+                             (unsigned long long)staging);
+
+    struct tide_backend *bk = calloc(1, sizeof *bk);
+    if (!bk)
+        return TIDE_E_NOMEM;
+    bk->device = (int)device;
+    bk->role = args->role;
+    bk->pin = pin;
+    bk->staging_bytes = (size_t)staging;
+    long page = sysconf(_SC_PAGESIZE);
+    bk->page = page > 0 ? (size_t)page : 4096;
+    int rc = TIDE_OK;
+    int ro = 0;
+    cublasStatus_t bst;
+    if ((err = cudaSetDevice(bk->device)) != cudaSuccess ||
+        (err = cudaStreamCreateWithFlags(&bk->compute, cudaStreamNonBlocking)) != cudaSuccess ||
+        (err = cudaStreamCreateWithFlags(&bk->copy, cudaStreamNonBlocking)) != cudaSuccess) {
+        rc = cuda_bk_fail("create", "cudaSetDevice/cudaStreamCreateWithFlags", err);
+    } else if ((bst = cublasCreate(&bk->blas)) != CUBLAS_STATUS_SUCCESS ||
+               (bst = cublasSetStream(bk->blas, bk->compute)) != CUBLAS_STATUS_SUCCESS ||
+               (bst = cublasSetMathMode(bk->blas,
+                                        CUBLAS_DEFAULT_MATH |
+                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+                   CUBLAS_STATUS_SUCCESS) {
+        rc = cuda_bk_blas_fail("create", "cublasCreate/cublasSetStream/cublasSetMathMode", bst);
+    } else if ((rc = cuda_ring_init(&bk->params, CUDA_BK_PARAM_SEG, CUDA_BK_PARAM_NSEG, bk->compute,
+                                    "upload ring")) == TIDE_OK) {
+        /* Read-only registration lets a PROT_READ mmap (the checkpoint) be page-locked. */
+        if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, bk->device) !=
+            cudaSuccess)
+            ro = 0;
+        bk->pin_readonly = ro != 0;
+        rc = cuda_bk_describe_device(bk);
+    }
+    if (rc) {
+        cuda_bk_destroy(bk);
+        return rc;
+    }
+    *out = bk;
+    return TIDE_OK;
+}
+
+static const char *cuda_bk_describe(const struct tide_backend *bk)
+{
+    return bk ? bk->desc : CUDA_BK_NAME;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int cuda_bk_buffer_alloc(struct tide_backend *bk, size_t bytes, struct tide_buffer **out)
+{
+    if (!bk || !out)
+        return cuda_bk_inval("buffer_alloc", "NULL backend or out pointer");
+    *out = NULL;
+    int rc = cuda_bk_enter(bk, "buffer_alloc");
+    if (rc)
+        return rc;
+    struct tide_buffer *b = calloc(1, sizeof *b);
+    if (!b)
+        return TIDE_E_NOMEM;
+    rc = cuda_bk_malloc(&b->ptr, bytes, "buffer_alloc", "a buffer");
+    if (rc == TIDE_OK && bytes) {
+        cudaError_t err = cudaMemsetAsync(b->ptr, 0, bytes, bk->compute);
+        if (err != cudaSuccess) {
+            rc = cuda_bk_fail("buffer_alloc", "cudaMemsetAsync", err);
+            cudaFree(b->ptr);
+        }
+    }
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b->magic = CUDA_BK_BUF_MAGIC;
+    b->bytes = bytes;
+    bk->n_buffers++;
+    *out = b;
+    return TIDE_OK;
+}
+
+static void cuda_bk_buffer_free(struct tide_backend *bk, struct tide_buffer *buf)
+{
+    if (!buf)
+        return;
+    if (buf->magic != CUDA_BK_BUF_MAGIC) {
+        tide_error(CUDA_BK_NAME ": buffer_free: not a buffer of this backend");
+        return;
+    }
+    if (bk) {
+        /* Work already issued may still use the buffer. */
+        cudaSetDevice(bk->device);
+        cudaError_t err = cudaStreamSynchronize(bk->compute);
+        if (err != cudaSuccess)
+            cuda_bk_fail("buffer_free", "cudaStreamSynchronize", err);
+        bk->n_buffers--;
+    }
+    cudaFree(buf->ptr);
+    buf->magic = 0;
+    free(buf);
+}
+
+static void *cuda_bk_buffer_host_ptr(struct tide_backend *bk, struct tide_buffer *buf)
+{
+    return NULL; /* device memory */
+}
+
+/* Copy between packed host rows and a view; `to_view` is the direction. */
+static int cuda_bk_copy(struct tide_backend *bk, const char *op, const struct tide_tensor *t,
+                        void *host, bool to_view)
+{
+    int rc = cuda_bk_check_tensor(op, to_view ? "dst" : "src", t, CUDA_BK_ANY);
+    if (rc)
+        return rc;
+    if (t->rows == 0 || t->cols == 0)
+        return TIDE_OK;
+    if (!host)
+        return cuda_bk_inval(op, "host pointer is NULL");
+    if ((rc = cuda_bk_enter(bk, op)))
+        return rc;
+    const size_t es = tide_dtype_size(t->dtype), row = (size_t)t->cols * es;
+    const size_t bytes = row * (size_t)t->rows, pitch = (size_t)t->stride * es;
+    void *dev = cuda_bk_at(t, 0, 0);
+    if (!to_view) {
+        /* read waits for all prior work on the compute stream, then for the copy. */
+        CUDA_BK_TRY(op, cudaMemcpy2DAsync(host, row, dev, pitch, row, (size_t)t->rows,
+                                          cudaMemcpyDeviceToHost, bk->compute));
+        CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+        return cuda_timer_harvest(&bk->expert_timer, false);
+    }
+    void *pinned = NULL;
+    if ((rc = cuda_ring_reserve(&bk->params, bytes, &pinned)))
+        return rc;
+    if (pinned)
+        memcpy(pinned, host, bytes);
+    CUDA_BK_TRY(op, cudaMemcpy2DAsync(dev, pitch, pinned ? pinned : host, row, row, (size_t)t->rows,
+                                      cudaMemcpyHostToDevice, bk->compute));
+    if (!pinned) /* the caller may reuse its memory when write returns */
+        CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+    return TIDE_OK;
+}
+
+static int cuda_bk_write(struct tide_backend *bk, const struct tide_tensor *dst, const void *src)
+{
+    return cuda_bk_copy(bk, "write", dst, (void *)src, true);
+}
+
+static int cuda_bk_read(struct tide_backend *bk, const struct tide_tensor *src, void *dst)
+{
+    return cuda_bk_copy(bk, "read", src, dst, false);
+}
+
+static int cuda_bk_sync(struct tide_backend *bk)
+{
+    int rc = cuda_bk_enter(bk, "sync");
+    if (rc)
+        return rc;
+    CUDA_BK_TRY("sync", cudaStreamSynchronize(bk->copy));
+    CUDA_BK_TRY("sync", cudaStreamSynchronize(bk->compute));
+    rc = cuda_timer_harvest(&bk->copy_timer, false);
+    return rc ? rc : cuda_timer_harvest(&bk->expert_timer, false);
+}
+
+/* Free and total device memory of the instance's device (cudaMemGetInfo). */
+static int cuda_bk_mem_info(struct tide_backend *bk, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    size_t f = 0, t = 0;
+    int rc = cuda_bk_enter(bk, "mem_info");
+    if (rc)
+        return rc;
+    CUDA_BK_TRY("mem_info", cudaMemGetInfo(&f, &t));
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
+    return TIDE_OK;
+}
+
+/* ---- weights ------------------------------------------------------------ */
+
+/* Value i of a host view of dtype F32, BF16 or F16, as f32. */
+static float cuda_bk_view_f32(const struct tide_view *v, int64_t i)
+{
+    switch (v->dtype) {
+    case TIDE_DTYPE_F32:
+        return ((const float *)v->data)[i];
+    case TIDE_DTYPE_BF16:
+        return tide_bf16_to_f32(((const uint16_t *)v->data)[i]);
+    case TIDE_DTYPE_F16:
+        return tide_f16_to_f32(((const uint16_t *)v->data)[i]);
+    default:
+        return 0.0f;
+    }
+}
+
+static void cuda_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *w)
+{
+    if (!w)
+        return;
+    if (bk) {
+        cudaSetDevice(bk->device);
+        cudaStreamSynchronize(bk->compute); /* kernels may still read it */
+        bk->n_weights--;
+    }
+    if (w->dev)
+        cudaFree(w->dev);
+    free(w->host_vec);
+    free(w);
+}
+
+/* Upload `bytes` from host memory synchronously (the compute stream, then a wait). */
+static int cuda_bk_upload_sync(struct tide_backend *bk, void *dst, const void *src, size_t bytes,
+                               const char *op)
+{
+    CUDA_BK_TRY(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, bk->compute));
+    CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
+    return TIDE_OK;
+}
+
+/* Fill w from src for its kind: the device copy (and the host vector). */
+static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *src,
+                               struct tide_weight *w)
+{
+    const char *op = "weight_create";
+    const int64_t numel = tide_view_numel(src);
+    const void *data = src->data;
+    void *tmp = NULL;
+    switch (w->kind) {
+    case TIDE_WEIGHT_MATMUL:
+        if (src->ndim != 2)
+            return cuda_bk_inval(op, "MATMUL weight %s has %d dims, expected 2 [N,K]", w->name,
+                                 src->ndim);
+        w->rows = src->shape[0];
+        w->cols = src->shape[1];
+        w->dtype = TIDE_DTYPE_BF16;
+        if (src->dtype != TIDE_DTYPE_BF16) { /* matmul inputs are bf16 by contract */
+            uint16_t *h = malloc(sizeof *h * (size_t)numel);
+            if (!h)
+                return TIDE_E_NOMEM;
+            for (int64_t i = 0; i < numel; i++)
+                h[i] = tide_f32_to_bf16(cuda_bk_view_f32(src, i));
+            data = tmp = h;
+        }
+        break;
+    case TIDE_WEIGHT_VECTOR:
+        if (src->ndim != 1 && !(src->ndim == 2 && (src->shape[0] == 1 || src->shape[1] == 1)))
+            return cuda_bk_inval(op, "VECTOR weight %s has %d dims, expected 1", w->name,
+                                 src->ndim);
+        w->rows = 1;
+        w->cols = numel;
+        w->dtype = TIDE_DTYPE_F32;
+        w->host_vec = malloc(sizeof(float) * (size_t)numel);
+        if (!w->host_vec)
+            return TIDE_E_NOMEM;
+        for (int64_t i = 0; i < numel; i++)
+            w->host_vec[i] = cuda_bk_view_f32(src, i);
+        data = w->host_vec;
+        break;
+    case TIDE_WEIGHT_EMBED:
+        if (src->ndim != 2)
+            return cuda_bk_inval(op, "EMBED weight %s has %d dims, expected 2 [V,H]", w->name,
+                                 src->ndim);
+        w->rows = src->shape[0];
+        w->cols = src->shape[1];
+        w->dtype = src->dtype;
+        break;
+    default:
+        return cuda_bk_inval(op, "weight %s: unknown kind %d", w->name, (int)w->kind);
+    }
+    const size_t bytes = (size_t)numel * tide_dtype_size(w->dtype);
+    int rc = cuda_bk_malloc(&w->dev, bytes, op, w->name);
+    if (rc == TIDE_OK)
+        rc = cuda_bk_upload_sync(bk, w->dev, data, bytes, op);
+    free(tmp);
+    return rc;
+}
+
+static int cuda_bk_weight_create(struct tide_backend *bk, const struct tide_view *src,
+                                 enum tide_weight_kind kind, struct tide_weight **out)
+{
+    if (!bk || !src || !out)
+        return cuda_bk_inval("weight_create", "NULL argument");
+    *out = NULL;
+    const char *name = src->name ? src->name : "?";
+    if (!src->data)
+        return cuda_bk_inval("weight_create", "weight %s has no data", name);
+    if (src->dtype != TIDE_DTYPE_F32 && src->dtype != TIDE_DTYPE_BF16 &&
+        src->dtype != TIDE_DTYPE_F16)
+        return cuda_bk_inval("weight_create", "weight %s is %s, expected BF16, F32 or F16", name,
+                             tide_dtype_name(src->dtype));
+    for (int d = 0; d < src->ndim; d++)
+        if (src->shape[d] <= 0)
+            return cuda_bk_inval("weight_create", "weight %s has an empty dimension", name);
+    int rc = cuda_bk_enter(bk, "weight_create");
+    if (rc)
+        return rc;
+    struct tide_weight *w = calloc(1, sizeof *w);
+    if (!w)
+        return TIDE_E_NOMEM;
+    w->kind = kind;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    bk->n_weights++;
+    rc = cuda_bk_weight_fill(bk, src, w);
+    if (rc) {
+        if (rc == TIDE_E_NOMEM)
+            tide_error(CUDA_BK_NAME ": weight_create: out of memory for weight %s", name);
+        cuda_bk_weight_destroy(bk, w);
+        return rc;
+    }
+    *out = w;
+    return TIDE_OK;
+}
+
+/* ---- experts ------------------------------------------------------------ */
+
+/* A routed-expert matrix view: 2-D bf16 of shape [n,k]. */
+static int cuda_bk_check_expert_view(const char *op, const struct tide_view *v, const char *what,
+                                     int64_t n, int64_t k)
+{
+    if (!v || !v->data)
+        return cuda_bk_inval(op, "%s is NULL", what);
+    const char *name = v->name ? v->name : what;
+    if (v->dtype != TIDE_DTYPE_BF16)
+        return cuda_bk_inval(op, "%s (%s) is %s, expected BF16", what, name,
+                             tide_dtype_name(v->dtype));
+    if (v->ndim != 2 || v->shape[0] != n || v->shape[1] != k || n <= 0 || k <= 0)
+        return cuda_bk_inval(op, "%s (%s) has shape %s[%lld,%lld], expected [%lld,%lld]", what,
+                             name, v->ndim == 2 ? "" : "(not 2-D) ", (long long)v->shape[0],
+                             (long long)(v->ndim > 1 ? v->shape[1] : 0), (long long)n,
+                             (long long)k);
+    return TIDE_OK;
+}
+
+int cuda_bk_check_expert_views(const char *op, const struct tide_view *gate,
+                               const struct tide_view *up, const struct tide_view *down,
+                               int64_t *hidden, int64_t *inter)
+{
+    if (!gate || gate->ndim != 2)
+        return cuda_bk_inval(op, "gate is NULL or not 2-D");
+    *inter = gate->shape[0];
+    *hidden = gate->shape[1];
+    int rc = cuda_bk_check_expert_view(op, gate, "gate", *inter, *hidden);
+    if (!rc)
+        rc = cuda_bk_check_expert_view(op, up, "up", *inter, *hidden);
+    if (!rc)
+        rc = cuda_bk_check_expert_view(op, down, "down", *hidden, *inter);
+    return rc;
+}
+
+int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, bool slot,
+                         const char *op, struct tide_expert **out)
+{
+    *out = NULL;
+    if (hidden <= 0 || inter <= 0)
+        return cuda_bk_inval(op, "hidden %lld and inter %lld must be positive", (long long)hidden,
+                             (long long)inter);
+    int rc = cuda_bk_enter(bk, op);
+    if (rc)
+        return rc;
+    struct tide_expert *e = calloc(1, sizeof *e);
+    if (!e)
+        return TIDE_E_NOMEM;
+    e->magic = CUDA_BK_EXPERT_MAGIC;
+    e->hidden = hidden;
+    e->inter = inter;
+    e->is_slot = slot;
+    bk->n_experts++;
+    const size_t bytes = (size_t)(3 * hidden * inter) * sizeof(uint16_t);
+    rc = cuda_bk_malloc((void **)&e->dev, bytes, op, slot ? "an expert slot" : "an expert");
+    cudaError_t err = cudaSuccess;
+    if (rc == TIDE_OK)
+        err = cudaMemsetAsync(e->dev, 0, bytes, bk->compute);
+    if (rc == TIDE_OK && err == cudaSuccess && slot) {
+        err = cudaEventCreateWithFlags(&e->loaded, cudaEventDisableTiming);
+        if (err == cudaSuccess)
+            err = cudaEventCreateWithFlags(&e->used, cudaEventDisableTiming);
+        /* The zero fill counts as a use: a slot_load must not overtake it. */
+        if (err == cudaSuccess && (err = cudaEventRecord(e->used, bk->compute)) == cudaSuccess)
+            e->use_recorded = true;
+    }
+    if (rc == TIDE_OK && err != cudaSuccess)
+        rc = cuda_bk_fail(op, "cudaMemsetAsync/cudaEventCreate/cudaEventRecord", err);
+    if (rc) {
+        cuda_bk_expert_destroy(bk, e);
+        return rc;
+    }
+    *out = e;
+    return TIDE_OK;
+}
+
+void cuda_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
+{
+    if (!e)
+        return;
+    if (e->magic != CUDA_BK_EXPERT_MAGIC) {
+        tide_error(CUDA_BK_NAME ": expert_destroy: not an expert of this backend");
+        return;
+    }
+    if (bk) {
+        /* A kernel may still read it, or a promotion still write it. */
+        cudaSetDevice(bk->device);
+        cudaStreamSynchronize(bk->copy);
+        cudaStreamSynchronize(bk->compute);
+        bk->n_experts--;
+    }
+    if (e->loaded)
+        cudaEventDestroy(e->loaded);
+    if (e->used)
+        cudaEventDestroy(e->used);
+    if (e->dev)
+        cudaFree(e->dev);
+    e->magic = 0;
+    free(e);
+}
+
+/* A resident device copy, uploaded synchronously. */
+static int cuda_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
+                                 const struct tide_view *up, const struct tide_view *down,
+                                 struct tide_expert **out)
+{
+    const char *op = "expert_create";
+    if (!bk || !out)
+        return cuda_bk_inval(op, "NULL argument");
+    *out = NULL;
+    int64_t H, I;
+    int rc = cuda_bk_check_expert_views(op, gate, up, down, &H, &I);
+    struct tide_expert *e = NULL;
+    if (!rc)
+        rc = cuda_bk_expert_alloc(bk, H, I, false, op, &e);
+    if (rc)
+        return rc;
+    const size_t mat = (size_t)(H * I) * sizeof(uint16_t);
+    const struct tide_view *v[3] = {gate, up, down};
+    for (int j = 0; j < 3 && rc == TIDE_OK; j++)
+        rc = cuda_bk_upload_sync(bk, (char *)e->dev + (size_t)j * mat, v[j]->data, mat, op);
+    if (rc) {
+        cuda_bk_expert_destroy(bk, e);
+        return rc;
+    }
+    *out = e;
+    return TIDE_OK;
+}
+
+/* ---- descriptor --------------------------------------------------------- */
+
+/* Is there a CUDA device of compute capability 8.0 or newer? Keeps nothing:
+ * cudaGetDeviceCount initialises the driver but creates no context. */
+static int cuda_bk_probe(char *why, size_t why_len)
+{
+    int count = -1; /* left at -1 by a failing call */
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        snprintf(why, why_len, "no CUDA device: cudaGetDeviceCount: %s: %s", cudaGetErrorName(err),
+                 cudaGetErrorString(err));
+        cudaGetLastError();
+        return TIDE_E_UNSUPPORTED;
+    }
+    if (count < 1) {
+        snprintf(why, why_len, "no CUDA device: cudaGetDeviceCount found none");
+        return TIDE_E_UNSUPPORTED;
+    }
+    int best_major = 0, best_minor = 0;
+    for (int d = 0; d < count; d++) {
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess)
+            continue;
+        if (major >= 8)
+            return TIDE_OK;
+        if (major > best_major || (major == best_major && minor > best_minor)) {
+            best_major = major;
+            best_minor = minor;
+        }
+    }
+    cudaGetLastError();
+    snprintf(why, why_len,
+             "no CUDA device of compute capability 8.0 or newer (the best of %d is %d.%d)", count,
+             best_major, best_minor);
+    return TIDE_E_UNSUPPORTED;
+}
+
+static const struct tide_backend_ops cuda_bk_ops = {
+    .size = sizeof(struct tide_backend_ops),
+    .create = cuda_bk_create,
+    .destroy = cuda_bk_destroy,
+    .describe = cuda_bk_describe,
+    .buffer_alloc = cuda_bk_buffer_alloc,
+    .buffer_free = cuda_bk_buffer_free,
+    .buffer_host_ptr = cuda_bk_buffer_host_ptr,
+    .write = cuda_bk_write,
+    .read = cuda_bk_read,
+    .weight_create = cuda_bk_weight_create,
+    .weight_destroy = cuda_bk_weight_destroy,
+    .expert_create = cuda_bk_expert_create,
+    .expert_destroy = cuda_bk_expert_destroy,
+    .embed = cuda_bk_embed,
+    .matmul = cuda_bk_matmul,
+    .rmsnorm = cuda_bk_rmsnorm,
+    .rope = cuda_bk_rope,
+    .attention = cuda_bk_attention,
+    .swiglu = cuda_bk_swiglu,
+    .add = cuda_bk_add,
+    .convert = cuda_bk_convert,
+    .router = cuda_bk_router,
+    .expert_ffn = cuda_bk_expert_ffn,
+    .moe_combine = cuda_bk_moe_combine,
+    .sync = cuda_bk_sync,
+    .slot_create = cuda_bk_slot_create,
+    .slot_load = cuda_bk_slot_load,
+    .gather_rows = cuda_bk_gather_rows,
+    .scatter_rows = cuda_bk_scatter_rows,
+    .copy_sync = cuda_bk_copy_sync,
+    .timings = cuda_bk_timings,
+    .mem_info = cuda_bk_mem_info,
+};
+
+static const struct tide_plugin_desc cuda_bk_desc = {
+    .struct_size = sizeof(struct tide_plugin_desc),
+    .abi_version = TIDE_ABI_VERSION,
+    .kind = TIDE_PLUGIN_BACKEND,
+    .name = CUDA_BK_NAME,
+    .version = "0.1.0",
+    .summary = "GPU backend: cuBLAS bf16 matmuls, CUDA kernels, expert slots promoted on a copy "
+               "stream",
+    .ops = &cuda_bk_ops,
+    .options = cuda_bk_options,
+    .probe = cuda_bk_probe,
+};
+
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
+
+/* The plugin's only exported symbol: its descriptor, or NULL for another ABI. */
+TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
+{
+    return host_abi == TIDE_ABI_VERSION ? &cuda_bk_desc : NULL;
+}
