@@ -2,7 +2,7 @@
 # Installs what TIDE needs on Debian (only the packages that are missing),
 # then configures and builds into ${TIDE_BUILD_DIR:-build}.
 # Sourced by scripts/demo.sh and scripts/test.sh; extra CMake arguments come
-# from TIDE_CMAKE_ARGS.
+# from TIDE_CMAKE_ARGS; TIDE_BUILD_TARGETS limits the build to those targets.
 set -euo pipefail
 
 TIDE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +26,11 @@ tide_need_packages() {
 # g++: CMake links CUDA modules with the C++ compiler when nvcc is present.
 tide_need_packages cmake make gcc g++ pkg-config libinih-dev libjansson-dev libpcre2-dev \
     libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy
+# Fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime.
+if [[ "${TIDE_CMAKE_ARGS:-}" == *TIDE_FUZZ=ON* ]]; then
+    tide_need_packages clang libclang-rt-14-dev
+fi
 
 jobs="$(nproc 2>/dev/null || echo 2)"
 cmake -S "$TIDE_ROOT" -B "$TIDE_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TIDE_CMAKE_ARGS:-} >&2
-cmake --build "$TIDE_BUILD_DIR" -j"$jobs" >&2
+cmake --build "$TIDE_BUILD_DIR" -j"$jobs" ${TIDE_BUILD_TARGETS:+--target $TIDE_BUILD_TARGETS} >&2

@@ -48,8 +48,7 @@ void cli_catch_interrupt(void);
 
 /* Open the output file named by option `key` of [output] (empty: *f = NULL)
  * as PATH.tmp; refuses an existing PATH unless [output] overwrite is true. */
-int cli_output_open(const struct tide_opts *output, const char *key, FILE **f,
-                    const char **path);
+int cli_output_open(const struct tide_opts *output, const char *key, FILE **f, const char **path);
 /* Close it; when keep, rename PATH.tmp to PATH, else remove it. */
 int cli_output_close(FILE *f, const char *path, bool keep);
 
@@ -58,6 +57,9 @@ struct tide_moe_counters;
 /* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */
 void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
                                double seconds, int64_t tokens);
+
+/* The CPU's model name from /proc/cpuinfo into buf ("unknown" when absent). */
+void cli_cpu_model(char *buf, size_t len);
 
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);

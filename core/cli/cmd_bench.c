@@ -38,7 +38,9 @@ static void bench_usage(FILE *f)
             "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
             "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
             "Every configuration must generate the same tokens as the no-offload baseline\n"
-            "(placement is lossless); the 'same' column says so, and a mismatch fails the run.\n\n"
+            "(placement is lossless); the 'same' column says so. When one backend plugin\n"
+            "computes both device and host experts a mismatch fails the run; across two\n"
+            "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
             "The sweep comes from the [bench] section; the flags override it:\n"
             "  --policies tide,lru,static   plugin names (x means policy-x)\n"
             "  --budgets 8,16,all           experts per MoE layer on the device\n"
@@ -507,10 +509,18 @@ int cmd_bench(int argc, char **argv)
     bool all_same = true;
     for (int i = 0; i < n_rows; i++)
         all_same &= rows[i].same;
-    if (rc == TIDE_OK && !all_same) {
+    /* Bit-identical tokens are guaranteed when one plugin computes both the
+     * device and the host experts; across two backends (cuBLAS and oneDNN)
+     * float summation orders differ, so a mismatch is reported, not fatal. */
+    const bool strict = !strcmp(b.e->dev.name, b.e->host.name);
+    if (rc == TIDE_OK && !all_same && strict) {
         tide_error("bench: some configurations generated different tokens than the baseline "
                    "(column 'same'); placement must be lossless");
         rc = TIDE_E_INVAL;
+    } else if (rc == TIDE_OK && !all_same) {
+        tide_warn("bench: some configurations generated different tokens than the baseline; "
+                  "device (%s) and host (%s) experts round differently, so this is expected",
+                  b.e->dev.name, b.e->host.name);
     }
     if (n_rows)
         tide_info("bench: %d configurations written to %s/results.csv", n_rows, b.dir);

@@ -50,6 +50,7 @@ struct run_state {
     int64_t committed; /* tokens committed so far */
     double t0;
     int n_blocks;  /* blocks to decode */
+    bool hashing;  /* --logits-hash */
     uint64_t hash; /* FNV-1a over the bytes of every step's logits */
     FILE *dump;    /* --dump-logits, or NULL */
     bool dump_failed;
@@ -59,12 +60,14 @@ static void run_step_logits(void *user, int64_t block, int step, const float *lo
                             int vocab)
 {
     struct run_state *s = user;
-    const unsigned char *p = (const unsigned char *)logits;
-    const size_t bytes = (size_t)rows * (size_t)vocab * sizeof *logits;
-    uint64_t h = s->hash;
-    for (size_t i = 0; i < bytes; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    s->hash = h;
+    if (s->hashing) {
+        const unsigned char *p = (const unsigned char *)logits;
+        const size_t bytes = (size_t)rows * (size_t)vocab * sizeof *logits;
+        uint64_t h = s->hash;
+        for (size_t i = 0; i < bytes; i++)
+            h = (h ^ p[i]) * 0x100000001b3ull;
+        s->hash = h;
+    }
     if (s->dump) {
         const int32_t head[4] = {(int32_t)block, step, rows, vocab};
         if (fwrite(head, sizeof head, 1, s->dump) != 1 ||
@@ -237,6 +240,7 @@ int cmd_run(int argc, char **argv)
         }
     }
     struct run_state st = {
+        .hashing = logits_hash,
         .hash = 0xcbf29ce484222325ull,
         .dump = dump,
         .e = e,

@@ -286,7 +286,7 @@ static int sim_setup(struct sim_cli *s)
     snprintf(what, sizeof what, "the trace %s", s->trace_path);
     if ((rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
                              s->t->max_tokens)) != TIDE_OK)
-        return rc == TIDE_E_CONFIG ? rc : rc;
+        return rc;
     if (s->have_prof && (h->hidden != s->prof.hidden || h->inter != s->prof.inter))
         tide_warn("profile %s is for hidden %u x inter %u; its expert times are scaled by %.3f "
                   "for the trace's hidden %u x inter %u (--scale-profile)",
@@ -646,6 +646,8 @@ static int sim_plots(struct sim_cli *s)
                     marks[n_marks++] = cols;
                 cols++;
             }
+        if (!cols)
+            continue; /* no denoising step in this trace */
         const int E = s->E, rows = E < 256 ? E : 256;
         double *v = calloc((size_t)E * (cols ? cols : 1), sizeof *v);
         uint64_t *tot = calloc((size_t)E, sizeof *tot);

@@ -227,10 +227,30 @@ void cli_print_offload_summary(const struct tide_engine *e, const struct tide_mo
             "\n%-14s %8s %9s %10s %10s %12s %12s %10s %9s\n"
             "%-14s %8d %8.2f%% %10llu %10llu %12.4f %12.4f %10.3f %9.2f\n",
             "policy", "budget", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
-            "host s", "tok/s",
-            budget >= sh->n_experts ? "(no offload)" : e->policy_pl->desc->name, budget,
-            rows ? 100.0 * (double)t->hit_rows / (double)rows : 0.0,
+            "host s", "tok/s", budget >= sh->n_experts ? "(no offload)" : e->policy_pl->desc->name,
+            budget, rows ? 100.0 * (double)t->hit_rows / (double)rows : 0.0,
             (unsigned long long)t->miss_rows, (unsigned long long)t->promotions,
             (double)t->weight_bytes / 1e9, (double)t->act_bytes / 1e9, t->host_seconds,
             seconds > 0 ? (double)tokens / seconds : 0.0);
+}
+
+void cli_cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c += 1 + (c[1] == ' ');
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, len, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
 }

@@ -43,22 +43,44 @@ enum tide_log_level tide_log_get_level(void)
     return (enum tide_log_level)log_level;
 }
 
+/* Copy src[0..n) into dst (room for cap bytes and a NUL), writing control
+ * characters other than tab as \xNN: messages quote names and values taken
+ * from files (tensor names, INI values, JSON keys), and a stray escape
+ * sequence must not reach the terminal. Returns the bytes written. */
+static size_t log_escape(char *dst, size_t cap, const char *src, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            if (k + 4 > cap)
+                break;
+            k += (size_t)snprintf(dst + k, 5, "\\x%02x", c);
+        } else {
+            if (k + 1 > cap)
+                break;
+            dst[k++] = (char)c;
+        }
+    }
+    dst[k] = 0;
+    return k;
+}
+
 void tide_log(enum tide_log_level level, const char *fmt, ...)
 {
     static const char *names[] = {"error", "warning", "info", "debug"};
     if ((int)level > (int)tide_log_get_level())
         return;
-    char buf[2048];
-    int n = snprintf(buf, sizeof buf, "tide: %s: ", names[level]);
+    char raw[2048], buf[2048];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    int m = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     if (m < 0)
         m = 0;
-    size_t len = (size_t)n + (size_t)m;
-    if (len > sizeof buf - 2)
-        len = sizeof buf - 2;
+    size_t rl = (size_t)m < sizeof raw ? (size_t)m : sizeof raw - 1;
+    int n = snprintf(buf, sizeof buf, "tide: %s: ", names[level]);
+    size_t len = (size_t)n + log_escape(buf + n, sizeof buf - (size_t)n - 2, raw, rl);
     if (log_sink) {
         buf[len] = 0;
         log_sink(log_sink_user, level, buf + n);

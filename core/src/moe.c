@@ -375,8 +375,20 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
     moe->offload = p->budget < E;
     memset(&moe->total, 0, sizeof moe->total);
     if (!moe->offload) {
+        /* Every expert on the device, made available now rather than on
+         * first use, so the first steps do not pay for the uploads. (No fit
+         * check: a host-memory device may alias the mapped checkpoint; a
+         * failed upload reports itself.) */
+        int rc = TIDE_OK;
+        for (int l = 0; rc == TIDE_OK && l < moe->shape.n_layers; l++)
+            for (int e = 0; rc == TIDE_OK && e < E; e++) {
+                const struct tide_expert *ex;
+                rc = moe_expert_on(moe, &moe->dev, &moe->layers[l].dev_expert, l, e, &ex);
+            }
+        if (rc != TIDE_OK)
+            return rc;
         moe->configured = true;
-        return TIDE_OK; /* device experts are created on first use */
+        return TIDE_OK;
     }
     if (!moe->has_host) {
         tide_error("moe: offloading needs a host backend");
@@ -714,48 +726,70 @@ static void moe_default_place(struct tide_moe *moe, int l)
         moe->place[e] = moe->layers[l].resident[e] ? TIDE_PLACE_DEVICE : TIDE_PLACE_HOST;
 }
 
-/* Run the host experts: gather their rows on the device, move them to the
- * host, compute, move the results back and scatter them into parts. */
-static int moe_run_host(struct tide_moe *moe, int l, const struct tide_tensor *x, int64_t nh,
-                        const struct tide_tensor *parts)
+/* Host experts run in three parts so that, on an asynchronous device, the
+ * device experts (enqueued between them) overlap the host compute:
+ * send: gather the host rows on the device and copy them to the host (waits
+ * for x); compute: the host experts; receive: copy the results back and
+ * scatter them into parts. */
+static int moe_host_send(struct tide_moe *moe, const struct tide_tensor *x, int64_t nh)
 {
-    struct moe_layer *L = &moe->layers[l];
     const int64_t H = moe->shape.hidden;
-    const struct tide_backend_ops *d = moe->dev.ops, *h = moe->host.ops;
+    const struct tide_backend_ops *d = moe->dev.ops;
     struct tide_tensor xg = tide_tensor_2d(moe->xg, TIDE_DTYPE_BF16, nh, H);
-    struct tide_tensor yg = tide_tensor_2d(moe->yg, TIDE_DTYPE_F32, nh, H);
-    struct tide_tensor xh = tide_tensor_2d(moe->xh, TIDE_DTYPE_BF16, nh, H);
-    struct tide_tensor yh = tide_tensor_2d(moe->yh, TIDE_DTYPE_F32, nh, H);
-    void *xh_ptr = h->buffer_host_ptr(moe->host.bk, moe->xh);
-    void *yh_ptr = h->buffer_host_ptr(moe->host.bk, moe->yh);
-    if (!xh_ptr || !yh_ptr) {
+    void *xh_ptr = moe->host.ops->buffer_host_ptr(moe->host.bk, moe->xh);
+    if (!xh_ptr || !moe->host.ops->buffer_host_ptr(moe->host.bk, moe->yh)) {
         tide_error("moe: host backend %s gives no host pointers", moe->host.name);
         return TIDE_E_UNSUPPORTED;
     }
-    int rc;
-    if ((rc = d->gather_rows(moe->dev.bk, x, moe->h_rows, nh, &xg)) ||
-        (rc = d->read(moe->dev.bk, &xg, xh_ptr)))
-        return rc;
+    int rc = d->gather_rows(moe->dev.bk, x, moe->h_rows, nh, &xg);
+    return rc ? rc : d->read(moe->dev.bk, &xg, xh_ptr);
+}
+
+static int moe_host_compute(struct tide_moe *moe, int l, int64_t nh)
+{
+    struct moe_layer *L = &moe->layers[l];
+    const struct tide_backend_ops *h = moe->host.ops;
+    struct tide_tensor xh = tide_tensor_2d(moe->xh, TIDE_DTYPE_BF16, nh, moe->shape.hidden);
+    struct tide_tensor yh = tide_tensor_2d(moe->yh, TIDE_DTYPE_F32, nh, moe->shape.hidden);
     const double t0 = moe_now();
     int64_t at = 0;
-    for (int e = 0; e < moe->shape.n_experts; e++) {
+    int rc = TIDE_OK;
+    for (int e = 0; e < moe->shape.n_experts && rc == TIDE_OK; e++) {
         if (!moe->count[e] || moe->place[e] != TIDE_PLACE_HOST)
             continue;
         const struct tide_expert *ex;
-        if ((rc = moe_expert_on(moe, &moe->host, &L->host_expert, l, e, &ex)) ||
-            (rc = h->expert_ffn(moe->host.bk, ex, &xh, moe->local + at, moe->local + at,
-                                moe->count[e], &yh)))
-            return rc;
+        if ((rc = moe_expert_on(moe, &moe->host, &L->host_expert, l, e, &ex)) == TIDE_OK)
+            rc = h->expert_ffn(moe->host.bk, ex, &xh, moe->local + at, moe->local + at,
+                               moe->count[e], &yh);
         at += moe->count[e];
     }
-    if ((rc = h->sync(moe->host.bk)))
-        return rc;
+    if (rc == TIDE_OK)
+        rc = h->sync(moe->host.bk);
     L->cur.host_seconds += moe_now() - t0;
-    if ((rc = d->write(moe->dev.bk, &yg, yh_ptr)) ||
-        (rc = d->scatter_rows(moe->dev.bk, &yg, moe->h_dst, nh, parts)))
-        return rc;
-    L->cur.act_bytes += (uint64_t)nh * (uint64_t)H * (2u + 4u);
-    return TIDE_OK;
+    return rc;
+}
+
+static int moe_host_receive(struct tide_moe *moe, int l, int64_t nh,
+                            const struct tide_tensor *parts)
+{
+    const int64_t H = moe->shape.hidden;
+    const struct tide_backend_ops *d = moe->dev.ops;
+    struct tide_tensor yg = tide_tensor_2d(moe->yg, TIDE_DTYPE_F32, nh, H);
+    void *yh_ptr = moe->host.ops->buffer_host_ptr(moe->host.bk, moe->yh);
+    int rc = d->write(moe->dev.bk, &yg, yh_ptr);
+    if (rc == TIDE_OK)
+        rc = d->scatter_rows(moe->dev.bk, &yg, moe->h_dst, nh, parts);
+    moe->layers[l].cur.act_bytes += (uint64_t)nh * (uint64_t)H * (2u + 4u);
+    return rc;
+}
+
+/* Cumulative device expert seconds: the backend's own (events) when it
+ * measures them, else wall time around the calls. */
+static bool moe_dev_timer(const struct tide_moe *moe, double *seconds)
+{
+    double copy;
+    return TIDE_OPS_HAS(moe->dev.ops, timings) &&
+           moe->dev.ops->timings(moe->dev.bk, &copy, seconds) == TIDE_OK;
 }
 
 int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *x,
@@ -868,7 +902,11 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
     L->cur.miss_rows += (uint64_t)nh;
     const struct tide_tensor parts =
         tide_tensor_2d(moe->parts, TIDE_DTYPE_F32, A, moe->shape.hidden);
-    double t0 = moe_now();
+    if (nh && (rc = moe_host_send(moe, x, nh)) != TIDE_OK)
+        return rc;
+    double dev0 = 0, dev1 = 0;
+    const bool timed = moe_dev_timer(moe, &dev0);
+    const double t0 = moe_now();
     for (int e = 0; e < E; e++) {
         if (!moe->count[e] || moe->place[e] != TIDE_PLACE_DEVICE)
             continue;
@@ -882,8 +920,13 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
         if (rc != TIDE_OK)
             return rc;
     }
-    L->cur.device_seconds += moe_now() - t0;
-    if (nh && (rc = moe_run_host(moe, layer, x, nh, &parts)) != TIDE_OK)
+    const double t1 = moe_now();
+    if (nh && ((rc = moe_host_compute(moe, layer, nh)) != TIDE_OK ||
+               (rc = moe_host_receive(moe, layer, nh, &parts)) != TIDE_OK))
         return rc;
+    if (timed && moe_dev_timer(moe, &dev1))
+        L->cur.device_seconds += dev1 - dev0;
+    else
+        L->cur.device_seconds += t1 - t0;
     return moe->dev.ops->moe_combine(moe->dev.bk, &parts, w, k, y);
 }

@@ -368,25 +368,28 @@ int tide_profile_save(const struct tide_profile *p, const char *path, bool overw
         }
         fputc('\n', f);
     }
-    fprintf(f, "[profile]\n");
-    prof_note(f, notes, 0);
-    fprintf(f, "name = %s\n\n[transfer]\n", p->name);
-    prof_note(f, notes, 1);
-    fprintf(f, "h2d_gbps = %.4g\n", p->h2d_gbps);
-    prof_note(f, notes, 2);
-    fprintf(f, "d2h_gbps = %.4g\n", p->d2h_gbps);
-    prof_note(f, notes, 3);
-    fprintf(f, "latency_us = %.4g\n", p->latency_us);
-    prof_note(f, notes, 4);
-    fprintf(f, "overlap = %s\n\n[expert]\n", p->overlap ? "true" : "false");
-    prof_note(f, notes, 5);
-    fprintf(f, "hidden = %u\n", p->hidden);
-    prof_note(f, notes, 6);
-    fprintf(f, "inter = %u\n\n[device]\n", p->inter);
-    prof_note(f, notes, 7);
-    fprintf(f, "dense_us = %.4g\n", p->dense_us);
-    prof_note(f, notes, 8);
-    fprintf(f, "dense_us_per_token = %.4g\n", p->dense_us_per_token);
+    /* Keys in file order, with the section each opens. */
+    char v[9][64];
+    snprintf(v[0], sizeof v[0], "%s", p->name);
+    snprintf(v[1], sizeof v[1], "%.4g", p->h2d_gbps);
+    snprintf(v[2], sizeof v[2], "%.4g", p->d2h_gbps);
+    snprintf(v[3], sizeof v[3], "%.4g", p->latency_us);
+    snprintf(v[4], sizeof v[4], "%s", p->overlap ? "true" : "false");
+    snprintf(v[5], sizeof v[5], "%u", p->hidden);
+    snprintf(v[6], sizeof v[6], "%u", p->inter);
+    snprintf(v[7], sizeof v[7], "%.4g", p->dense_us);
+    snprintf(v[8], sizeof v[8], "%.4g", p->dense_us_per_token);
+    static const int key_of[9] = {PK_NAME,   PK_H2D,   PK_D2H,   PK_LATENCY,  PK_OVERLAP,
+                                  PK_HIDDEN, PK_INTER, PK_DENSE, PK_DENSE_TOK};
+    const char *section = "";
+    for (int i = 0; i < 9; i++) {
+        const char *sec = prof_keys[key_of[i]].section;
+        if (strcmp(sec, section))
+            fprintf(f, "%s[%s]\n", *section ? "\n" : "", sec);
+        section = sec;
+        prof_note(f, notes, i);
+        fprintf(f, "%s = %s\n", prof_keys[key_of[i]].key, v[i]);
+    }
     prof_note(f, notes, 9);
     prof_put_curve(f, "rows", &p->device, false);
     prof_put_curve(f, "us", &p->device, true);

@@ -210,7 +210,8 @@ int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record
         }
         const uint8_t *q = p + 10;
         for (size_t i = 0; i < cnt; i++) {
-            uint32_t id = r->id_bytes == 1 ? q[i] : (uint32_t)q[2 * i] | (uint32_t)q[2 * i + 1] << 8;
+            uint32_t id =
+                r->id_bytes == 1 ? q[i] : (uint32_t)q[2 * i] | (uint32_t)q[2 * i + 1] << 8;
             if (id >= r->h.n_experts) {
                 tide_error("trace %s: routing record at byte %zu names expert %u (only %u)",
                            r->path, at, id, r->h.n_experts);

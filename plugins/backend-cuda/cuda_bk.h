@@ -30,6 +30,9 @@
 #define CUDA_BK_NAME "backend-cuda"
 #endif
 
+/* Segments of the promotion staging ring (option `staging` is split among them). */
+#define CUDA_BK_STAGING_NSEG 8
+
 /* Tags, to refuse handles of another backend. */
 #define CUDA_BK_BUF_MAGIC    0x7d1ec0dau
 #define CUDA_BK_EXPERT_MAGIC 0x7d1ec0e5u

@@ -288,8 +288,9 @@ static int cuda_bk_promote(struct tide_backend *bk, char *dst, const char *src, 
         return TIDE_OK;
     }
     if (!bk->staging.host && bk->staging_bytes) {
-        size_t seg = (bk->staging_bytes / 8) & ~(size_t)4095;
-        if (cuda_ring_init(&bk->staging, seg, 8, bk->copy, "slot_load staging ring") != TIDE_OK) {
+        size_t seg = (bk->staging_bytes / CUDA_BK_STAGING_NSEG) & ~(size_t)4095;
+        if (cuda_ring_init(&bk->staging, seg, CUDA_BK_STAGING_NSEG, bk->copy,
+                           "slot_load staging ring") != TIDE_OK) {
             tide_warn(CUDA_BK_NAME ": no pinned staging ring: promotions copy from pageable "
                                    "memory");
             bk->staging_bytes = 0;

@@ -19,8 +19,6 @@
  * results): 16 segments of 1 MiB; larger writes wait for their copy. */
 #define CUDA_BK_PARAM_SEG  ((size_t)1 << 20)
 #define CUDA_BK_PARAM_NSEG 16
-/* Segments of the promotion staging ring. */
-#define CUDA_BK_STAGING_NSEG 8
 
 static const struct tide_option cuda_bk_options[] = {
     {"device", TIDE_OPT_INT, "0", "CUDA device ordinal (as numbered by the CUDA runtime)", NULL,

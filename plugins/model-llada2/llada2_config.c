@@ -11,6 +11,10 @@
 #include "tide/log.h"
 #include "tide/status.h"
 
+/* Routed experts over all layers that a config may declare: 4x more than
+ * the largest MoE checkpoints published, and it keeps the tensor count an int. */
+#define LLADA2_MAX_ROUTED (1 << 20)
+
 struct cfg_reader {
     json_t *root;
     const char *path;
@@ -146,6 +150,7 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
              c->n_heads, c->hidden);
     c->head_dim = rd_int(&r, "head_dim", true, c->hidden / c->n_heads, 2, 4096);
     double prf = rd_num(&r, "partial_rotary_factor", true, 0.5);
+    cfg_rule(&r, prf >= 0 && prf <= 1, "partial_rotary_factor (%g) must be in [0, 1]", prf);
     c->rot_dim = rd_int(&r, "rotary_dim", true, (int64_t)lround(c->head_dim * prf), 0, 4096);
     c->inter = rd_int(&r, "intermediate_size", false, 0, 1, big);
     c->moe_inter = rd_int(&r, "moe_intermediate_size", false, 0, 1, big);
@@ -185,12 +190,20 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
         cfg_rule(&r, c->n_group == 1 || c->n_experts / c->n_group >= 2,
                  "groups need at least 2 experts (num_experts %d, n_group %d)", c->n_experts,
                  c->n_group);
-        cfg_rule(&r, c->top_k <= c->topk_group * (c->n_experts / c->n_group),
-                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%d)", c->top_k,
-                 c->topk_group * (c->n_experts / c->n_group));
+        const int64_t kept = (int64_t)c->topk_group * (c->n_experts / c->n_group);
+        cfg_rule(&r, c->top_k <= kept,
+                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%lld)",
+                 c->top_k, (long long)kept);
         cfg_rule(&r, c->first_dense <= c->n_layers,
                  "first_k_dense_replace (%d) exceeds num_hidden_layers (%d)", c->first_dense,
                  c->n_layers);
+        /* Bounds the tensor list (an int) and the work of walking it. */
+        const int64_t routed = (int64_t)(c->n_layers - c->first_dense) * c->n_experts;
+        cfg_rule(&r, routed <= LLADA2_MAX_ROUTED,
+                 "num_hidden_layers - first_k_dense_replace (%d) times num_experts (%d) is %lld "
+                 "routed experts; TIDE supports at most %d",
+                 c->n_layers - c->first_dense, c->n_experts, (long long)routed,
+                 LLADA2_MAX_ROUTED);
         cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
@@ -273,14 +286,16 @@ static int layer_tensor_count(const struct llada2_cfg *c, int layer)
     int n = SLOT_LAYER_FIXED - (c->qk_norm ? 0 : 2);
     if (layer < c->first_dense)
         return n + 3;
-    return n + 2 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->n_shared ? 3 : 0);
+    /* router gate, its bias, the routed experts, the shared expert */
+    return n + 1 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->n_shared ? 3 : 0);
 }
 
 int llada2_tensor_count(const struct llada2_cfg *c)
 {
     int n = 2 + (c->tied ? 0 : 1); /* embeddings, final norm, head */
-    for (int l = 0; l < c->n_layers; l++)
-        n += layer_tensor_count(c, l);
+    n += c->first_dense * layer_tensor_count(c, 0);
+    if (c->n_layers > c->first_dense)
+        n += (c->n_layers - c->first_dense) * layer_tensor_count(c, c->first_dense);
     return n;
 }
 
@@ -368,12 +383,15 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
         return spec2(shape, c->vocab, c->hidden);
     }
     i--;
-    for (int l = 0; l < c->n_layers; l++) {
-        int n = layer_tensor_count(c, l);
-        if (i < n)
-            return layer_spec(c, l, i, name, LLADA2_NAME_MAX, dt, shape);
-        i -= n;
-    }
+    /* Dense layers all have one count and MoE layers another: O(1), not O(layers). */
+    const int nd = layer_tensor_count(c, 0), nm = layer_tensor_count(c, c->first_dense);
+    if (i < c->first_dense * nd)
+        return layer_spec(c, i / nd, i % nd, name, LLADA2_NAME_MAX, dt, shape);
+    i -= c->first_dense * nd;
+    const int n_moe = c->n_layers - c->first_dense;
+    if (i < n_moe * nm)
+        return layer_spec(c, c->first_dense + i / nm, i % nm, name, LLADA2_NAME_MAX, dt, shape);
+    i -= n_moe * nm;
     if (i == 0) {
         snprintf(name, LLADA2_NAME_MAX, "model.norm.weight");
         return spec1(shape, c->hidden);
@@ -382,20 +400,35 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
     return spec2(shape, c->vocab, c->hidden);
 }
 
+/* Bytes of tensor i (llada2_tensor_spec order). */
+static uint64_t tensor_bytes(const struct llada2_cfg *c, int i)
+{
+    char name[LLADA2_NAME_MAX];
+    enum tide_dtype dt;
+    int64_t shape[TIDE_MAX_DIMS];
+    int nd = llada2_tensor_spec(c, i, name, &dt, shape);
+    uint64_t b = tide_dtype_size(dt);
+    for (int d = 0; d < nd; d++)
+        b *= (uint64_t)shape[d];
+    return b;
+}
+
 uint64_t llada2_dense_bytes(const struct llada2_cfg *c)
 {
+    /* Every tensor but the routed experts, which are skipped rather than
+     * walked: a MoE layer's experts follow its gate (and bias). */
+    const int n = llada2_tensor_count(c), nd = layer_tensor_count(c, 0);
+    const int nm = layer_tensor_count(c, c->first_dense);
+    const int first_expert = (c->qk_norm ? 6 : 4) + 1 + (c->expert_bias ? 1 : 0);
     uint64_t total = 0;
-    int n = llada2_tensor_count(c);
-    const uint64_t eb = llada2_expert_bytes(c);
-    for (int i = 0; i < n; i++) {
-        char name[LLADA2_NAME_MAX];
-        enum tide_dtype dt;
-        int64_t shape[TIDE_MAX_DIMS];
-        int nd = llada2_tensor_spec(c, i, name, &dt, shape);
-        uint64_t b = tide_dtype_size(dt);
-        for (int d = 0; d < nd; d++)
-            b *= (uint64_t)shape[d];
-        total += b;
-    }
-    return total - eb * (uint64_t)llada2_n_moe_layers(c) * (uint64_t)c->n_experts;
+    int i = 0;
+    for (; i < 1 + c->first_dense * nd; i++)
+        total += tensor_bytes(c, i);
+    for (int l = c->first_dense; l < c->n_layers; l++, i += nm)
+        for (int j = 0; j < nm; j++)
+            if (j < first_expert || j >= first_expert + 3 * c->n_experts)
+                total += tensor_bytes(c, i + j);
+    for (; i < n; i++)
+        total += tensor_bytes(c, i);
+    return total;
 }

@@ -247,7 +247,8 @@ static void test_options_and_errors(void)
     static const struct {
         const char *opts, *msg;
     } bad_opts[] = {
-        {"interval=0", "policy-tide: interval = 0 is out of range: must be an integer >= 1 or auto"},
+        {"interval=0",
+         "policy-tide: interval = 0 is out of range: must be an integer >= 1 or auto"},
         {"interval=4x", "policy-tide: interval = 4x is out of range"},
         {"interval=auto", "interval = auto needs a hardware profile: set [policy-tide] profile"},
         {"interval=auto profile=/nonexistent/p.ini", "profile /nonexistent/p.ini: cannot open"},

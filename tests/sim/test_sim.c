@@ -10,40 +10,12 @@
 
 #include "config.h"
 #include "harness.h"
+#include "sim/sim_test_util.h"
 #include "loader.h"
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/solver.h"
 #include "tide/status.h"
-
-static char tmpdir[] = "/tmp/tide-sim-test-XXXXXX";
-static char logbuf[16384];
-
-static void sink(void *user, enum tide_log_level level, const char *msg)
-{
-    size_t n = strlen(logbuf);
-    snprintf(logbuf + n, sizeof logbuf - n, "%s\n", msg);
-}
-
-static void capture(void)
-{
-    logbuf[0] = 0;
-    tide_log_set_sink(sink, NULL);
-}
-
-static void release(void)
-{
-    tide_log_set_sink(NULL, NULL);
-}
-
-static const char *tpath(const char *name)
-{
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 static void write_text(const char *path, const char *text)
 {
@@ -436,6 +408,27 @@ static void random_profile(struct tide_profile *p, uint64_t *s, bool overlap)
 #undef RND
 }
 
+/* Load a trace and bind a random profile to it; NULL (a failed check) on error. */
+static struct tide_sim_trace *load_with_cost(const char *path, uint64_t *seed, bool overlap,
+                                             bool no_latency, struct tide_cost *c)
+{
+    struct tide_sim_trace *t = NULL;
+    CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
+    if (!t)
+        return NULL;
+    struct tide_profile p;
+    random_profile(&p, seed, overlap);
+    if (no_latency)
+        p.latency_us = 0;
+    int rc = tide_cost_init(c, &p, 64, 32, false, "t", t->max_tokens);
+    CHECK_EQ_INT(rc, TIDE_OK);
+    if (rc != TIDE_OK) {
+        tide_sim_trace_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* The evaluator replays exactly what the plugin does, counter for counter. */
 static void test_evaluator_matches_plugin(void)
 {
@@ -447,13 +440,9 @@ static void test_evaluator_matches_plugin(void)
     }
     const char *path = tpath("eval.trc");
     CHECK_EQ_INT(synth(path, 3, 32, 4, 1.0, 0.9, 6, 3), TIDE_OK);
-    struct tide_sim_trace *t = NULL;
-    CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
-    struct tide_profile prof;
     uint64_t s = 99;
-    random_profile(&prof, &s, true);
-    struct tide_cost cost;
-    CHECK_EQ_INT(tide_cost_init(&cost, &prof, 64, 32, false, "t", t ? t->max_tokens : 1), TIDE_OK);
+    struct tide_cost cost = {0};
+    struct tide_sim_trace *t = load_with_cost(path, &s, true, false, &cost);
     struct tide_solver_ws ws = {0};
     uint8_t res[32];
     const int budgets[] = {0, 3, 12, 31};
@@ -605,15 +594,10 @@ static void test_oracle_exact_on_tiny(void)
     for (int seed = 1; seed <= 40; seed++) {
         const char *path = tpath("tiny.trc");
         CHECK_EQ_INT(tiny_trace(path, (uint64_t)seed), TIDE_OK);
-        struct tide_sim_trace *t = NULL;
-        CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
+        struct tide_cost c;
+        struct tide_sim_trace *t = load_with_cost(path, &s, false, true, &c);
         if (!t)
             continue;
-        struct tide_profile p;
-        random_profile(&p, &s, false);
-        p.latency_us = 0;
-        struct tide_cost c;
-        CHECK_EQ_INT(tide_cost_init(&c, &p, 64, 32, false, "t", 8), TIDE_OK);
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
             CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
@@ -640,14 +624,10 @@ static void test_oracle_property(void)
     for (int seed = 1; seed <= 30; seed++) {
         const char *path = tpath("tiny.trc");
         CHECK_EQ_INT(tiny_trace(path, (uint64_t)seed * 31), TIDE_OK);
-        struct tide_sim_trace *t = NULL;
-        CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
+        struct tide_cost c;
+        struct tide_sim_trace *t = load_with_cost(path, &s, seed % 2, false, &c);
         if (!t)
             continue;
-        struct tide_profile p;
-        random_profile(&p, &s, seed % 2);
-        struct tide_cost c;
-        CHECK_EQ_INT(tide_cost_init(&c, &p, 64, 32, false, "t", 8), TIDE_OK);
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
             CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
@@ -682,14 +662,10 @@ static void test_oracle_property(void)
         CHECK_EQ_INT(synth(path, 2, experts, trial % 2 ? 2 : 4, 0.3 + 0.2 * (trial % 4),
                            0.92 + 0.015 * (trial % 5), 3, 100 + (uint64_t)trial),
                      TIDE_OK);
-        struct tide_sim_trace *t = NULL;
-        CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
+        struct tide_cost c;
+        struct tide_sim_trace *t = load_with_cost(path, &s, trial % 2 == 0, false, &c);
         if (!t)
             continue;
-        struct tide_profile p;
-        random_profile(&p, &s, trial % 2 == 0);
-        struct tide_cost c;
-        CHECK_EQ_INT(tide_cost_init(&c, &p, 64, 32, false, "t", t->max_tokens), TIDE_OK);
         const int budgets[2] = {1 + trial % 4, (int)experts / 2};
         for (int bi = 0; bi < 2; bi++) {
             struct tide_sim_oracle o;
@@ -743,13 +719,9 @@ static void test_hindsight(void)
     }
     const char *path = tpath("hs.trc");
     CHECK_EQ_INT(synth(path, 2, 32, 2, 1.2, 0.85, 4, 77), TIDE_OK);
-    struct tide_sim_trace *t = NULL;
-    CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
-    struct tide_profile p;
     uint64_t s = 5;
-    random_profile(&p, &s, false);
-    struct tide_cost c;
-    CHECK_EQ_INT(tide_cost_init(&c, &p, 64, 32, false, "t", t ? t->max_tokens : 1), TIDE_OK);
+    struct tide_cost c = {0};
+    struct tide_sim_trace *t = load_with_cost(path, &s, false, false, &c);
     for (int B = 4; t && B <= 32; B += 14) {
         struct tide_sim_config st,
             bs = {.label = "best-static", .kind = SIM_BEST_STATIC, .budget = B};
@@ -771,10 +743,8 @@ static void test_hindsight(void)
 
 int main(void)
 {
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!st_begin())
         return 1;
-    }
     TEST_RUN(test_profile_load);
     TEST_RUN(test_cost_model);
     TEST_RUN(test_solver_intervals);
@@ -784,9 +754,6 @@ int main(void)
     TEST_RUN(test_oracle_exact_on_tiny);
     TEST_RUN(test_oracle_property);
     TEST_RUN(test_hindsight);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    st_end();
     TEST_DONE();
 }

@@ -47,8 +47,11 @@ def setup(binary, tmp):
     tide(binary, ["--quiet", "mkmodel", model, "--preset", "tiny", "--seed", "5"])
     cfg = os.path.join(tmp, "t.ini")
     with open(cfg, "w") as f:
+        # One thread: counters do not depend on it, and the test stays quick on
+        # a busy machine (OpenMP teams spin when cores are oversubscribed).
         f.write("[model]\npath = %s\n[generation]\ngen_length = 96\n"
-                "[output]\nprogress = false\nstream = false\n" % model)
+                "[output]\nprogress = false\nstream = false\n"
+                "[backend-cpu-onednn]\nthreads = 1\n" % model)
     return model, cfg
 
 
@@ -172,7 +175,8 @@ def cli(binary, tmp, profiles):
     # A profile of this machine for the trace's expert shape.
     prof = os.path.join(tmp, "p.ini")
     tide(binary, ["--quiet", "profile", prof, "--hidden", "64", "--inter", "32", "--experts",
-                  "8", "--rows", "1,2,4,8,16", "--device", "none"])
+                  "8", "--rows", "1,2,4,8,16", "--device", "none", "--set",
+                  "backend-cpu-onednn.threads=1"])
     with open(prof) as f:
         text = f.read()
     for want in ("[M]", "hidden = 64", "overlap = false", "rows = 1, 2, 4, 8, 16"):

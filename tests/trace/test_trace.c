@@ -7,39 +7,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "sim/sim_test_util.h"
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/trace.h"
-
-static char tmpdir[] = "/tmp/tide-trace-test-XXXXXX";
-static char logbuf[8192];
-
-static void sink(void *user, enum tide_log_level level, const char *msg)
-{
-    size_t n = strlen(logbuf);
-    snprintf(logbuf + n, sizeof logbuf - n, "%s\n", msg);
-}
-
-static void capture(void)
-{
-    logbuf[0] = 0;
-    tide_log_set_sink(sink, NULL);
-}
-
-static void release(void)
-{
-    tide_log_set_sink(NULL, NULL);
-}
-
-static const char *tpath(const char *name)
-{
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 static struct tide_trace_header header(uint32_t layers, uint32_t experts, uint32_t k)
 {
@@ -368,10 +340,8 @@ static void test_synth_calibrated(void)
 
 int main(void)
 {
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!st_begin())
         return 1;
-    }
     TEST_RUN(test_round_trip);
     TEST_RUN(test_append_and_refuse);
     TEST_RUN(test_interrupted);
@@ -379,9 +349,6 @@ int main(void)
     TEST_RUN(test_tape);
     TEST_RUN(test_similarity);
     TEST_RUN(test_synth_calibrated);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    st_end();
     TEST_DONE();
 }

@@ -72,7 +72,8 @@ int tide_profile_load(const char *path, struct tide_profile *out);
 int tide_profile_save(const struct tide_profile *p, const char *path, bool overwrite,
                       const char *header, const char *const notes[11]);
 
-/* Time of one expert at `rows` on a curve, for the curve's own expert shape. */
+/* Time of one expert at `rows` on a curve, for the curve's own expert
+ * shape: microseconds, 0 for rows <= 0. */
 double tide_profile_curve_us(const struct tide_profile_curve *c, double rows);
 
 /* A profile bound to one expert shape, with per-row tables for speed. */
@@ -96,14 +97,18 @@ struct tide_cost {
  * overheads). max_rows sizes the tables (larger rows are computed). */
 int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
                    uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows);
-void tide_cost_free(struct tide_cost *c); /* NULL and zeroed structs are fine */
+/* Free the tables of c. NULL and zeroed structs are fine. */
+void tide_cost_free(struct tide_cost *c);
 
+/* Modelled microseconds of one expert with `rows` rows on the device (the
+ * profile's curve, scaled to c's expert). Thread-safe (read-only). */
 static inline double tide_cost_device(const struct tide_cost *c, uint32_t rows)
 {
     return (int64_t)rows < c->n_tab ? c->dev_tab[rows]
                                     : c->scale * tide_profile_curve_us(&c->p.device, rows);
 }
 
+/* The same on the host. */
 static inline double tide_cost_host(const struct tide_cost *c, uint32_t rows)
 {
     return (int64_t)rows < c->n_tab ? c->host_tab[rows]
@@ -128,10 +133,12 @@ struct tide_layer_streams {
     double host;     /* H */
     double act_up;   /* A_up */
 };
+/* Split one layer-forward's work into the terms above (for bounds and plots). */
 void tide_cost_streams(const struct tide_cost *c, const struct tide_layer_work *w,
                        struct tide_layer_streams *s);
 
-/* Modelled microseconds of one MoE layer for one forward. */
+/* Modelled microseconds of one MoE layer for one forward: the serial or the
+ * overlapped form above, by the profile's overlap. */
 double tide_cost_layer_us(const struct tide_cost *c, const struct tide_layer_work *w);
 
 #ifdef __cplusplus

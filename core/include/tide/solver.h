@@ -39,6 +39,7 @@ struct tide_solver_ws {
     uint64_t *keys; /* [cap_keys] sort keys when counts are too large to bucket */
     size_t cap_keys;
 };
+/* Free the scratch and zero *ws (it can be used again). NULL is a no-op. */
 void tide_solver_ws_free(struct tide_solver_ws *ws);
 
 /* Rank the n experts by count (descending, ties to the lower id) and write

@@ -2,7 +2,8 @@
  * generation, recorded once and replayed by `tide sim` through any policy,
  * budget and hardware profile (placement never changes routing).
  *
- * File format (version 1, little-endian), documented in docs/trace-format.md:
+ * File format (version 1, little-endian), documented in docs/trace-format.md;
+ * the writer functions return TIDE_OK or the first write error (TIDE_E_IO):
  *   header: magic "TIDETRC\0", u32 version, u32 json_len, JSON metadata
  *           (model shape, generation parameters), padded to 8 bytes;
  *   records: u8 type, then a type-specific payload (see the doc). A file may
@@ -30,8 +31,8 @@ enum tide_trace_phase {
 /* What a trace is about. Strings are owned by the caller (writer) or by the
  * reader (reader). */
 struct tide_trace_header {
-    uint32_t n_layers;     /* MoE layers */
-    uint32_t n_experts;    /* routed experts per MoE layer */
+    uint32_t n_layers;  /* MoE layers */
+    uint32_t n_experts; /* routed experts per MoE layer */
     uint32_t top_k;
     uint32_t hidden;
     uint32_t inter;        /* expert intermediate width */
@@ -39,7 +40,7 @@ struct tide_trace_header {
     uint32_t block_length;
     uint32_t steps;
     double threshold;
-    const char *model;     /* checkpoint directory or a synthetic label */
+    const char *model; /* checkpoint directory or a synthetic label */
 };
 
 struct tide_trace_writer;
@@ -70,7 +71,7 @@ enum tide_trace_rec {
     TIDE_TREC_PROMPT = 1, /* u32 prompt_id, u32 prompt_len */
     TIDE_TREC_BLOCK = 2,  /* i32 block, u8 first_generated */
     TIDE_TREC_STEP = 3,   /* i32 step */
-    TIDE_TREC_ROUTE = 4,  /* u8 phase, u32 layer, u32 n, n*top_k ids (u8, or u16 if > 256 experts) */
+    TIDE_TREC_ROUTE = 4, /* u8 phase, u32 layer, u32 n, n*top_k ids (u8, or u16 if > 256 experts) */
 };
 
 /* One record. ids points into the reader's buffer, valid until the next call. */
@@ -82,22 +83,26 @@ struct tide_trace_record {
     int32_t step;
     enum tide_trace_phase phase;
     uint32_t layer;
-    uint32_t n;          /* tokens */
-    const int32_t *ids;  /* [n * top_k] */
+    uint32_t n;         /* tokens */
+    const int32_t *ids; /* [n * top_k] */
 };
 
 struct tide_trace_reader;
 
 /* Open and check a trace: refuses a foreign file, another version, a bad
- * header, naming the file. */
+ * header, naming the file. Returns TIDE_OK with *out (free it with
+ * tide_trace_reader_close), TIDE_E_NOTFOUND, TIDE_E_IO, TIDE_E_FORMAT or
+ * TIDE_E_NOMEM. One reader per thread. */
 int tide_trace_reader_open(const char *path, struct tide_trace_reader **out);
+/* The trace's header; valid (strings included) until the reader is closed. */
 const struct tide_trace_header *tide_trace_reader_header(const struct tide_trace_reader *r);
 /* Read the next record: returns 1 with *rec filled, 0 at the end, or a
  * negative status (a truncated or malformed record: logged with its offset). */
 int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record *rec);
 /* Back to the first record. */
 void tide_trace_reader_rewind(struct tide_trace_reader *r);
-void tide_trace_reader_close(struct tide_trace_reader *r); /* NULL is a no-op */
+/* Unmap the file and free the reader. NULL is a no-op. */
+void tide_trace_reader_close(struct tide_trace_reader *r);
 
 #ifdef __cplusplus
 }

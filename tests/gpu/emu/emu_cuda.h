@@ -22,7 +22,8 @@
 
 #define CUDA_K_EMULATED 1
 
-namespace emu {
+namespace emu
+{
 
 struct idx3 {
     unsigned x, y, z;

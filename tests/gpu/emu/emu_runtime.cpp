@@ -51,7 +51,8 @@ emu::idx3 threadIdx, blockIdx, blockDim, gridDim;
 struct CUstream_st;
 struct CUevent_st;
 
-namespace {
+namespace
+{
 
 constexpr unsigned char kPoison = 0xff; /* NaN in f32 and bf16 */
 constexpr size_t kCanary = 256;
@@ -61,9 +62,9 @@ struct Stream;
 
 struct Event {
     bool timing = true;
-    uint64_t issued = 0;                 /* id of the most recent record */
+    uint64_t issued = 0;                  /* id of the most recent record */
     std::map<uint64_t, Stream *> pending; /* records issued, not yet run */
-    double t = 0.0;                      /* stream clock when the latest record ran */
+    double t = 0.0;                       /* stream clock when the latest record ran */
     bool destroyed = false;
 };
 
@@ -114,8 +115,8 @@ struct State {
             rng.seed(s[6] == ':' ? strtoull(s + 7, nullptr, 10) : 1);
         }
         no_device = getenv("TIDE_CUDA_EMU_NO_DEVICE") && atoi(getenv("TIDE_CUDA_EMU_NO_DEVICE"));
-        register_fail = getenv("TIDE_CUDA_EMU_REGISTER_FAIL") &&
-                        atoi(getenv("TIDE_CUDA_EMU_REGISTER_FAIL"));
+        register_fail =
+            getenv("TIDE_CUDA_EMU_REGISTER_FAIL") && atoi(getenv("TIDE_CUDA_EMU_REGISTER_FAIL"));
     }
 };
 
@@ -179,8 +180,10 @@ void check_canaries()
         for (size_t i = 0; i < kCanary; i++)
             if (c[i] != kPoison) {
                 char msg[160];
-                snprintf(msg, sizeof msg, "a kernel or copy wrote past the end of the %zu-byte "
-                         "device allocation at %p", kv.second.size, kv.second.base);
+                snprintf(msg, sizeof msg,
+                         "a kernel or copy wrote past the end of the %zu-byte "
+                         "device allocation at %p",
+                         kv.second.size, kv.second.base);
                 fault(cudaErrorIllegalAddress, msg);
                 memset((void *)c, kPoison, kCanary);
                 break;
@@ -421,7 +424,8 @@ void run_block(unsigned n, const std::function<void()> &body)
         if (waiting == 0)
             return;
         if (done != 0) {
-            fault(cudaErrorLaunchFailure, "__syncthreads() reached by only some threads of a block");
+            fault(cudaErrorLaunchFailure,
+                  "__syncthreads() reached by only some threads of a block");
             return;
         }
         for (unsigned t = 0; t < n; t++) {
@@ -433,7 +437,8 @@ void run_block(unsigned n, const std::function<void()> &body)
 
 } // namespace
 
-namespace emu {
+namespace emu
+{
 
 void syncthreads()
 {
@@ -456,16 +461,17 @@ void launch(cudaStream_t stream, unsigned blocks, unsigned threads, std::functio
              threads);
         return;
     }
-    enqueue(s,
-            [blocks, threads, body]() {
-                gridDim = {blocks, 1, 1};
-                blockDim = {threads, 1, 1};
-                for (unsigned b = 0; b < blocks && S().sticky == cudaSuccess; b++) {
-                    blockIdx = {b, 0, 0};
-                    run_block(threads, body);
-                }
-            },
-            2e-6);
+    enqueue(
+        s,
+        [blocks, threads, body]() {
+            gridDim = {blocks, 1, 1};
+            blockDim = {threads, 1, 1};
+            for (unsigned b = 0; b < blocks && S().sticky == cudaSuccess; b++) {
+                blockIdx = {b, 0, 0};
+                run_block(threads, body);
+            }
+        },
+        2e-6);
 }
 
 } // namespace emu
@@ -507,10 +513,17 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     if (device != 0)
         return fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute(device %d)", device);
     switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrHostRegisterReadOnlySupported: *value = 1; break;
-    default: *value = 0;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = 9;
+        break;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = 0;
+        break;
+    case cudaDevAttrHostRegisterReadOnlySupported:
+        *value = 1;
+        break;
+    default:
+        *value = 0;
     }
     return cudaSuccess;
 }
@@ -530,21 +543,36 @@ cudaError_t cudaDriverGetVersion(int *v)
 const char *cudaGetErrorName(cudaError_t e)
 {
     switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
-    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidPitchValue:
+        return "cudaErrorInvalidPitchValue";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+        return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress:
+        return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure:
+        return "cudaErrorLaunchFailure";
+    case cudaErrorHostMemoryAlreadyRegistered:
+        return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered:
+        return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorNotSupported:
+        return "cudaErrorNotSupported";
+    default:
+        return "cudaErrorUnknown";
     }
 }
 
@@ -620,7 +648,8 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags)
 {
     if (S().register_fail)
-        return fail(cudaErrorNotSupported, "cudaHostRegister refused (TIDE_CUDA_EMU_REGISTER_FAIL)");
+        return fail(cudaErrorNotSupported,
+                    "cudaHostRegister refused (TIDE_CUDA_EMU_REGISTER_FAIL)");
     if (!p || !size || (flags & ~(unsigned)(cudaHostRegisterPortable | cudaHostRegisterReadOnly)))
         return fail(cudaErrorInvalidValue, "cudaHostRegister(%p, %zu, flags %u)", p, size, flags);
     if (touches_dev(p, size))
@@ -780,7 +809,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t strea
     if (!in_dev(p, count))
         return fail(cudaErrorInvalidValue, "cudaMemsetAsync(%p, %zu) outside device memory", p,
                     count);
-    enqueue(s, [p, value, count]() { memset(p, value, count); }, copy_cost(count));
+    enqueue(
+        s, [p, value, count]() { memset(p, value, count); }, copy_cost(count));
     return cudaSuccess;
 }
 
@@ -790,9 +820,15 @@ static cudaError_t check_copy(void *dst, const void *src, size_t dext, size_t se
 {
     bool ok;
     switch (kind) {
-    case cudaMemcpyHostToDevice: ok = in_dev(dst, dext) && !touches_dev(src, sext); break;
-    case cudaMemcpyDeviceToHost: ok = in_dev(src, sext) && !touches_dev(dst, dext); break;
-    case cudaMemcpyDeviceToDevice: ok = in_dev(dst, dext) && in_dev(src, sext); break;
+    case cudaMemcpyHostToDevice:
+        ok = in_dev(dst, dext) && !touches_dev(src, sext);
+        break;
+    case cudaMemcpyDeviceToHost:
+        ok = in_dev(src, sext) && !touches_dev(dst, dext);
+        break;
+    case cudaMemcpyDeviceToDevice:
+        ok = in_dev(dst, dext) && in_dev(src, sext);
+        break;
     default:
         return fail(cudaErrorInvalidValue, "%s: kind %d is not used by backend-cuda", call,
                     (int)kind);
@@ -816,7 +852,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     cudaError_t e = check_copy(dst, src, count, count, kind, "cudaMemcpyAsync");
     if (e != cudaSuccess)
         return e;
-    enqueue(s, [dst, src, count]() { memmove(dst, src, count); }, copy_cost(count));
+    enqueue(
+        s, [dst, src, count]() { memmove(dst, src, count); }, copy_cost(count));
     return cudaSuccess;
 }
 
@@ -836,12 +873,13 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
                                (height - 1) * spitch + width, kind, "cudaMemcpy2DAsync");
     if (e != cudaSuccess)
         return e;
-    enqueue(s,
-            [=]() {
-                for (size_t r = 0; r < height; r++)
-                    memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-            },
-            copy_cost(width * height));
+    enqueue(
+        s,
+        [=]() {
+            for (size_t r = 0; r < height; r++)
+                memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+        },
+        copy_cost(width * height));
     return cudaSuccess;
 }
 
@@ -889,11 +927,16 @@ cublasStatus_t cublasGetVersion_v2(cublasHandle_t h, int *v)
 const char *cublasGetStatusName(cublasStatus_t s)
 {
     switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_UNKNOWN";
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+        return "CUBLAS_STATUS_UNKNOWN";
     }
 }
 
@@ -940,22 +983,23 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         return CUBLAS_STATUS_INVALID_VALUE;
     const uint16_t *a = (const uint16_t *)A, *b = (const uint16_t *)B;
     float *c = (float *)C;
-    enqueue(s,
-            [=]() {
-                auto bf = [](uint16_t v) { return __uint_as_float((uint32_t)v << 16); };
-                for (int j = 0; j < n; j++)
-                    for (int i = 0; i < m; i++) {
-                        float acc = 0.0f;
-                        for (int l = 0; l < k; l++) {
-                            float x = bf(an ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
-                            float y = bf(bn ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
-                            acc += x * y;
-                        }
-                        float &out = c[i + (size_t)j * ldc];
-                        out = be == 0.0f ? al * acc : al * acc + be * out;
+    enqueue(
+        s,
+        [=]() {
+            auto bf = [](uint16_t v) { return __uint_as_float((uint32_t)v << 16); };
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    float acc = 0.0f;
+                    for (int l = 0; l < k; l++) {
+                        float x = bf(an ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
+                        float y = bf(bn ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
+                        acc += x * y;
                     }
-            },
-            1e-6 + 2.0 * m * n * (double)k / 1e14);
+                    float &out = c[i + (size_t)j * ldc];
+                    out = be == 0.0f ? al * acc : al * acc + be * out;
+                }
+        },
+        1e-6 + 2.0 * m * n * (double)k / 1e14);
     return CUBLAS_STATUS_SUCCESS;
 }
 
