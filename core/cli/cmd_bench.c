@@ -151,32 +151,11 @@ static int bench_mkdirs(const char *root, char *dir, size_t len)
     return TIDE_E_IO;
 }
 
-static void bench_cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c += 2;
-                c[strcspn(c, "\n")] = 0;
-                snprintf(buf, len, "%s", c);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts)
 {
     char path[4400], cpu[256], date[64], pcre[64] = "?";
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    bench_cpu_model(cpu, sizeof cpu);
+    cli_cpu_model(cpu, sizeof cpu);
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

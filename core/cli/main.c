@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "crash.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 
@@ -53,6 +54,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    tide_crash_install(); /* a crash inside a plugin names the plugin */
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -15,6 +15,9 @@ static const struct tide_option model_options[] = {
     {"create_layers", TIDE_OPT_INT, "0", "layers of the generated checkpoint; 0 = the preset's",
      NULL, "[0,]"},
     {"create_seed", TIDE_OPT_INT, "1", "seed of the generated checkpoint's weights", NULL, NULL},
+    {"check_weights", TIDE_OPT_BOOL, "true",
+     "scan the weights for NaN and Inf when the model loads (one pass over the checkpoint)", NULL,
+     NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "finite.h"
 #include "tide/trace.h"
 #include "tide/log.h"
 #include "tide/status.h"
@@ -177,6 +178,9 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         .block = (int)tide_opts_int(tide_config_section(e->cfg, "generation"), "block_length"),
     };
     if ((rc = e->mops->open(&ma, &e->model)) != TIDE_OK)
+        return rc;
+    if (tide_opts_bool(tide_config_section(e->cfg, "model"), "check_weights") &&
+        (rc = tide_weights_check(e->model_dir)) != TIDE_OK)
         return rc;
     const struct tide_model_info *info = e->mops->info(e->model);
     if ((rc = engine_lookup(e, info->mask_token, true, &e->ids.mask)) != TIDE_OK ||

@@ -15,11 +15,11 @@
 
 #include "tide/safetensors.h"
 
-/* Scan every BF16, F16 and F32 tensor of st. Each tensor that holds a NaN
- * or an Inf is logged (its file, name, counts and the first bad element;
- * at most 10 tensors, then a count). Returns TIDE_OK or TIDE_E_FORMAT.
- * *bytes_scanned (may be NULL) gets the bytes read. Thread-safe (st is
- * immutable). */
+/* Scan every BF16, F16 and F32 tensor of st, on up to 8 threads (one per
+ * CPU). Each tensor that holds a NaN or an Inf is logged (its file, name,
+ * counts and the first bad element; at most 10 tensors, then a count).
+ * Returns TIDE_OK, TIDE_E_FORMAT or TIDE_E_NOMEM. *bytes_scanned (may be
+ * NULL) gets the bytes read. Thread-safe (st is immutable). */
 int tide_st_check_finite(const struct tide_st *st, uint64_t *bytes_scanned);
 
 /* tide_st_check_finite over the checkpoint directory DIR, when DIR holds a

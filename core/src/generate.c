@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "finite.h"
 #include "generate.h"
 #include "tide/log.h"
 #include "tide/status.h"
@@ -229,6 +230,8 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
             const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
             if (hooks && hooks->step_logits)
                 hooks->step_logits(hooks->user, b, s, lb, L, V);
+            if ((rc = tide_logits_check(lb, L, V, b, s)) != TIDE_OK)
+                goto done;
             int n_cand = 0, n_over = 0;
             for (int i = 0; i < L; i++) {
                 if (canvas[b0 + i] != tok->mask)

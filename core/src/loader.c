@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "crash.h"
 #include "loader.h"
 #include "tide/backend.h"
 #include "tide/log.h"
@@ -71,7 +72,8 @@ int tide_plugin_default_dirs(char **dirs, int max)
         for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok && n < max;
              tok = strtok_r(NULL, ":", &save)) {
             struct stat st;
-            if (stat(tok, &st) == 0 && (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+            /* Sticky or not: anyone may add a new .so to such a folder. */
+            if (stat(tok, &st) == 0 && (st.st_mode & S_IWOTH))
                 tide_warn("TIDE_PLUGIN_PATH entry %s is world-writable: anyone on this machine "
                           "can plant a plugin there",
                           tok);
@@ -225,6 +227,7 @@ static int ld_load_file(struct tide_plugin_set *set, const char *path)
             snprintf(p->why, sizeof p->why, "probe refused without a reason");
     }
     set->n++;
+    tide_crash_register(d->name, path, sym);
     return TIDE_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "moe_internal.h"
+#include "plan_check.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
@@ -674,45 +675,17 @@ static int moe_reserve(struct tide_moe *moe, int64_t assignments)
 /* Check a plan against the rules; logs the first violation, naming the policy. */
 static int moe_check_plan(struct tide_moe *moe, int l, const struct tide_plan *p)
 {
-    struct moe_layer *L = &moe->layers[l];
-    const int E = moe->shape.n_experts;
-    char why[200] = "";
-    int free_slots = moe->budget - L->n_held;
-    if (p->n_promote < 0 || p->n_promote > moe->budget)
-        snprintf(why, sizeof why, "%d promotions with a budget of %d", p->n_promote,
-                 moe->budget);
-    /* Mark promotions (2) and evictions (3) in a scratch copy of residency. */
-    uint8_t *mark = moe->mark;
-    memcpy(mark, L->resident, (size_t)E);
-    for (int i = 0; !*why && i < p->n_promote; i++) {
-        int e = p->promote[i], ev = p->evict[i];
-        if (e < 0 || e >= E)
-            snprintf(why, sizeof why, "promotes expert %d, out of range", e);
-        else if (mark[e])
-            snprintf(why, sizeof why, "promotes expert %d, which is already resident", e);
-        else if (ev < 0 && free_slots-- <= 0)
-            snprintf(why, sizeof why, "promotes expert %d into a free slot, but the layer is full",
-                     e);
-        else if (ev >= E || (ev >= 0 && mark[ev] != 1))
-            snprintf(why, sizeof why, "evicts expert %d, which is not resident", ev);
-        if (!*why) {
-            mark[e] = 2;
-            if (ev >= 0)
-                mark[ev] = 3;
-        }
-    }
-    for (int e = 0; !*why && e < E; e++) {
-        if (!moe->count[e])
-            continue;
-        if (p->place[e] == TIDE_PLACE_DEVICE && mark[e] != 1 && mark[e] != 2)
-            snprintf(why, sizeof why,
-                     mark[e] == 3 ? "evicts expert %d, which it places on the device"
-                                  : "places expert %d on the device, but it is not resident",
-                     e);
-        else if (p->place[e] != TIDE_PLACE_DEVICE && p->place[e] != TIDE_PLACE_HOST)
-            snprintf(why, sizeof why, "places expert %d nowhere (place %d)", e, p->place[e]);
-    }
-    if (!*why)
+    const struct moe_layer *L = &moe->layers[l];
+    const struct tide_plan_ctx c = {
+        .n_experts = moe->shape.n_experts,
+        .budget = moe->budget,
+        .n_held = L->n_held,
+        .resident = L->resident,
+        .counts = moe->count,
+        .mark = moe->mark,
+    };
+    char why[200];
+    if (!tide_plan_check(&c, p, why, sizeof why))
         return TIDE_OK;
     tide_error("policy %s returned an invalid plan at MoE layer %d, block %d, step %d: it %s",
                moe->policy_name, l, moe->block, moe->step, why);

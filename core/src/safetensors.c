@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -397,8 +398,17 @@ static int st_load_file(struct tide_st *st, const char *path)
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        tide_error("%s: cannot map %llu bytes: %s", path, (unsigned long long)size,
-                   strerror(map_errno));
+        char why[160] = "";
+        struct rlimit rl;
+        if (map_errno == ENOMEM && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            snprintf(why, sizeof why,
+                     "; this process's address space is limited to %.2f GiB (ulimit -v), and "
+                     "the whole file must fit in it",
+                     (double)rl.rlim_cur / 1073741824.0);
+        else if (map_errno == ENOMEM)
+            snprintf(why, sizeof why, "; the host cannot reserve that much address space");
+        tide_error("%s: cannot map %llu bytes (%.2f GiB): %s%s", path, (unsigned long long)size,
+                   (double)size / 1073741824.0, strerror(map_errno), why);
         return TIDE_E_IO;
     }
     f->map = map;

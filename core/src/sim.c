@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "plan_check.h"
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -445,45 +446,19 @@ static int sim_prefetch(struct sim *s, int i)
     return TIDE_OK;
 }
 
-/* The plan rules of the dispatcher (moe.c moe_check_plan). */
+/* The plan rules of the dispatcher (plan_check.c, shared with moe.c). */
 static int sim_check_plan(struct sim *s, int l, const struct tide_plan *p)
 {
-    const uint8_t *r = s->rows[l];
-    uint8_t *mark = s->mark;
-    char why[200] = "";
-    int free_slots = s->budget[l] - s->held[l];
-    if (p->n_promote < 0 || p->n_promote > s->budget[l])
-        snprintf(why, sizeof why, "%d promotions with a budget of %d", p->n_promote, s->budget[l]);
-    memcpy(mark, r, (size_t)s->E);
-    for (int i = 0; !*why && i < p->n_promote; i++) {
-        int e = p->promote[i], ev = p->evict[i];
-        if (e < 0 || e >= s->E)
-            snprintf(why, sizeof why, "promotes expert %d, out of range", e);
-        else if (mark[e])
-            snprintf(why, sizeof why, "promotes expert %d, which is already resident", e);
-        else if (ev < 0 && free_slots-- <= 0)
-            snprintf(why, sizeof why, "promotes expert %d into a free slot, but the layer is full",
-                     e);
-        else if (ev >= s->E || (ev >= 0 && mark[ev] != 1))
-            snprintf(why, sizeof why, "evicts expert %d, which is not resident", ev);
-        if (!*why) {
-            mark[e] = 2;
-            if (ev >= 0)
-                mark[ev] = 3;
-        }
-    }
-    for (int e = 0; !*why && e < s->E; e++) {
-        if (!s->dense[e])
-            continue;
-        if (p->place[e] == TIDE_PLACE_DEVICE && mark[e] != 1 && mark[e] != 2)
-            snprintf(why, sizeof why,
-                     mark[e] == 3 ? "evicts expert %d, which it places on the device"
-                                  : "places expert %d on the device, but it is not resident",
-                     e);
-        else if (p->place[e] != TIDE_PLACE_DEVICE && p->place[e] != TIDE_PLACE_HOST)
-            snprintf(why, sizeof why, "places expert %d nowhere (place %d)", e, p->place[e]);
-    }
-    if (!*why)
+    const struct tide_plan_ctx c = {
+        .n_experts = s->E,
+        .budget = s->budget[l],
+        .n_held = s->held[l],
+        .resident = s->rows[l],
+        .counts = s->dense,
+        .mark = s->mark,
+    };
+    char why[200];
+    if (!tide_plan_check(&c, p, why, sizeof why))
         return TIDE_OK;
     tide_error("sim: policy %s returned an invalid plan at MoE layer %d, block %d, step %d: it %s",
                s->c->label, l, s->block, s->step, why);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend-common/route.h"
 #include "dnnl_bk.h"
 #include "dnnl_bk_math.h"
 
@@ -385,63 +386,6 @@ static int dnnl_bk_router_check(const struct tide_router_args *a)
     return TIDE_OK;
 }
 
-/* Index of the largest v[i] with !taken[i]; ties and NaNs go to the lowest index. */
-static int dnnl_bk_argmax(const float *v, const unsigned char *taken, int n)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (!taken[i] && (best < 0 || v[i] > v[best]))
-            best = i;
-    return best;
-}
-
-/* Route one token: s, sel and taken are scratch of E entries, gs and gt of n_group. */
-static void dnnl_bk_route1(const struct tide_router_args *a, const float *logit, const float *bias,
-                           int E, float *s, float *sel, unsigned char *taken, float *gs,
-                           unsigned char *gt, int32_t *ids, float *w)
-{
-    for (int e = 0; e < E; e++) {
-        s[e] = 1.0f / (1.0f + expf(-logit[e]));
-        sel[e] = bias ? s[e] + bias[e] : s[e];
-    }
-    if (a->n_group > 1) {
-        const int gsz = E / a->n_group;
-        for (int g = 0; g < a->n_group; g++) {
-            const float *v = sel + g * gsz;
-            float m1 = -INFINITY, m2 = -INFINITY; /* top-2 */
-            for (int i = 0; i < gsz; i++) {
-                if (v[i] > m1) {
-                    m2 = m1;
-                    m1 = v[i];
-                } else if (v[i] > m2) {
-                    m2 = v[i];
-                }
-            }
-            gs[g] = gsz > 1 ? m1 + m2 : m1;
-            gt[g] = 0;
-        }
-        for (int k = 0; k < a->topk_group; k++)
-            gt[dnnl_bk_argmax(gs, gt, a->n_group)] = 1;
-        for (int e = 0; e < E; e++)
-            if (!gt[e / gsz])
-                sel[e] = -INFINITY;
-    }
-    memset(taken, 0, (size_t)E);
-    float sum = 0.0f;
-    for (int k = 0; k < a->top_k; k++) {
-        int e = dnnl_bk_argmax(sel, taken, E);
-        taken[e] = 1;
-        ids[k] = e;
-        w[k] = s[e];
-        sum += w[k];
-    }
-    for (int k = 0; k < a->top_k; k++) {
-        if (a->norm_topk)
-            w[k] /= sum + 1e-20f;
-        w[k] *= a->scale;
-    }
-}
-
 int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
 {
     int rc = dnnl_bk_router_check(a);
@@ -465,7 +409,7 @@ int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
             if (!s)
                 continue;
             unsigned char *taken = (unsigned char *)s + fl;
-            dnnl_bk_route1(a, dnnl_bk_at(a->logits, t, 0), bias, E, s, s + E, taken, s + 2 * E,
+            bkc_route_token(a, dnnl_bk_at(a->logits, t, 0), bias, E, s, s + E, taken, s + 2 * E,
                            taken + E, a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
         }
         free(s);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend-common/route.h"
 #include "cuda_bk.h"
 #include "cuda_kernels.h"
 
@@ -357,64 +358,6 @@ static int cuda_bk_router_check(const struct tide_router_args *a)
     return TIDE_OK;
 }
 
-/* Index of the largest v[i] with !taken[i]; ties and NaNs go to the lowest index. */
-static int cuda_bk_argmax(const float *v, const unsigned char *taken, int n)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (!taken[i] && (best < 0 || v[i] > v[best]))
-            best = i;
-    return best;
-}
-
-/* Route one token (backend.h): s, sel and taken are scratch of E entries, gs
- * and gt of n_group. The arithmetic is the CPU backend's, in f32. */
-static void cuda_bk_route1(const struct tide_router_args *a, const float *logit, const float *bias,
-                           int E, float *s, float *sel, unsigned char *taken, float *gs,
-                           unsigned char *gt, int32_t *ids, float *w)
-{
-    for (int e = 0; e < E; e++) {
-        s[e] = 1.0f / (1.0f + expf(-logit[e]));
-        sel[e] = bias ? s[e] + bias[e] : s[e];
-    }
-    if (a->n_group > 1) {
-        const int gsz = E / a->n_group;
-        for (int g = 0; g < a->n_group; g++) {
-            const float *v = sel + g * gsz;
-            float m1 = -INFINITY, m2 = -INFINITY; /* the two largest */
-            for (int i = 0; i < gsz; i++) {
-                if (v[i] > m1) {
-                    m2 = m1;
-                    m1 = v[i];
-                } else if (v[i] > m2) {
-                    m2 = v[i];
-                }
-            }
-            gs[g] = gsz > 1 ? m1 + m2 : m1;
-            gt[g] = 0;
-        }
-        for (int k = 0; k < a->topk_group; k++)
-            gt[cuda_bk_argmax(gs, gt, a->n_group)] = 1;
-        for (int e = 0; e < E; e++)
-            if (!gt[e / gsz])
-                sel[e] = -INFINITY;
-    }
-    memset(taken, 0, (size_t)E);
-    float sum = 0.0f;
-    for (int k = 0; k < a->top_k; k++) {
-        int e = cuda_bk_argmax(sel, taken, E);
-        taken[e] = 1;
-        ids[k] = e;
-        w[k] = s[e];
-        sum += w[k];
-    }
-    for (int k = 0; k < a->top_k; k++) {
-        if (a->norm_topk)
-            w[k] /= sum + 1e-20f;
-        w[k] *= a->scale;
-    }
-}
-
 int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
 {
     const char *op = "router";
@@ -440,7 +383,7 @@ int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
     CUDA_BK_TRY(op, cudaStreamSynchronize(bk->compute));
     const float *bias = a->bias ? a->bias->host_vec : NULL;
     for (int64_t t = 0; t < n; t++)
-        cuda_bk_route1(a, logits + t * E, bias, E, s, s + E, taken, s + 2 * E, taken + E,
+        bkc_route_token(a, logits + t * E, bias, E, s, s + E, taken, s + 2 * E, taken + E,
                        a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
     /* The stream is idle: a good moment to fold in the finished expert timings. */
     return cuda_timer_harvest(&bk->expert_timer, false);

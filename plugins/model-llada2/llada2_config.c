@@ -192,8 +192,8 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
                  c->n_group);
         const int64_t kept = (int64_t)c->topk_group * (c->n_experts / c->n_group);
         cfg_rule(&r, c->top_k <= kept,
-                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%lld)",
-                 c->top_k, (long long)kept);
+                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%lld)", c->top_k,
+                 (long long)kept);
         cfg_rule(&r, c->first_dense <= c->n_layers,
                  "first_k_dense_replace (%d) exceeds num_hidden_layers (%d)", c->first_dense,
                  c->n_layers);
@@ -202,8 +202,7 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
         cfg_rule(&r, routed <= LLADA2_MAX_ROUTED,
                  "num_hidden_layers - first_k_dense_replace (%d) times num_experts (%d) is %lld "
                  "routed experts; TIDE supports at most %d",
-                 c->n_layers - c->first_dense, c->n_experts, (long long)routed,
-                 LLADA2_MAX_ROUTED);
+                 c->n_layers - c->first_dense, c->n_experts, (long long)routed, LLADA2_MAX_ROUTED);
         cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }

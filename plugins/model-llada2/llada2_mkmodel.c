@@ -231,6 +231,22 @@ static int mk_prepare_dir(const char *dir)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
+        /* Create missing parents too, like mkdir -p. */
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+            tide_error("mkmodel: path too long: %s", dir);
+            return TIDE_E_INVAL;
+        }
+        for (char *p = path + 1; *p; p++) {
+            if (*p != '/')
+                continue;
+            *p = 0;
+            if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+                tide_error("mkmodel: cannot create %s: %s", path, strerror(errno));
+                return TIDE_E_IO;
+            }
+            *p = '/';
+        }
         if (mkdir(dir, 0777) != 0) {
             tide_error("mkmodel: cannot create %s: %s", dir, strerror(errno));
             return TIDE_E_IO;
