@@ -59,7 +59,7 @@ static int test_checks;
     do {                                                                                           \
         int before_ = test_failures;                                                               \
         fn();                                                                                      \
-        fprintf(stderr, "%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn);              \
+        fprintf(stderr, "%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn);               \
     } while (0)
 
 #define TEST_SKIP(why)                                                                             \

@@ -28,27 +28,26 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
-            "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
-            "                  [--max-prompts N] [--repeats N] [--out DIR]\n\n"
-            "Runs the prompt set under every combination of policy, budget and (for\n"
-            "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
-            "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
-            "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
-            "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
-            "Every configuration must generate the same tokens as the no-offload baseline\n"
-            "(placement is lossless); the 'same' column says so. When one backend plugin\n"
-            "computes both device and host experts a mismatch fails the run; across two\n"
-            "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
-            "The sweep comes from the [bench] section; the flags override it:\n"
-            "  --policies tide,lru,static   plugin names (x means policy-x)\n"
-            "  --budgets 8,16,all           experts per MoE layer on the device\n"
-            "  --intervals 1,4,32           policy-tide refresh intervals\n"
-            "  --prompts FILE               one prompt per line, '#' comments\n"
-            "  --max-prompts N, --repeats N, --out DIR\n\n"
-            "example:\n"
-            "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n");
+    fprintf(f, "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
+               "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
+               "                  [--max-prompts N] [--repeats N] [--out DIR]\n\n"
+               "Runs the prompt set under every combination of policy, budget and (for\n"
+               "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
+               "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
+               "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
+               "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
+               "Every configuration must generate the same tokens as the no-offload baseline\n"
+               "(placement is lossless); the 'same' column says so. When one backend plugin\n"
+               "computes both device and host experts a mismatch fails the run; across two\n"
+               "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
+               "The sweep comes from the [bench] section; the flags override it:\n"
+               "  --policies tide,lru,static   plugin names (x means policy-x)\n"
+               "  --budgets 8,16,all           experts per MoE layer on the device\n"
+               "  --intervals 1,4,32           policy-tide refresh intervals\n"
+               "  --prompts FILE               one prompt per line, '#' comments\n"
+               "  --max-prompts N, --repeats N, --out DIR\n\n"
+               "example:\n"
+               "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n");
 }
 
 /* Split "a,b,c" into at most max trimmed items (pointers into buf). */
@@ -171,12 +170,12 @@ static int bench_manifest(const char *dir, const struct tide_engine *e, const ch
     json_object_set_new(m, "kernel", json_string(un.release));
     json_object_set_new(m, "cpu", json_string(cpu));
     json_object_set_new(m, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
-    json_object_set_new(m, "device_backend",
-                        json_string(e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk)
-                                                         : e->dev.name));
-    json_object_set_new(m, "host_backend",
-                        json_string(e->host.ops->describe ? e->host.ops->describe(e->host.bk)
-                                                          : e->host.name));
+    json_object_set_new(
+        m, "device_backend",
+        json_string(e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name));
+    json_object_set_new(
+        m, "host_backend",
+        json_string(e->host.ops->describe ? e->host.ops->describe(e->host.bk) : e->host.name));
     json_object_set_new(m, "model", json_string(e->model_dir));
     json_object_set_new(m, "prompts", json_string(prompts));
     json_t *lib = json_object();
@@ -199,8 +198,7 @@ static void bench_print_row(FILE *f, const struct bench_row *r, bool csv)
     char iv[16];
     snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
     if (csv)
-        fprintf(f,
-                "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s\n",
+        fprintf(f, "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s\n",
                 r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds,
                 hit, (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
                 (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
@@ -273,8 +271,8 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
 }
 
 /* A policy name as given ("tide") or as a plugin name ("policy-tide"). */
-static const char *bench_policy_name(const struct tide_plugin_set *set, const char *name,
-                                     char *buf, size_t len)
+static const char *bench_policy_name(const struct tide_plugin_set *set, const char *name, char *buf,
+                                     size_t len)
 {
     if (tide_plugins_find(set, name))
         return name;
@@ -304,9 +302,12 @@ int cmd_bench(int argc, char **argv)
 {
     struct cli_ctx c = {0};
     static const char *flags[][2] = {
-        {"--policies", "bench.policies="}, {"--budgets", "bench.budgets="},
-        {"--intervals", "bench.intervals="}, {"--prompts", "bench.prompts="},
-        {"--max-prompts", "bench.max_prompts="}, {"--repeats", "bench.repeats="},
+        {"--policies", "bench.policies="},
+        {"--budgets", "bench.budgets="},
+        {"--intervals", "bench.intervals="},
+        {"--prompts", "bench.prompts="},
+        {"--max-prompts", "bench.max_prompts="},
+        {"--repeats", "bench.repeats="},
         {"--out", "bench.out="},
     };
     char *owned[16];
@@ -354,8 +355,8 @@ int cmd_bench(int argc, char **argv)
     tide_engine_gen_params(c.cfg, &b.gp);
     b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
     b.repeats = (int)tide_opts_int(bo, "repeats");
-    if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"), (int)tide_opts_int(bo, "max_prompts"),
-                                 &b.prompts)) != TIDE_OK ||
+    if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"),
+                                 (int)tide_opts_int(bo, "max_prompts"), &b.prompts)) != TIDE_OK ||
         (rc = tide_engine_prepare(c.cfg, c.plugins, &b.e)) != TIDE_OK ||
         (rc = tide_engine_load(b.e, c.plugins)) != TIDE_OK)
         goto done;
@@ -393,7 +394,8 @@ int cmd_bench(int argc, char **argv)
     char names[BENCH_MAX_LIST][64];
     for (int p = 0; p < np; p++) {
         char buf[64];
-        snprintf(names[p], sizeof names[p], "%s", bench_policy_name(c.plugins, pol[p], buf, sizeof buf));
+        snprintf(names[p], sizeof names[p], "%s",
+                 bench_policy_name(c.plugins, pol[p], buf, sizeof buf));
         if (!tide_plugins_get(c.plugins, names[p], TIDE_PLUGIN_POLICY, "[bench] policies")) {
             rc = TIDE_E_CONFIG;
             goto done;
@@ -416,9 +418,9 @@ int cmd_bench(int argc, char **argv)
     tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "
               "policy-tide); results in %s",
               b.prompts.n, b.repeats, np, nb, ni, b.dir);
-    printf("%-16s %8s %6s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
-           "budget", "hit rate", "host rows", "promoted", "weights GB", "acts GB", "tokens",
-           "time s", "tok/s", "same");
+    printf("%-16s %8s %6s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval", "budget",
+           "hit rate", "host rows", "promoted", "weights GB", "acts GB", "tokens", "time s",
+           "tok/s", "same");
     const bool baseline = tide_opts_bool(bo, "baseline");
     for (int p = -1; p < np && rc == TIDE_OK; p++) {
         if (p < 0 && !baseline)
@@ -439,8 +441,8 @@ int cmd_bench(int argc, char **argv)
                                                     "bench")) != TIDE_OK)
                         break;
                 }
-                if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p],
-                                            budget)) != TIDE_OK)
+                if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p], budget)) !=
+                    TIDE_OK)
                     break;
                 char tag[128];
                 snprintf(tag, sizeof tag, "%s-b%d-i%d", p < 0 ? "baseline" : names[p], budget,

@@ -139,8 +139,8 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget)
     return TIDE_OK;
 }
 
-int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set,
-                      const char *policy, int budget)
+int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, const char *policy,
+                      int budget)
 {
     if (!e->moe || !tide_moe_get_shape(e->moe))
         return TIDE_OK; /* a dense model: nothing to place */
@@ -160,8 +160,8 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
 {
     const struct tide_opts *bo = tide_config_section(e->cfg, "backend");
     e->dev_pl = engine_pick_device(set, bo);
-    e->host_pl = tide_plugins_get(set, tide_opts_str(bo, "host"), TIDE_PLUGIN_BACKEND,
-                                  "[backend] host");
+    e->host_pl =
+        tide_plugins_get(set, tide_opts_str(bo, "host"), TIDE_PLUGIN_BACKEND, "[backend] host");
     if (!e->dev_pl || !e->host_pl)
         return TIDE_E_CONFIG;
     int rc;
@@ -188,19 +188,18 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         (rc = engine_lookup(e, info->stop_token, false, &e->ids.stop)) != TIDE_OK)
         return rc;
     if (tide_tokenizer_size(e->tok) > info->vocab_size) {
-        tide_error("%s/tokenizer.json has %d tokens but the model's vocab_size is %d",
-                   e->model_dir, tide_tokenizer_size(e->tok), info->vocab_size);
+        tide_error("%s/tokenizer.json has %d tokens but the model's vocab_size is %d", e->model_dir,
+                   tide_tokenizer_size(e->tok), info->vocab_size);
         return TIDE_E_FORMAT;
     }
-    tide_info("model %s: %d layers (%d MoE x %d experts, top-%d); device %s; host %s",
-              e->model_dir, info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
+    tide_info("model %s: %d layers (%d MoE x %d experts, top-%d); device %s; host %s", e->model_dir,
+              info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
               e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name,
               e->host.ops->describe ? e->host.ops->describe(e->host.bk) : e->host.name);
     int budget;
     if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
         return rc;
-    return tide_engine_place(e, set,
-                             tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
+    return tide_engine_place(e, set, tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
                              budget);
 }
 

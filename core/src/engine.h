@@ -37,8 +37,8 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set);
 /* Re-place the experts: policy plugin name and budget (experts per MoE layer
  * on the device; >= n_experts means no offload). The policy's options come
  * from its section of the config as it is now. */
-int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set,
-                      const char *policy, int budget);
+int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, const char *policy,
+                      int budget);
 
 /* The budget [policy] asks for: budget, or derived from expert_memory, or all. */
 int tide_engine_config_budget(const struct tide_engine *e, int *budget);
@@ -54,8 +54,7 @@ struct tide_engine_outputs {
  * front of the caller's. out may be NULL. */
 int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
                          const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
-                         const struct tide_engine_outputs *outputs,
-                         struct tide_gen_result *result);
+                         const struct tide_engine_outputs *outputs, struct tide_gen_result *result);
 
 /* Open [output] trace (if set) for this engine's model and parameters. */
 int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,

@@ -19,15 +19,15 @@ enum moe_phase {
 static const char *const phase_name[] = {"prefill", "step", "kv"};
 
 struct moe_layer {
-    const struct tide_view *view[3]; /* [3 * n_experts]: gate, up, down host views */
-    struct tide_expert **dev_expert; /* [n_experts] no-offload mode, created lazily */
+    const struct tide_view *view[3];  /* [3 * n_experts]: gate, up, down host views */
+    struct tide_expert **dev_expert;  /* [n_experts] no-offload mode, created lazily */
     struct tide_expert **host_expert; /* [n_experts] offload mode, created lazily */
-    struct tide_expert **slot;       /* [budget] device slots */
-    int32_t *slot_of;                /* [n_experts] slot index, or -1 */
-    int32_t *held;                   /* [budget] expert in each slot, or -1 */
-    uint8_t *resident;               /* [n_experts] */
+    struct tide_expert **slot;        /* [budget] device slots */
+    int32_t *slot_of;                 /* [n_experts] slot index, or -1 */
+    int32_t *held;                    /* [budget] expert in each slot, or -1 */
+    uint8_t *resident;                /* [n_experts] */
     int n_held;
-    struct tide_moe_counters cur;    /* the current phase */
+    struct tide_moe_counters cur; /* the current phase */
 };
 
 struct tide_moe {
@@ -56,26 +56,26 @@ struct tide_moe {
     struct tide_moe_counters total;
 
     /* scratch, sized for the largest call */
-    uint32_t *count;   /* [n_experts] */
-    int32_t *start;    /* [n_experts + 1] */
-    int32_t *fill;     /* [n_experts] */
-    int32_t *rows;     /* [cap] token of each assignment, grouped by expert */
-    int32_t *dst;      /* [cap] assignment index t*k+j, grouped by expert */
-    int32_t *local;    /* [cap] 0..n-1, host-side row numbers */
-    int32_t *h_rows;   /* [cap] tokens of host assignments, grouped by expert */
-    int32_t *h_dst;    /* [cap] assignment index of host assignments */
+    uint32_t *count; /* [n_experts] */
+    int32_t *start;  /* [n_experts + 1] */
+    int32_t *fill;   /* [n_experts] */
+    int32_t *rows;   /* [cap] token of each assignment, grouped by expert */
+    int32_t *dst;    /* [cap] assignment index t*k+j, grouped by expert */
+    int32_t *local;  /* [cap] 0..n-1, host-side row numbers */
+    int32_t *h_rows; /* [cap] tokens of host assignments, grouped by expert */
+    int32_t *h_dst;  /* [cap] assignment index of host assignments */
     int64_t cap;
     int32_t *promote, *evict; /* [n_experts] plan */
     uint8_t *place;           /* [n_experts] */
     uint8_t *mark;            /* [n_experts] plan validation scratch */
     struct tide_prefetch pf;
-    struct tide_buffer *parts;   /* dev f32 [cap, hidden] */
-    struct tide_buffer *xg;      /* dev bf16 [cap, hidden] gathered host rows */
-    struct tide_buffer *yg;      /* dev f32 [cap, hidden] host results */
-    struct tide_buffer *xh;      /* host bf16 [cap, hidden] */
-    struct tide_buffer *yh;      /* host f32 [cap, hidden] */
-    int64_t buf_rows;            /* rows of parts */
-    int64_t off_rows;            /* rows of xg, yg, xh, yh */
+    struct tide_buffer *parts; /* dev f32 [cap, hidden] */
+    struct tide_buffer *xg;    /* dev bf16 [cap, hidden] gathered host rows */
+    struct tide_buffer *yg;    /* dev f32 [cap, hidden] host results */
+    struct tide_buffer *xh;    /* host bf16 [cap, hidden] */
+    struct tide_buffer *yh;    /* host f32 [cap, hidden] */
+    int64_t buf_rows;          /* rows of parts */
+    int64_t off_rows;          /* rows of xg, yg, xh, yh */
 };
 
 static double moe_now(void)
@@ -289,8 +289,8 @@ static int moe_expert_on(struct tide_moe *moe, const struct tide_backend_ref *b,
         }
         int rc = b->ops->expert_create(b->bk, v[0], v[1], v[2], &(*table)[e]);
         if (rc != TIDE_OK) {
-            tide_error("moe: backend %s could not take expert %d of MoE layer %d (%s)", b->name,
-                       e, layer, v[0]->name ? v[0]->name : "?");
+            tide_error("moe: backend %s could not take expert %d of MoE layer %d (%s)", b->name, e,
+                       layer, v[0]->name ? v[0]->name : "?");
             return rc;
         }
     }
@@ -769,8 +769,7 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
                      const int32_t *ids, const float *w, int64_t n, const struct tide_tensor *y)
 {
     if (!moe->declared || layer < 0 || layer >= moe->shape.n_layers || n < 1) {
-        tide_error("moe: forward on MoE layer %d with %lld tokens is invalid", layer,
-                   (long long)n);
+        tide_error("moe: forward on MoE layer %d with %lld tokens is invalid", layer, (long long)n);
         return TIDE_E_INVAL;
     }
     if (!moe->configured) {
@@ -797,8 +796,8 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
     if (moe->trace) {
         static const enum tide_trace_phase tp[] = {TIDE_TRACE_PREFILL, TIDE_TRACE_STEP,
                                                    TIDE_TRACE_KV};
-        moe_trace_rc(moe, tide_trace_route(moe->trace, tp[moe->phase], (uint32_t)layer,
-                                           (uint32_t)n, ids));
+        moe_trace_rc(
+            moe, tide_trace_route(moe->trace, tp[moe->phase], (uint32_t)layer, (uint32_t)n, ids));
         if (moe->trace_rc != TIDE_OK)
             return moe->trace_rc;
     }

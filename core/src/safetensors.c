@@ -350,7 +350,8 @@ out:
  * closes *fd. A missing file is TIDE_E_NOTFOUND. */
 static int st_open_regular(const char *path, int *fd, uint64_t *size)
 {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of a file must not block the open. */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0) {
         int e = errno;
         tide_error("%s: cannot open: %s", path, strerror(e));

@@ -31,8 +31,8 @@ static inline int bkc_argmax(const float *v, const unsigned char *taken, int n)
  * taken of E bytes, gt of n_group bytes. ids and w receive top_k entries. */
 static inline void bkc_route_token(const struct tide_router_args *a, const float *logit,
                                    const float *bias, int E, float *s, float *sel,
-                                   unsigned char *taken, float *gs, unsigned char *gt,
-                                   int32_t *ids, float *w)
+                                   unsigned char *taken, float *gs, unsigned char *gt, int32_t *ids,
+                                   float *w)
 {
     for (int e = 0; e < E; e++) {
         s[e] = 1.0f / (1.0f + expf(-logit[e]));

@@ -410,7 +410,7 @@ int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
                 continue;
             unsigned char *taken = (unsigned char *)s + fl;
             bkc_route_token(a, dnnl_bk_at(a->logits, t, 0), bias, E, s, s + E, taken, s + 2 * E,
-                           taken + E, a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
+                            taken + E, a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
         }
         free(s);
     }

@@ -384,7 +384,7 @@ int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
     const float *bias = a->bias ? a->bias->host_vec : NULL;
     for (int64_t t = 0; t < n; t++)
         bkc_route_token(a, logits + t * E, bias, E, s, s + E, taken, s + 2 * E, taken + E,
-                       a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
+                        a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
     /* The stream is idle: a good moment to fold in the finished expert timings. */
     return cuda_timer_harvest(&bk->expert_timer, false);
 }

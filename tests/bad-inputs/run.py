@@ -219,6 +219,10 @@ def action(line):
         open(args[0], "wb").write(unescape(args[1]))
     elif op == "write-repeat":  # FILE TEXT COUNT
         open(args[0], "wb").write(unescape(args[1]) * int(args[2]))
+    elif op == "mkfifo":  # PATH (replacing a file)
+        if os.path.exists(args[0]):
+            os.remove(args[0])
+        os.mkfifo(args[0])
     elif op == "mkdir":
         os.makedirs(args[0], exist_ok=True)
     elif op == "chmod":  # MODE PATH

@@ -123,7 +123,7 @@ static inline const char *fz_write(const char *name, const void *data, size_t si
 /* Cut data at the separator SEP (the seeds and the dictionary use it):
  * fills parts[0..max) with pointers and lengths, returns how many parts. */
 static inline int fz_split(const uint8_t *data, size_t size, const char *sep, const uint8_t **parts,
-                    size_t *lens, int max)
+                           size_t *lens, int max)
 {
     const size_t ls = strlen(sep);
     int n = 0;

@@ -21,8 +21,8 @@ static struct tide_tokenizer *encode_tok(void)
         return t;
     char path[300];
     snprintf(path, sizeof path, "%s/enc-tokenizer.json", fz_dir());
-    if (tide_tokenizer_train(encode_corpus, sizeof encode_corpus - 1, 400, encode_specials, 5,
-                             path, true) != TIDE_OK ||
+    if (tide_tokenizer_train(encode_corpus, sizeof encode_corpus - 1, 400, encode_specials, 5, path,
+                             true) != TIDE_OK ||
         tide_tokenizer_load(path, &t) != TIDE_OK)
         abort();
     return t;

@@ -41,8 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != TIDE_OK)
         return 0;
     const struct tide_trace_header *h = tide_trace_reader_header(r);
-    FZ_ASSERT(h->n_layers >= 1 && h->n_experts >= 1 && h->top_k >= 1 &&
-              h->top_k <= h->n_experts && h->model);
+    FZ_ASSERT(h->n_layers >= 1 && h->n_experts >= 1 && h->top_k >= 1 && h->top_k <= h->n_experts &&
+              h->model);
     uint64_t d1, d2;
     long first = trace_pass(r, &d1);
     tide_trace_reader_rewind(r);

@@ -86,8 +86,8 @@ struct tide_policy_ops {
      * map of MoE layer l. The policy may ask for promotions in any layer now;
      * the core issues them at once, so on an asynchronous backend the copies
      * overlap the earlier layers' compute. Returns TIDE_OK or a status. */
-    int (*step_begin)(struct tide_policy *p, int block, int step,
-                      const uint8_t *const *resident, struct tide_prefetch *out);
+    int (*step_begin)(struct tide_policy *p, int block, int step, const uint8_t *const *resident,
+                      struct tide_prefetch *out);
 };
 
 #define TIDE_POLICY_OPS_MIN_SIZE (offsetof(struct tide_policy_ops, plan) + sizeof(void (*)(void)))
