@@ -40,7 +40,8 @@ void cli_teardown(struct cli_ctx *c);
 /* Parse "1,2,3" into a malloc'd array. Returns TIDE_OK or TIDE_E_CONFIG (logged). */
 int cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n);
 
-/* Read a whole file into a NUL-terminated malloc'd buffer. */
+/* Read a whole text file into a NUL-terminated malloc'd buffer. A file
+ * holding a NUL byte is refused (TIDE_E_FORMAT, logged). */
 int cli_read_file(const char *path, char **out, size_t *len);
 
 /* Install a SIGINT handler that asks long work to stop (tide_request_stop). */

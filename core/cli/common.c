@@ -159,6 +159,13 @@ int cli_read_file(const char *path, char **out, size_t *len)
         return TIDE_E_IO;
     }
     buf[n] = 0;
+    /* Callers use the text as a C string: a NUL would silently cut it. */
+    size_t nul = strlen(buf);
+    if (nul < n) {
+        tide_error("%s: holds a NUL byte at offset %zu (not a text file?)", path, nul);
+        free(buf);
+        return TIDE_E_FORMAT;
+    }
     *out = buf;
     *len = n;
     return TIDE_OK;

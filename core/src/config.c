@@ -2,11 +2,14 @@
  * plugin's); values come from defaults, then the INI file, then --set. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "tide/log.h"
@@ -535,9 +538,22 @@ static void cfg_free_lines(char **lines, int n)
 /* Read the file into lines and reject lines inih would silently cut. */
 static int cfg_read_lines(struct cfg_parse *ps)
 {
-    FILE *f = fopen(ps->path, "r");
+    /* O_NONBLOCK: a FIFO given as the config file must not block the open. */
+    int fd = open(ps->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) {
+        tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
+        return TIDE_E_CONFIG;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        tide_error("config: %s is not a regular file", ps->path);
+        close(fd);
+        return TIDE_E_CONFIG;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
         tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
+        close(fd);
         return TIDE_E_CONFIG;
     }
     int cap = 0, rc = TIDE_OK;
@@ -585,6 +601,10 @@ static int cfg_read_lines(struct cfg_parse *ps)
             break;
         }
         ps->n_lines++;
+    }
+    if (rc == TIDE_OK && ferror(f)) {
+        tide_error("config: cannot read %s: %s", ps->path, strerror(errno));
+        rc = TIDE_E_CONFIG;
     }
     free(line);
     fclose(f);

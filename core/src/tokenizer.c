@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tide/log.h"
 #include "tide/status.h"
@@ -1448,6 +1449,12 @@ static int load_index(struct load_ctx *L, int32_t max_id)
 int tide_tokenizer_load(const char *path, struct tide_tokenizer **out)
 {
     *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* A FIFO would block the read below; a folder reads as bad JSON. */
+        tide_error("%s: not a regular file", path);
+        return TIDE_E_FORMAT;
+    }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "llada2.h"
 #include "tide/log.h"
@@ -111,6 +112,12 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* A FIFO would block the read below; a folder reads as bad JSON. */
+        tide_error("%s: not a regular file", path);
+        return TIDE_E_FORMAT;
+    }
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

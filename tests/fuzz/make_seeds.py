@@ -5,6 +5,7 @@ Usage: make_seeds.py TIDE_BINARY
 Synthetic seeds are built here with the standard library; a tiny checkpoint
 made by `tide mkmodel` and a routing trace recorded by `tide run` on it add
 real files. Seeds stay small (at most a few tens of KiB) so that fuzzing is fast.
+Units merged in from long runs (libFuzzer -merge=1, SHA-1 names) are left alone.
 """
 import json
 import os
@@ -198,7 +199,8 @@ def seeds_trace(trace_file):
 
 def main():
     tide = sys.argv[1]
-    shutil.rmtree(CORPUS, ignore_errors=True)
+    # Named seeds are rewritten; units merged in from fuzz runs (named by
+    # their SHA-1) are kept.
     tmp = tempfile.mkdtemp(prefix="tide-seeds-")
     try:
         ckpt = os.path.join(tmp, "tiny")
