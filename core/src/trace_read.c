@@ -109,12 +109,16 @@ int tide_trace_reader_open(const char *path, struct tide_trace_reader **out)
         free(r);
         return TIDE_E_NOMEM;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO given as a trace must not block the open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     int rc = TIDE_OK;
     if (fd < 0 || fstat(fd, &st) != 0) {
-        tide_error("trace %s: cannot open: %s", path, strerror(errno));
-        rc = errno == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_IO;
+        int err = errno;
+        tide_error("trace %s: cannot open: %s", path, strerror(err));
+        rc = err == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_IO;
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = tr_fail(r, "not a regular file");
     } else if (st.st_size == 0) {
         rc = tr_fail(r, "the file is empty");
     } else {
