@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "loader.h"
+#include "tide/model.h"
 
 /* Exit codes, documented in `tide --help` and README. */
 enum {
@@ -37,6 +38,12 @@ int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i);
 int cli_setup(struct cli_ctx *c);
 void cli_teardown(struct cli_ctx *c);
 
+/* Scan the plugins and resolve model plugin `name` (named by `what` in
+ * messages). Returns its ops, or NULL (logged); *set is always to be freed
+ * with tide_plugins_free after the last use of the ops. */
+const struct tide_model_ops *cli_model_plugin(const char *name, const char *what,
+                                              struct tide_plugin_set **set);
+
 /* Parse "1,2,3" into a malloc'd array. Returns TIDE_OK or TIDE_E_CONFIG (logged). */
 int cli_parse_ids(const char *text, const char *what, int32_t **ids, size_t *n);
 
@@ -55,6 +62,13 @@ int cli_output_close(FILE *f, const char *path, bool keep);
 
 struct tide_engine;
 struct tide_moe_counters;
+struct tide_gen_params;
+struct tide_trace_writer;
+struct tide_trace_sink;
+/* Open a routing trace at path for e's model under p: *w is the writer
+ * (close it with tide_trace_writer_close) and *sink its events. */
+int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
+                   bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink);
 /* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */
 void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
                                double seconds, int64_t tokens);

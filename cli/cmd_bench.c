@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/trace.h"
+#include "tide/trace_write.h"
 
 #ifndef TIDE_GIT_REVISION
 #define TIDE_GIT_REVISION "unknown"
@@ -222,6 +222,7 @@ struct bench {
     struct tide_gen_params gp;
     uint64_t *want; /* [n prompts] baseline hash of the generated ids, 0 = none yet */
     struct tide_trace_writer *trace; /* records the first configuration, then NULL */
+    struct tide_trace_sink trace_sink;
     char dir[4200];
 };
 
@@ -247,8 +248,10 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
         for (int rep = 0; rc == TIDE_OK && rep < b->repeats; rep++) {
             struct tide_gen_result res;
             fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
-            const struct tide_engine_outputs outs = {
-                .metrics = metrics, .trace = rep == 0 ? b->trace : NULL, .prompt_id = (uint32_t)i};
+            const struct tide_engine_outputs outs = {.metrics = metrics,
+                                                     .trace = rep == 0 && b->trace ? &b->trace_sink
+                                                                                   : NULL,
+                                                     .prompt_id = (uint32_t)i};
             rc = tide_engine_generate(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
             if (rc == TIDE_OK) {
                 r->tokens += res.n;
@@ -411,8 +414,8 @@ int cmd_bench(int argc, char **argv)
     }
     const struct tide_opts *oo = tide_config_section(c.cfg, "output");
     if (*tide_opts_str(oo, "trace") &&
-        (rc = tide_engine_trace_open(b.e, &b.gp, tide_opts_str(oo, "trace"),
-                                     tide_opts_bool(oo, "overwrite"), &b.trace)) != TIDE_OK)
+        (rc = cli_trace_open(b.e, &b.gp, tide_opts_str(oo, "trace"),
+                             tide_opts_bool(oo, "overwrite"), &b.trace, &b.trace_sink)) != TIDE_OK)
         goto done;
     cli_catch_interrupt();
     tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "

@@ -9,7 +9,7 @@
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/trace.h"
+#include "tide/trace_write.h"
 
 static void forward_usage(FILE *f)
 {
@@ -74,6 +74,7 @@ int cmd_forward(int argc, char **argv)
     float *logits = NULL;
     struct tide_engine *e = NULL;
     struct tide_trace_writer *trace = NULL;
+    struct tide_trace_sink sink;
     int rc = cli_setup(&c);
     if (rc == TIDE_OK)
         rc = cli_parse_ids(ids_text, "--ids", &ids, &n);
@@ -87,10 +88,10 @@ int cmd_forward(int argc, char **argv)
     if (trace_path) {
         struct tide_gen_params gp;
         tide_engine_gen_params(c.cfg, &gp);
-        if ((rc = tide_engine_trace_open(e, &gp, trace_path, force, &trace)) != TIDE_OK ||
+        if ((rc = cli_trace_open(e, &gp, trace_path, force, &trace, &sink)) != TIDE_OK ||
             (rc = tide_trace_prompt(trace, 0, (uint32_t)n)) != TIDE_OK)
             goto done;
-        tide_moe_set_trace(e->moe, trace);
+        tide_moe_set_trace(e->moe, &sink);
     }
     const int V = e->mops->info(e->model)->vocab_size;
     logits = malloc(sizeof *logits * n * (size_t)V);

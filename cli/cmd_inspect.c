@@ -48,14 +48,9 @@ int cmd_inspect(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     struct tide_plugin_set *set;
-    int rc = tide_plugins_scan(&set);
-    if (rc != TIDE_OK)
-        return cli_exit_code(rc);
-    const struct tide_plugin *p = tide_plugins_get(set, plugin, TIDE_PLUGIN_MODEL, "--plugin");
-    if (!p) {
-        rc = TIDE_E_CONFIG;
-    } else {
-        const struct tide_model_ops *ops = p->desc->ops;
+    const struct tide_model_ops *ops = cli_model_plugin(plugin, "--plugin", &set);
+    int rc = TIDE_E_CONFIG;
+    if (ops) {
         const struct tide_inspect_args ia = {
             .size = sizeof ia, .budget = (int)budget, .out = stdout};
         rc = ops->inspect(dir, &ia);

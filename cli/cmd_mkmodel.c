@@ -65,14 +65,9 @@ int cmd_mkmodel(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     struct tide_plugin_set *set;
-    int rc = tide_plugins_scan(&set);
-    if (rc != TIDE_OK)
-        return cli_exit_code(rc);
-    const struct tide_plugin *p = tide_plugins_get(set, plugin, TIDE_PLUGIN_MODEL, "--plugin");
-    if (!p) {
-        rc = TIDE_E_CONFIG;
-    } else {
-        const struct tide_model_ops *ops = p->desc->ops;
+    const struct tide_model_ops *ops = cli_model_plugin(plugin, "--plugin", &set);
+    int rc = TIDE_E_CONFIG;
+    if (ops) {
         rc = ops->mkmodel(dir, preset, (int)layers, seed);
         if (rc == TIDE_OK)
             printf("wrote %s (preset %s)\n", dir, preset);

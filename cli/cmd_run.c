@@ -10,7 +10,7 @@
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/trace.h"
+#include "tide/trace_write.h"
 
 static void run_usage(FILE *f)
 {
@@ -194,6 +194,7 @@ int cmd_run(int argc, char **argv)
     FILE *metrics = NULL;
     const char *metrics_path = NULL;
     struct tide_trace_writer *trace = NULL;
+    struct tide_trace_sink trace_sink;
     int rc = cli_setup(&c);
     if (rc != TIDE_OK)
         goto done;
@@ -221,8 +222,8 @@ int cmd_run(int argc, char **argv)
     if ((rc = cli_output_open(oo, "metrics", &metrics, &metrics_path)) != TIDE_OK)
         goto done;
     if (*tide_opts_str(oo, "trace") &&
-        (rc = tide_engine_trace_open(e, &gp, tide_opts_str(oo, "trace"),
-                                     tide_opts_bool(oo, "overwrite"), &trace)) != TIDE_OK)
+        (rc = cli_trace_open(e, &gp, tide_opts_str(oo, "trace"), tide_opts_bool(oo, "overwrite"),
+                             &trace, &trace_sink)) != TIDE_OK)
         goto done;
     FILE *dump = NULL;
     char dump_tmp[4200];
@@ -260,7 +261,7 @@ int cmd_run(int argc, char **argv)
               "threshold %g%s)",
               n_ids, (long long)gp.gen_length, gp.block, gp.steps, gp.threshold,
               gp.recompute ? ", full recompute" : "");
-    struct tide_engine_outputs outs = {.metrics = metrics, .trace = trace};
+    struct tide_engine_outputs outs = {.metrics = metrics, .trace = trace ? &trace_sink : NULL};
     rc = tide_engine_generate(e, &gp, ids, (int64_t)n_ids, &hooks, &outs, &res);
     if (trace) {
         int trc = tide_trace_writer_close(trace, rc == TIDE_OK);

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "cli.h"
+#include "tide/model.h"
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
@@ -13,7 +15,8 @@
 static void tk_usage(FILE *f)
 {
     fprintf(f,
-            "usage: tide tokenize (--model DIR | --tokenizer FILE) [--chat] [--json] TEXT...\n"
+            "usage: tide tokenize (--model DIR | --tokenizer FILE) [--chat [--plugin NAME]]\n"
+            "                     [--json] TEXT...\n"
             "       tide tokenize (--model DIR | --tokenizer FILE) [--json] --decode ID,ID,...\n"
             "\n"
             "Shows how a HuggingFace tokenizer.json (byte-level BPE, as LLaDA2.0 uses) splits\n"
@@ -22,9 +25,9 @@ static void tk_usage(FILE *f)
             "options:\n"
             "  --model DIR        a checkpoint folder: reads DIR/tokenizer.json\n"
             "  --tokenizer FILE   a tokenizer.json\n"
-            "  --chat             wrap TEXT in the LLaDA2.0 chat template first:\n"
-            "                     <role>SYSTEM</role>detailed thinking off<|role_end|>\n"
-            "                     <role>HUMAN</role>TEXT<|role_end|><role>ASSISTANT</role>\n"
+            "  --chat             wrap TEXT in the model plugin's chat template first\n"
+            "  --plugin NAME      the model plugin whose template --chat uses\n"
+            "                     (default model-llada2)\n"
             "  --json             print JSON instead of lines\n"
             "  --decode IDS       decode ids (separated by commas or spaces) and print the text\n"
             "  -h, --help         this help\n"
@@ -245,9 +248,24 @@ static const char *tk_opt(int argc, char **argv, int *i, const char *opt, bool *
     return argv[++*i];
 }
 
+/* Wrap text in the chat template of model plugin `name` for checkpoint dir. */
+static int tk_chat(const char *name, const char *dir, const char *text, size_t len, char **out,
+                   size_t *out_len)
+{
+    struct tide_plugin_set *set;
+    const struct tide_model_ops *ops = cli_model_plugin(name, "--plugin", &set);
+    int rc = TIDE_E_CONFIG;
+    if (ops) {
+        const char *tmpl = TIDE_OPS_HAS(ops, chat_template) ? ops->chat_template(dir) : NULL;
+        rc = tide_chat_apply(tmpl, text, len, out, out_len);
+    }
+    tide_plugins_free(set);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *decode = NULL;
+    const char *model = NULL, *file = NULL, *decode = NULL, *plugin = "model-llada2";
     bool chat = false, json = false, missing = false;
     char **words = calloc((size_t)argc + 1, sizeof *words);
     int n_words = 0;
@@ -274,6 +292,8 @@ int cmd_tokenize(int argc, char **argv)
             model = v;
         } else if ((v = tk_opt(argc, argv, &i, "--tokenizer", &missing))) {
             file = v;
+        } else if ((v = tk_opt(argc, argv, &i, "--plugin", &missing))) {
+            plugin = v;
         } else if ((v = tk_opt(argc, argv, &i, "--decode", &missing))) {
             decode = v;
         } else {
@@ -311,7 +331,7 @@ int cmd_tokenize(int argc, char **argv)
         size_t len = 0, wlen = 0;
         rc = tk_text(words, n_words, &text, &len);
         if (rc == TIDE_OK && chat &&
-            (rc = tide_tokenizer_chat(text, len, &wrapped, &wlen)) == TIDE_OK) {
+            (rc = tk_chat(plugin, model, text, len, &wrapped, &wlen)) == TIDE_OK) {
             free(text);
             text = wrapped;
             len = wlen;

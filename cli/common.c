@@ -12,6 +12,7 @@
 #include "generate.h"
 #include "tide/log.h"
 #include "tide/status.h"
+#include "tide/trace_write.h"
 
 int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i)
 {
@@ -73,6 +74,16 @@ void cli_teardown(struct cli_ctx *c)
     c->cfg = NULL;
     tide_plugins_free(c->plugins);
     c->plugins = NULL;
+}
+
+const struct tide_model_ops *cli_model_plugin(const char *name, const char *what,
+                                              struct tide_plugin_set **set)
+{
+    *set = NULL;
+    if (tide_plugins_scan(set) != TIDE_OK)
+        return NULL;
+    const struct tide_plugin *p = tide_plugins_get(*set, name, TIDE_PLUGIN_MODEL, what);
+    return p ? p->desc->ops : NULL;
 }
 
 int cli_exit_code(int status)
@@ -260,4 +271,16 @@ void cli_cpu_model(char *buf, size_t len)
         }
     }
     fclose(f);
+}
+
+int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
+                   bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink)
+{
+    struct tide_trace_header h;
+    int rc = tide_engine_trace_header(e, p, &h);
+    if (rc == TIDE_OK)
+        rc = tide_trace_writer_open(path, false, overwrite, &h, w);
+    if (rc == TIDE_OK)
+        *sink = tide_trace_writer_sink(*w);
+    return rc;
 }

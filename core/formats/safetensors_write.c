@@ -14,6 +14,7 @@
 
 #include "tide/log.h"
 #include "tide/safetensors.h"
+#include "tide/safetensors_write.h"
 #include "tide/status.h"
 
 #define WR_BUF (1u << 20) /* bytes buffered before a write(2) */

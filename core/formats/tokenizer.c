@@ -20,10 +20,6 @@ const char tok_llada2_regex[] =
 static const char tok_gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static const char chat_head[] =
-    "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>";
-static const char chat_tail[] = "<|role_end|><role>ASSISTANT</role>";
-
 /* ---- small pieces ------------------------------------------------------- */
 
 static char *tok_strndup(const char *s, size_t n)
@@ -517,23 +513,6 @@ const char *tide_tokenizer_piece(const struct tide_tokenizer *t, int32_t id)
 bool tide_tokenizer_is_special(const struct tide_tokenizer *t, int32_t id)
 {
     return id >= 0 && id < t->size && t->added_of[id] >= 0 && t->added[t->added_of[id]].special;
-}
-
-int tide_tokenizer_chat(const char *prompt, size_t len, char **out, size_t *out_len)
-{
-    size_t h = sizeof chat_head - 1, tl = sizeof chat_tail - 1;
-    char *s = malloc(h + len + tl + 1);
-    if (!s) {
-        tide_error("chat template: out of memory");
-        return TIDE_E_NOMEM;
-    }
-    memcpy(s, chat_head, h);
-    if (len)
-        memcpy(s + h, prompt, len);
-    memcpy(s + h + len, chat_tail, tl + 1);
-    *out = s;
-    *out_len = h + len + tl;
-    return TIDE_OK;
 }
 
 /* ---- merges table ------------------------------------------------------- */

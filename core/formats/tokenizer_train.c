@@ -17,6 +17,7 @@
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 #include "tokenizer_internal.h"
 
 struct tr_word {

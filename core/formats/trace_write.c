@@ -9,7 +9,7 @@
 
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/trace.h"
+#include "tide/trace_write.h"
 
 struct tide_trace_writer {
     FILE *f;
@@ -237,4 +237,34 @@ int tide_trace_writer_close(struct tide_trace_writer *w, bool keep)
     free(w->tmp);
     free(w);
     return rc;
+}
+
+static int tw_sink_prompt(void *u, uint32_t id, uint32_t len)
+{
+    return tide_trace_prompt(u, id, len);
+}
+
+static int tw_sink_block(void *u, int32_t block, bool first)
+{
+    return tide_trace_block(u, block, first);
+}
+
+static int tw_sink_step(void *u, int32_t step)
+{
+    return tide_trace_step(u, step);
+}
+
+static int tw_sink_route(void *u, enum tide_trace_phase ph, uint32_t layer, uint32_t n,
+                         const int32_t *ids)
+{
+    return tide_trace_route(u, ph, layer, n, ids);
+}
+
+struct tide_trace_sink tide_trace_writer_sink(struct tide_trace_writer *w)
+{
+    return (struct tide_trace_sink){.user = w,
+                                    .prompt = tw_sink_prompt,
+                                    .block = tw_sink_block,
+                                    .step = tw_sink_step,
+                                    .route = tw_sink_route};
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "chat.h"
 #include "engine.h"
 #include "finite.h"
 #include "tide/trace.h"
@@ -265,15 +266,15 @@ static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
         g->user->block_end(g->user->user, block, gen, n);
 }
 
-int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
-                           const char *path, bool overwrite, struct tide_trace_writer **out)
+int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *p,
+                             struct tide_trace_header *h)
 {
     const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
     if (!sh) {
         tide_error("[output] trace: the model has no MoE layers to trace");
         return TIDE_E_CONFIG;
     }
-    const struct tide_trace_header h = {
+    *h = (struct tide_trace_header){
         .n_layers = (uint32_t)sh->n_layers,
         .n_experts = (uint32_t)sh->n_experts,
         .top_k = (uint32_t)sh->top_k,
@@ -285,7 +286,7 @@ int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_pa
         .threshold = p->threshold,
         .model = e->model_dir,
     };
-    return tide_trace_writer_open(path, false, overwrite, &h, out);
+    return TIDE_OK;
 }
 
 int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
@@ -293,9 +294,9 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
                          const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
 {
     FILE *metrics = outputs ? outputs->metrics : NULL;
-    struct tide_trace_writer *trace = outputs ? outputs->trace : NULL;
+    const struct tide_trace_sink *trace = outputs ? outputs->trace : NULL;
     if (trace) {
-        int rc = tide_trace_prompt(trace, outputs->prompt_id, (uint32_t)n);
+        int rc = trace->prompt(trace->user, outputs->prompt_id, (uint32_t)n);
         if (rc != TIDE_OK)
             return rc;
     }
@@ -365,24 +366,12 @@ int tide_engine_encode(const struct tide_engine *e, const char *text, bool chat,
         return tide_tokenizer_encode(e->tok, text, strlen(text), ids, n);
     /* The template is the model's; it is known once the model is open. */
     const char *t = e->model ? e->mops->info(e->model)->chat_template : NULL;
-    if (!t) {
-        tide_error("chat: the model has no chat template");
-        return TIDE_E_UNSUPPORTED;
-    }
-    const char *ph = strstr(t, "{prompt}");
-    if (!ph) {
-        tide_error("chat: the model's chat template has no {prompt}");
-        return TIDE_E_UNSUPPORTED;
-    }
-    size_t lt = strlen(t), lp = strlen(text);
-    char *buf = malloc(lt + lp + 1);
-    if (!buf)
-        return TIDE_E_NOMEM;
-    size_t pre = (size_t)(ph - t);
-    memcpy(buf, t, pre);
-    memcpy(buf + pre, text, lp);
-    memcpy(buf + pre + lp, ph + 8, lt - pre - 8 + 1);
-    int rc = tide_tokenizer_encode(e->tok, buf, strlen(buf), ids, n);
+    char *buf;
+    size_t len;
+    int rc = tide_chat_apply(t, text, strlen(text), &buf, &len);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = tide_tokenizer_encode(e->tok, buf, len, ids, n);
     free(buf);
     return rc;
 }

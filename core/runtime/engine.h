@@ -10,6 +10,7 @@
 #include "moe_internal.h"
 #include "tide/model.h"
 #include "tide/tokenizer.h"
+#include "tide/trace.h"
 
 struct tide_engine {
     const struct tide_config *cfg; /* borrowed */
@@ -45,9 +46,9 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget);
 
 /* Where a generation's telemetry goes; any member may be NULL. */
 struct tide_engine_outputs {
-    FILE *metrics;                   /* JSON Lines */
-    struct tide_trace_writer *trace; /* routing trace */
-    uint32_t prompt_id;              /* recorded in the trace */
+    FILE *metrics;                       /* JSON Lines */
+    const struct tide_trace_sink *trace; /* routing events (e.g. a trace writer's sink) */
+    uint32_t prompt_id;                  /* recorded in the trace */
 };
 
 /* Generate with the engine's hooks (dispatcher events, metrics, trace) in
@@ -56,9 +57,10 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
                          const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
                          const struct tide_engine_outputs *outputs, struct tide_gen_result *result);
 
-/* Open [output] trace (if set) for this engine's model and parameters. */
-int tide_engine_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
-                           const char *path, bool overwrite, struct tide_trace_writer **out);
+/* The header of a routing trace of this engine's model under p (strings
+ * borrowed from the engine). TIDE_E_CONFIG when the model has no MoE layer. */
+int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *p,
+                             struct tide_trace_header *h);
 
 /* Make room for a generation of prompt_len tokens under p (KV cache and
  * activations); checks the prompt against the model's context first. */

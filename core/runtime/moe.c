@@ -8,15 +8,13 @@
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
-#include "tide/trace.h"
 
+/* The phase of the forward being dispatched, in trace order. */
 enum moe_phase {
-    PHASE_PREFILL,
-    PHASE_STEP,
-    PHASE_KV,
+    PHASE_PREFILL = TIDE_TRACE_PREFILL,
+    PHASE_STEP = TIDE_TRACE_STEP,
+    PHASE_KV = TIDE_TRACE_KV,
 };
-
-static const char *const phase_name[] = {"prefill", "step", "kv"};
 
 struct moe_layer {
     const struct tide_view *view[3];  /* [3 * n_experts]: gate, up, down host views */
@@ -51,7 +49,7 @@ struct tide_moe {
     enum moe_phase phase;
     int block, step;
     FILE *metrics;
-    struct tide_trace_writer *trace;
+    const struct tide_trace_sink *trace;
     int trace_rc; /* first trace write error */
     struct tide_moe_counters total;
 
@@ -481,14 +479,7 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
 
 static void moe_add(struct tide_moe_counters *a, const struct tide_moe_counters *b)
 {
-    a->tokens += b->tokens;
-    a->active += b->active;
-    a->hit_rows += b->hit_rows;
-    a->miss_rows += b->miss_rows;
-    a->promotions += b->promotions;
-    a->evictions += b->evictions;
-    a->weight_bytes += b->weight_bytes;
-    a->act_bytes += b->act_bytes;
+    tide_traffic_add(&a->traffic, &b->traffic);
     a->host_seconds += b->host_seconds;
     a->device_seconds += b->device_seconds;
 }
@@ -502,26 +493,21 @@ static void moe_flush(struct tide_moe *moe)
             memset(c, 0, sizeof *c);
             continue;
         }
-        if (moe->metrics)
-            fprintf(moe->metrics,
-                    "{\"type\":\"layer\",\"phase\":\"%s\",\"block\":%d,\"step\":%d,\"layer\":%d,"
-                    "\"tokens\":%llu,\"active\":%llu,\"hit_rows\":%llu,\"miss_rows\":%llu,"
-                    "\"promotions\":%llu,\"evictions\":%llu,\"weight_bytes\":%llu,"
-                    "\"act_bytes\":%llu,\"host_s\":%.6f,\"device_s\":%.6f}\n",
-                    phase_name[moe->phase], moe->block, moe->phase == PHASE_STEP ? moe->step : -1,
-                    l, (unsigned long long)c->tokens, (unsigned long long)c->active,
-                    (unsigned long long)c->hit_rows, (unsigned long long)c->miss_rows,
-                    (unsigned long long)c->promotions, (unsigned long long)c->evictions,
-                    (unsigned long long)c->weight_bytes, (unsigned long long)c->act_bytes,
-                    c->host_seconds, c->device_seconds);
+        if (moe->metrics) {
+            char tail[96];
+            snprintf(tail, sizeof tail, "\"host_s\":%.6f,\"device_s\":%.6f", c->host_seconds,
+                     c->device_seconds);
+            tide_metrics_layer_line(moe->metrics, (enum tide_trace_phase)moe->phase, moe->block,
+                                    moe->step, l, &c->traffic, tail);
+        }
         moe_add(&moe->total, c);
         memset(c, 0, sizeof *c);
     }
 }
 
-void tide_moe_set_trace(struct tide_moe *moe, struct tide_trace_writer *w)
+void tide_moe_set_trace(struct tide_moe *moe, const struct tide_trace_sink *s)
 {
-    moe->trace = w;
+    moe->trace = s;
     moe->trace_rc = TIDE_OK;
 }
 
@@ -554,7 +540,7 @@ void tide_moe_block_begin(struct tide_moe *moe, int block, bool first_generated)
     moe->step = 0;
     moe->phase = PHASE_KV;
     if (moe->trace)
-        moe_trace_rc(moe, tide_trace_block(moe->trace, block, first_generated));
+        moe_trace_rc(moe, moe->trace->block(moe->trace->user, block, first_generated));
     if (moe->policy && moe->pops->block_begin)
         moe->pops->block_begin(moe->policy, block, first_generated);
 }
@@ -597,7 +583,7 @@ int tide_moe_step_begin(struct tide_moe *moe, int block, int step)
     moe->step = step;
     moe->phase = PHASE_STEP;
     if (moe->trace) {
-        moe_trace_rc(moe, tide_trace_step(moe->trace, step));
+        moe_trace_rc(moe, moe->trace->step(moe->trace->user, step));
         if (moe->trace_rc != TIDE_OK)
             return moe->trace_rc;
     }
@@ -794,10 +780,8 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
         moe->count[ids[a]]++;
     }
     if (moe->trace) {
-        static const enum tide_trace_phase tp[] = {TIDE_TRACE_PREFILL, TIDE_TRACE_STEP,
-                                                   TIDE_TRACE_KV};
-        moe_trace_rc(
-            moe, tide_trace_route(moe->trace, tp[moe->phase], (uint32_t)layer, (uint32_t)n, ids));
+        moe_trace_rc(moe, moe->trace->route(moe->trace->user, (enum tide_trace_phase)moe->phase,
+                                            (uint32_t)layer, (uint32_t)n, ids));
         if (moe->trace_rc != TIDE_OK)
             return moe->trace_rc;
     }

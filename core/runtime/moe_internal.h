@@ -19,21 +19,21 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "metrics.h"
 #include "tide/backend.h"
 #include "tide/moe.h"
 #include "tide/policy.h"
+#include "tide/trace.h"
 
 /* Exact counters of one MoE layer over one phase (a denoising step, the
  * prefill, or a block's final K/V pass). */
 struct tide_moe_counters {
-    uint64_t tokens;       /* tokens routed */
-    uint64_t active;       /* experts with at least one token */
-    uint64_t hit_rows;     /* token-expert assignments computed on the device */
-    uint64_t miss_rows;    /* token-expert assignments computed on the host */
-    uint64_t promotions;   /* experts copied into device slots */
-    uint64_t evictions;    /* residents replaced */
-    uint64_t weight_bytes; /* expert weights moved host -> device */
-    uint64_t act_bytes;    /* activations moved device <-> host for host experts */
+    union { /* the exact counters, by name or as one struct */
+        struct tide_traffic traffic;
+        struct {
+            TIDE_TRAFFIC_MEMBERS;
+        };
+    };
     double host_seconds;   /* host expert FFN time */
     double device_seconds; /* device expert FFN time */
 };
@@ -71,9 +71,10 @@ void tide_moe_step_end(struct tide_moe *moe);
 /* End of a generation: emits the pending phase. */
 void tide_moe_finish(struct tide_moe *moe);
 
-/* Record the routing of every forward into w (NULL: stop). */
-struct tide_trace_writer;
-void tide_moe_set_trace(struct tide_moe *moe, struct tide_trace_writer *w);
+/* Send the routing of every forward, and the block and step events, to s
+ * (NULL: stop). s must stay valid until it is replaced. The first status a
+ * sink returns stops the generation. */
+void tide_moe_set_trace(struct tide_moe *moe, const struct tide_trace_sink *s);
 
 /* Telemetry: JSON Lines, one per MoE layer per phase, to f (NULL: none). */
 void tide_moe_set_metrics(struct tide_moe *moe, FILE *f);

@@ -1,6 +1,6 @@
 /* The trace simulator: decoding a trace into a tape and replaying it
  * through placement policies (sim.h). The replay mirrors the dispatcher in
- * core/src/moe.c event by event, so that its counters equal the engine's. */
+ * core/runtime/moe.c event by event, so that its counters equal the engine's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,8 +183,6 @@ done:
 
 /* ---- Replay ---------------------------------------------------------------- */
 
-static const char *const sim_phase_name[] = {"prefill", "step", "kv"};
-
 /* One policy instance and the layers it places (one per distinct budget). */
 struct sim_inst {
     const struct tide_policy_ops *ops;
@@ -241,14 +239,7 @@ static void sim_free(struct sim *s)
 
 static void sim_add(struct tide_sim_counters *a, const struct tide_sim_counters *b)
 {
-    a->tokens += b->tokens;
-    a->active += b->active;
-    a->hit_rows += b->hit_rows;
-    a->miss_rows += b->miss_rows;
-    a->promotions += b->promotions;
-    a->evictions += b->evictions;
-    a->weight_bytes += b->weight_bytes;
-    a->act_bytes += b->act_bytes;
+    tide_traffic_add(&a->traffic, &b->traffic);
     a->us += b->us;
     a->step_us += b->step_us;
 }
@@ -262,17 +253,11 @@ static void sim_flush(struct sim *s)
             memset(c, 0, sizeof *c);
             continue;
         }
-        if (s->metrics)
-            fprintf(s->metrics,
-                    "{\"type\":\"layer\",\"phase\":\"%s\",\"block\":%d,\"step\":%d,\"layer\":%d,"
-                    "\"tokens\":%llu,\"active\":%llu,\"hit_rows\":%llu,\"miss_rows\":%llu,"
-                    "\"promotions\":%llu,\"evictions\":%llu,\"weight_bytes\":%llu,"
-                    "\"act_bytes\":%llu,\"model_us\":%.3f}\n",
-                    sim_phase_name[s->phase], s->block, s->phase == TIDE_TRACE_STEP ? s->step : -1,
-                    l, (unsigned long long)c->tokens, (unsigned long long)c->active,
-                    (unsigned long long)c->hit_rows, (unsigned long long)c->miss_rows,
-                    (unsigned long long)c->promotions, (unsigned long long)c->evictions,
-                    (unsigned long long)c->weight_bytes, (unsigned long long)c->act_bytes, c->us);
+        if (s->metrics) {
+            char tail[48];
+            snprintf(tail, sizeof tail, "\"model_us\":%.3f", c->us);
+            tide_metrics_layer_line(s->metrics, s->phase, s->block, s->step, l, &c->traffic, tail);
+        }
         sim_add(&s->out->layer[l], c);
         sim_add(&s->out->total, c);
         memset(c, 0, sizeof *c);

@@ -7,7 +7,7 @@
  * the hindsight policies and the oracle.
  *
  * tide_sim_run replays the tape through a placement policy exactly as the
- * live dispatcher (core/src/moe.c) runs it: the policy's initial residents,
+ * live dispatcher (core/runtime/moe.c) runs it: the policy's initial residents,
  * block_begin, step_begin prefetches, plan() in STEP forwards (the plan is
  * validated and its promotions applied), frozen placement in PREFILL and KV
  * forwards, and the same counters per layer and phase, written as the same
@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "metrics.h"
 #include "tide/policy.h"
 #include "tide/profile.h"
 #include "tide/solver.h"
@@ -82,7 +83,12 @@ struct tide_sim_config {
 
 /* Exact counters (those of the engine's metrics) plus modelled time. */
 struct tide_sim_counters {
-    uint64_t tokens, active, hit_rows, miss_rows, promotions, evictions, weight_bytes, act_bytes;
+    union { /* the exact counters, by name or as one struct (metrics.h) */
+        struct tide_traffic traffic;
+        struct {
+            TIDE_TRAFFIC_MEMBERS;
+        };
+    };
     double us;      /* modelled, every forward */
     double step_us; /* modelled, STEP forwards */
 };

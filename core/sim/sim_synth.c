@@ -19,6 +19,7 @@
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/status.h"
+#include "tide/trace_write.h"
 
 struct syn_rng {
     uint64_t s;
@@ -37,15 +38,6 @@ static double syn_unif(struct syn_rng *r)
 {
     return (double)(syn_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }
-
-/* Where the generated records go. */
-struct syn_sink {
-    int (*prompt)(void *u, uint32_t id, uint32_t len);
-    int (*block)(void *u, int32_t block, bool first);
-    int (*step)(void *u, int32_t step);
-    int (*route)(void *u, enum tide_trace_phase ph, uint32_t layer, uint32_t n, const int32_t *ids);
-    void *u;
-};
 
 struct syn {
     const struct tide_synth_params *p;
@@ -135,17 +127,17 @@ static void syn_evolve(struct syn *g)
         }
 }
 
-static int syn_emit_all(struct syn *g, const struct syn_sink *s, enum tide_trace_phase ph,
+static int syn_emit_all(struct syn *g, const struct tide_trace_sink *s, enum tide_trace_phase ph,
                         const int32_t *rows)
 {
     const struct tide_synth_params *p = g->p;
     int rc = TIDE_OK;
     for (uint32_t l = 0; l < p->n_layers && rc == TIDE_OK; l++)
-        rc = s->route(s->u, ph, l, p->block_length, &rows[syn_row(g, l, 0)]);
+        rc = s->route(s->user, ph, l, p->block_length, &rows[syn_row(g, l, 0)]);
     return rc;
 }
 
-static int syn_run(const struct tide_synth_params *p, double rate, const struct syn_sink *s)
+static int syn_run(const struct tide_synth_params *p, double rate, const struct tide_trace_sink *s)
 {
     struct syn g = {
         .p = p,
@@ -176,7 +168,7 @@ static int syn_run(const struct tide_synth_params *p, double rate, const struct 
     }
     for (uint32_t q = 0; q < p->prompts && rc == TIDE_OK; q++) {
         if (s->prompt)
-            rc = s->prompt(s->u, q, p->prompt_len);
+            rc = s->prompt(s->user, q, p->prompt_len);
         for (uint32_t b = 0; b < p->prompt_len / p->block_length && rc == TIDE_OK; b++) {
             syn_new_block(&g);
             rc = syn_emit_all(&g, s, TIDE_TRACE_PREFILL, g.cur);
@@ -186,14 +178,14 @@ static int syn_run(const struct tide_synth_params *p, double rate, const struct 
                 rc = TIDE_E_INTERRUPTED;
                 break;
             }
-            rc = s->block(s->u, (int32_t)b, b == 0);
+            rc = s->block(s->user, (int32_t)b, b == 0);
             uint32_t span = p->steps - p->min_steps + 1;
             uint32_t steps = p->min_steps + (uint32_t)(syn_next(&g.rng) % span);
             syn_new_block(&g);
             for (uint32_t st = 0; st < steps && rc == TIDE_OK; st++) {
                 if (st)
                     syn_evolve(&g);
-                if ((rc = s->step(s->u, (int32_t)st)) == TIDE_OK)
+                if ((rc = s->step(s->user, (int32_t)st)) == TIDE_OK)
                     rc = syn_emit_all(&g, s, TIDE_TRACE_STEP, g.cur);
             }
             if (rc == TIDE_OK) {
@@ -281,7 +273,8 @@ static int syn_measure(const struct tide_synth_params *p, double rate, double *c
     m.dense = calloc(p->n_experts, sizeof *m.dense);
     if (!m.dense)
         return TIDE_E_NOMEM;
-    const struct syn_sink s = {.block = mem_block, .step = mem_step, .route = mem_route, .u = &m};
+    const struct tide_trace_sink s = {
+        .block = mem_block, .step = mem_step, .route = mem_route, .user = &m};
     int rc = syn_run(p, rate, &s);
     if (rc == TIDE_OK) {
         const uint32_t L = p->n_layers;
@@ -344,27 +337,6 @@ int tide_synth_calibrate(const struct tide_synth_params *p, double *rate)
 
 /* ---- To a file ---- */
 
-static int file_prompt(void *u, uint32_t id, uint32_t len)
-{
-    return tide_trace_prompt(u, id, len);
-}
-
-static int file_block(void *u, int32_t block, bool first)
-{
-    return tide_trace_block(u, block, first);
-}
-
-static int file_step(void *u, int32_t step)
-{
-    return tide_trace_step(u, step);
-}
-
-static int file_route(void *u, enum tide_trace_phase ph, uint32_t layer, uint32_t n,
-                      const int32_t *ids)
-{
-    return tide_trace_route(u, ph, layer, n, ids);
-}
-
 int tide_synth_write(const char *path, bool overwrite, const struct tide_synth_params *p,
                      double rate)
 {
@@ -388,8 +360,7 @@ int tide_synth_write(const char *path, bool overwrite, const struct tide_synth_p
     int rc = tide_trace_writer_open(path, false, overwrite, &h, &w);
     if (rc != TIDE_OK)
         return rc;
-    const struct syn_sink s = {
-        .prompt = file_prompt, .block = file_block, .step = file_step, .route = file_route, .u = w};
+    const struct tide_trace_sink s = tide_trace_writer_sink(w);
     rc = syn_run(p, rate, &s);
     int crc = tide_trace_writer_close(w, rc == TIDE_OK);
     return rc != TIDE_OK ? rc : crc;

@@ -13,8 +13,10 @@
 
 #include "llada2.h"
 #include "tide/log.h"
+#include "tide/safetensors_write.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 
 /* Text the synthetic tokenizer's merges are learned from: prose, code, math
  * and chat, so that bench prompts of each kind tokenize into real merges. */

@@ -2,6 +2,11 @@
 #include "llada2.h"
 #include "tide/plugin.h"
 
+static const char *llada2_chat(const char *dir)
+{
+    return llada2_chat_template;
+}
+
 static const struct tide_model_ops llada2_ops = {
     .size = sizeof(struct tide_model_ops),
     .open = llada2_open,
@@ -11,6 +16,7 @@ static const struct tide_model_ops llada2_ops = {
     .forward = llada2_forward,
     .inspect = llada2_inspect,
     .mkmodel = llada2_mkmodel,
+    .chat_template = llada2_chat,
 };
 
 static const struct tide_plugin_desc llada2_desc = {

@@ -4,6 +4,7 @@
  * exactly the same bytes; the chat template must wrap it. */
 #include "fuzz_common.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 
 static const char encode_corpus[] =
     "The quick brown fox jumps over the lazy dog. It's 2024; we'll see 3.14159.\n"
@@ -51,10 +52,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(text);
     free(ids);
-    char *chat = NULL;
-    size_t chat_len = 0;
-    FZ_ASSERT(tide_tokenizer_chat((const char *)data, size, &chat, &chat_len) == TIDE_OK);
-    FZ_ASSERT(chat_len > size && memmem(chat, chat_len, data, size));
-    free(chat);
     return 0;
 }

@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "tide/log.h"
 #include "tide/safetensors.h"
+#include "tide/safetensors_write.h"
 #include "tide/status.h"
 
 /* A realistic tensor name, so messages are checked against a long one. */

@@ -13,6 +13,7 @@
 #include "sim/sim_test_util.h"
 #include "loader.h"
 #include "sim.h"
+#include "tide/trace_write.h"
 #include "tide/log.h"
 #include "tide/solver.h"
 #include "tide/status.h"

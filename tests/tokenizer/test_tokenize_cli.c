@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 #include "tok_test.h"
 
 static const char *tide_bin;
@@ -86,6 +87,11 @@ static void test_model_and_chat(void)
     expect(NULL, a, 0, "603\t\"<role>\"\tspecial\n", NULL);
     expect(NULL, a, 0, "\"<|role_end|>\"\tspecial\n603\t\"<role>\"\tspecial\n", NULL);
     expect(NULL, a, 0, "604\t\"</role>\"\tspecial\n", NULL);
+    /* The template is the model plugin's: an unknown or non-model plugin is refused. */
+    snprintf(a, sizeof a, "--model '%s' --chat --plugin model-nope Hi", tmp);
+    expect(NULL, a, 2, NULL, "model-nope");
+    snprintf(a, sizeof a, "--model '%s' --chat --plugin policy-lru Hi", tmp);
+    expect(NULL, a, 2, NULL, "policy-lru");
     /* bytes that are not UTF-8 are shown as \xNN, or U+FFFD in JSON */
     snprintf(a, sizeof a, "--model '%s' -", tmp);
     expect("a\\377\\tb", a, 0, "\"\\xff\"\n", NULL);

@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 #include "tok_test.h"
 
 static const char *tmp;
@@ -178,17 +179,13 @@ static void test_special_tokens(void)
     free(ids);
     round_trip(text, strlen(text));
 
-    /* The chat template starts and ends with specials. */
-    char *chat;
-    size_t clen;
-    CHECK_EQ_INT(tide_tokenizer_chat("Hi", 2, &chat, &clen), TIDE_OK);
-    CHECK(!strcmp(chat, "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Hi"
-                        "<|role_end|><role>ASSISTANT</role>"));
-    CHECK_EQ_INT(clen, strlen(chat));
-    ids = encode(chat, clen, &n);
+    /* A chat turn (LLaDA2's template, which the model plugin owns) starts
+     * and ends with specials. */
+    const char *chat = "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Hi"
+                       "<|role_end|><role>ASSISTANT</role>";
+    ids = encode(chat, strlen(chat), &n);
     CHECK(n > 6 && ids[0] == role && ids[n - 1] == end_role);
     free(ids);
-    free(chat);
 }
 
 static void test_digits_and_merges(void)

@@ -7,6 +7,7 @@
 
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 #include "tok_test.h"
 
 static int encode_records(const char *path)

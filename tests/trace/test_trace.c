@@ -11,7 +11,7 @@
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/trace.h"
+#include "tide/trace_write.h"
 
 static struct tide_trace_header header(uint32_t layers, uint32_t experts, uint32_t k)
 {

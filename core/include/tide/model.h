@@ -81,6 +81,11 @@ struct tide_model_ops {
      * tokenizer.json) into dir, which must not exist or be empty.
      * preset is model-specific; layers <= 0 keeps the preset's depth. */
     int (*mkmodel)(const char *dir, const char *preset, int layers, uint64_t seed);
+    /* --- appended: optional (check with TIDE_OPS_HAS) --- */
+    /* The chat template (one "{prompt}" placeholder) for the checkpoint in
+     * dir, without opening it; dir may be NULL (the plugin's default).
+     * NULL when the model has none. The string belongs to the plugin. */
+    const char *(*chat_template)(const char *dir);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))

@@ -82,31 +82,6 @@ int32_t tide_tokenizer_size(const struct tide_tokenizer *t);
 /* True when id is an added token marked "special": true. */
 bool tide_tokenizer_is_special(const struct tide_tokenizer *t, int32_t id);
 
-/* Train a byte-level BPE over corpus[0..len) and write a complete HuggingFace
- * tokenizer.json to path. The vocabulary is the 256 byte tokens (id = byte
- * value) plus one token per merge until vocab_target non-special tokens (or
- * until no pair repeats: the log says so), then the n_specials special tokens
- * with the next ids, each in "added_tokens" with "special": true and in the
- * vocab. Specials found in the corpus are cut out before counting, like
- * encoding does. Pre-tokenizer: Sequence[Split(LLaDA2 regex, Isolated),
- * ByteLevel(add_prefix_space false, use_regex false)], decoder ByteLevel,
- * normalizer null, as in the LLaDA2.0 file. Deterministic: the same inputs
- * give the same file. Ties between equally frequent pairs go to the smaller
- * (left id, right id). The file is written to a temporary name and renamed;
- * an existing path is refused unless overwrite. Returns TIDE_OK,
- * TIDE_E_INVAL (bad argument, existing file), TIDE_E_IO, TIDE_E_NOMEM. */
-int tide_tokenizer_train(const char *corpus, size_t len, int vocab_target,
-                         const char *const *specials, int n_specials, const char *path,
-                         bool overwrite);
-
-/* Wrap a user prompt in the LLaDA2.0 chat template (no system prompt, one
- * turn, generation prompt):
- * "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>"
- * PROMPT "<|role_end|><role>ASSISTANT</role>". On success *out is malloc'd,
- * NUL-terminated, *out_len bytes long; the caller frees it. Returns TIDE_OK or
- * TIDE_E_NOMEM. */
-int tide_tokenizer_chat(const char *prompt, size_t len, char **out, size_t *out_len);
-
 #ifdef __cplusplus
 }
 #endif

@@ -2,13 +2,12 @@
  * generation, recorded once and replayed by `tide sim` through any policy,
  * budget and hardware profile (placement never changes routing).
  *
- * File format (version 1, little-endian), documented in docs/trace-format.md;
- * the writer functions return TIDE_OK or the first write error (TIDE_E_IO):
+ * File format (version 1, little-endian), documented in docs/trace-format.md:
  *   header: magic "TIDETRC\0", u32 version, u32 json_len, JSON metadata
  *           (model shape, generation parameters), padded to 8 bytes;
  *   records: u8 type, then a type-specific payload (see the doc). A file may
  *           hold many prompts, appended one after another.
- * Writers write PATH.tmp and rename on close, so nothing is half-written. */
+ * This header is the format and its reader; the writer is tide/trace_write.h. */
 #ifndef TIDE_TRACE_H
 #define TIDE_TRACE_H
 
@@ -43,25 +42,22 @@ struct tide_trace_header {
     const char *model; /* checkpoint directory or a synthetic label */
 };
 
-struct tide_trace_writer;
-
-/* Create PATH (refusing an existing file unless append or overwrite) or
- * append to it (its header must match h: same shape). Writes go to
- * PATH.tmp until tide_trace_writer_close(w, true). */
-int tide_trace_writer_open(const char *path, bool append, bool overwrite,
-                           const struct tide_trace_header *h, struct tide_trace_writer **out);
-/* A new prompt: its id (free-form, e.g. the index in a prompt file) and length. */
-int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
-/* Block `block` (0 = first generated) starts. */
-int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
-/* Denoising step `step` of the current block starts. */
-int tide_trace_step(struct tide_trace_writer *w, int32_t step);
-/* The routing of one MoE layer in one forward: n tokens, top_k ids each. */
-int tide_trace_route(struct tide_trace_writer *w, enum tide_trace_phase phase, uint32_t layer,
-                     uint32_t n, const int32_t *ids);
-/* Finish: keep renames PATH.tmp to PATH; !keep removes PATH.tmp (interrupt,
- * error). Frees w. Returns the first write error, if any. */
-int tide_trace_writer_close(struct tide_trace_writer *w, bool keep);
+/* The events a trace records, as callbacks. The MoE dispatcher emits them
+ * while the engine generates (tide_moe_set_trace); the trace writer
+ * (tide/trace_write.h) and the simulator's synthetic traces consume them.
+ * Every callback returns TIDE_OK or a status that stops the producer. */
+struct tide_trace_sink {
+    void *user;
+    /* A new prompt: its id (free-form, e.g. the index in a prompt file) and length. */
+    int (*prompt)(void *user, uint32_t prompt_id, uint32_t prompt_len);
+    /* Block `block` (0 = first generated) starts. */
+    int (*block)(void *user, int32_t block, bool first_generated);
+    /* Denoising step `step` of the current block starts. */
+    int (*step)(void *user, int32_t step);
+    /* The routing of one MoE layer in one forward: n tokens, top_k ids each. */
+    int (*route)(void *user, enum tide_trace_phase phase, uint32_t layer, uint32_t n,
+                 const int32_t *ids);
+};
 
 /* ---- Reading ---- */
 

@@ -1,0 +1,44 @@
+/* Routing-trace writer (format: tide/trace.h, docs/trace-format.md). The
+ * writer functions return TIDE_OK or the first write error (TIDE_E_IO).
+ * Writers write PATH.tmp and rename on close, so nothing is half-written.
+ * The runtime never includes this header: it emits trace events to a
+ * struct tide_trace_sink, and tide_trace_writer_sink() connects the two. */
+#ifndef TIDE_TRACE_WRITE_H
+#define TIDE_TRACE_WRITE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tide/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tide_trace_writer;
+
+/* Create PATH (refusing an existing file unless append or overwrite) or
+ * append to it (its header must match h: same shape). Writes go to
+ * PATH.tmp until tide_trace_writer_close(w, true). */
+int tide_trace_writer_open(const char *path, bool append, bool overwrite,
+                           const struct tide_trace_header *h, struct tide_trace_writer **out);
+/* A new prompt: its id (free-form, e.g. the index in a prompt file) and length. */
+int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
+/* Block `block` (0 = first generated) starts. */
+int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
+/* Denoising step `step` of the current block starts. */
+int tide_trace_step(struct tide_trace_writer *w, int32_t step);
+/* The routing of one MoE layer in one forward: n tokens, top_k ids each. */
+int tide_trace_route(struct tide_trace_writer *w, enum tide_trace_phase phase, uint32_t layer,
+                     uint32_t n, const int32_t *ids);
+/* Finish: keep renames PATH.tmp to PATH; !keep removes PATH.tmp (interrupt,
+ * error). Frees w. Returns the first write error, if any. */
+int tide_trace_writer_close(struct tide_trace_writer *w, bool keep);
+
+/* A sink whose events are written to w (w must outlive its use). */
+struct tide_trace_sink tide_trace_writer_sink(struct tide_trace_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
