@@ -92,33 +92,22 @@ struct tide_backend {
     char desc[192];
 };
 
+/* Reads struct tide_buffer and struct tide_weight: included once they are defined. */
+#include "backend-common/check.h"
+
 /* Check a status from oneDNN; on failure log "<op>: <call>: <status>" and
  * return TIDE_E_DEVICE from the calling function. */
-#define DNNL_BK_TRY(op, call)                                                                      \
-    do {                                                                                           \
-        dnnl_status_t st_ = (call);                                                                \
-        if (st_ != dnnl_success)                                                                   \
-            return dnnl_bk_fail((op), #call, st_);                                                 \
-    } while (0)
+#define DNNL_BK_TRY(op, call) BKC_TRY(dnnl_status_t, dnnl_success, dnnl_bk_fail, op, call, #call)
 
 /* Log a oneDNN failure and return TIDE_E_DEVICE. */
 int dnnl_bk_fail(const char *op, const char *call, dnnl_status_t st);
 
+/* This backend to the shared argument checks of backend-common/check.h,
+ * which every op runs first (plugin.c). */
+extern const struct bkc_id dnnl_bk_id;
+
 /* Log "backend-cpu-onednn: <op>: <message>" at error level and return TIDE_E_INVAL. */
-int dnnl_bk_inval(const char *op, const char *fmt, ...) TIDE_PRINTF(2, 3);
-
-/* Bit for a dtype in the `dtypes` masks below. */
-#define DNNL_BK_DT(t) (1u << (unsigned)(t))
-
-/* Validate a tensor view: non-NULL, a buffer of this backend, a dtype in the
- * mask, non-negative shape, stride >= cols and the view inside its buffer.
- * Returns TIDE_OK or TIDE_E_INVAL (logged as "<op>: <what> ..."). */
-int dnnl_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
-                         unsigned dtypes);
-
-/* Validate a weight handle and its kind; TIDE_OK or TIDE_E_INVAL (logged). */
-int dnnl_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
-                         enum tide_weight_kind kind);
+#define dnnl_bk_inval(op, ...) bkc_inval(DNNL_BK_NAME, (op), __VA_ARGS__)
 
 /* Address of element (r, c) of a view. */
 static inline void *dnnl_bk_at(const struct tide_tensor *t, int64_t r, int64_t c)

@@ -33,37 +33,6 @@ void dnnl_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
     free(e);
 }
 
-/* A routed-expert matrix view: 2-D bf16 of the given shape. */
-static int dnnl_bk_check_expert_view(const char *op, const struct tide_view *v, const char *what,
-                                     int64_t n, int64_t k)
-{
-    if (!v || !v->data)
-        return dnnl_bk_inval(op, "%s is NULL", what);
-    const char *name = v->name ? v->name : what;
-    if (v->dtype != TIDE_DTYPE_BF16)
-        return dnnl_bk_inval(op, "%s (%s) is %s, expected BF16", what, name,
-                             tide_dtype_name(v->dtype));
-    if (v->ndim != 2 || v->shape[0] != n || v->shape[1] != k)
-        return dnnl_bk_inval(op, "%s (%s) has shape %s[%lld,%lld], expected [%lld,%lld]", what,
-                             name, v->ndim == 2 ? "" : "(not 2-D) ", (long long)v->shape[0],
-                             (long long)(v->ndim > 1 ? v->shape[1] : 0), (long long)n,
-                             (long long)k);
-    return TIDE_OK;
-}
-
-/* gate, up [inter, hidden] and down [hidden, inter]. */
-static int dnnl_bk_check_expert_views(const char *op, const struct tide_view *gate,
-                                      const struct tide_view *up, const struct tide_view *down,
-                                      int64_t hidden, int64_t inter)
-{
-    int rc = dnnl_bk_check_expert_view(op, gate, "gate", inter, hidden);
-    if (!rc)
-        rc = dnnl_bk_check_expert_view(op, up, "up", inter, hidden);
-    if (!rc)
-        rc = dnnl_bk_check_expert_view(op, down, "down", hidden, inter);
-    return rc;
-}
-
 /* An expert of the backend's layout without weights; `own` gives it memory. */
 static int dnnl_bk_expert_new(struct tide_backend *bk, int64_t hidden, int64_t inter, bool own,
                               const char *name, struct tide_expert **out)
@@ -130,7 +99,7 @@ int dnnl_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
     const int64_t inter = gate->shape[0], hidden = gate->shape[1];
     if (inter <= 0 || hidden <= 0)
         return dnnl_bk_inval("expert_create", "gate has an empty dimension");
-    int rc = dnnl_bk_check_expert_views("expert_create", gate, up, down, hidden, inter);
+    int rc = bkc_check_expert_views(&dnnl_bk_id, "expert_create", gate, up, down, hidden, inter);
     if (rc)
         return rc;
     const char *name = gate->name ? gate->name : "expert";
@@ -172,7 +141,8 @@ int dnnl_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
         return dnnl_bk_inval("slot_load", "NULL backend or slot");
     if (slot->layout == DNNL_BK_RAW && !slot->gate.own)
         return dnnl_bk_inval("slot_load", "the expert was made by expert_create, not slot_create");
-    int rc = dnnl_bk_check_expert_views("slot_load", gate, up, down, slot->hidden, slot->inter);
+    int rc =
+        bkc_check_expert_views(&dnnl_bk_id, "slot_load", gate, up, down, slot->hidden, slot->inter);
     if (rc)
         return rc;
     double t0 = dnnl_bk_now();

@@ -239,20 +239,10 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
                    const struct tide_weight *w, const struct tide_tensor *y)
 {
     const char *op = "matmul";
-    int rc = dnnl_bk_check_weight(op, "w", w, TIDE_WEIGHT_MATMUL);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "x", x, DNNL_BK_DT(TIDE_DTYPE_BF16));
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "y", y, DNNL_BK_DT(TIDE_DTYPE_F32));
+    int rc = bkc_check_matmul(&dnnl_bk_id, x, w, y);
     if (rc)
         return rc;
     const struct dnnl_bk_mat *m = &w->mat;
-    if (x->cols != m->k || y->cols != m->n || x->rows != y->rows)
-        return dnnl_bk_inval(op,
-                             "shapes do not match: x [%lld,%lld] * %s [%lld,%lld]^T -> y "
-                             "[%lld,%lld]",
-                             (long long)x->rows, (long long)x->cols, w->name, (long long)m->n,
-                             (long long)m->k, (long long)y->rows, (long long)y->cols);
     dnnl_bk_enter(bk);
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
@@ -289,15 +279,9 @@ static int dnnl_bk_ffn_check(const struct tide_expert *e, const struct tide_tens
     const char *op = "expert_ffn";
     if (!e)
         return dnnl_bk_inval(op, "expert is NULL");
-    int rc = dnnl_bk_check_tensor(op, "x_all", x_all, DNNL_BK_DT(TIDE_DTYPE_BF16));
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "out", out, DNNL_BK_DT(TIDE_DTYPE_F32));
+    int rc = bkc_check_ffn_io(&dnnl_bk_id, e->hidden, x_all, out);
     if (rc)
         return rc;
-    if (x_all->cols != e->hidden || out->cols != e->hidden)
-        return dnnl_bk_inval(
-            op, "x_all has %lld columns and out %lld, the expert's hidden size is %lld",
-            (long long)x_all->cols, (long long)out->cols, (long long)e->hidden);
     if (n < 0 || (n > 0 && (!rows || !dst_rows)))
         return dnnl_bk_inval(op, "n = %lld with rows %s and dst_rows %s", (long long)n,
                              rows ? "set" : "NULL", dst_rows ? "set" : "NULL");

@@ -14,9 +14,6 @@
 /* Elements below which a loop stays on one thread. */
 #define DNNL_BK_PAR_MIN 16384
 
-#define DT_F32  DNNL_BK_DT(TIDE_DTYPE_F32)
-#define DT_BF16 DNNL_BK_DT(TIDE_DTYPE_BF16)
-
 static inline float dnnl_bk_ld(const void *row, bool bf16, int64_t j)
 {
     return bf16 ? tide_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
@@ -30,38 +27,12 @@ static inline void dnnl_bk_st(void *row, bool bf16, int64_t j, float v)
         ((float *)row)[j] = v;
 }
 
-/* Both views have the same shape, or log "<op>: a [..] and b [..] differ". */
-static int dnnl_bk_same_shape(const char *op, const char *an, const struct tide_tensor *a,
-                              const char *bn, const struct tide_tensor *b)
-{
-    if (a->rows == b->rows && a->cols == b->cols)
-        return TIDE_OK;
-    return dnnl_bk_inval(op, "%s [%lld,%lld] and %s [%lld,%lld] differ in shape", an,
-                         (long long)a->rows, (long long)a->cols, bn, (long long)b->rows,
-                         (long long)b->cols);
-}
-
 int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
                   int64_t n, const struct tide_tensor *out)
 {
-    const char *op = "embed";
-    int rc = dnnl_bk_check_weight(op, "table", table, TIDE_WEIGHT_EMBED);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "out", out, DT_F32);
+    int rc = bkc_check_embed(&dnnl_bk_id, table, ids, n, out);
     if (rc)
         return rc;
-    if (n < 0 || n != out->rows || out->cols != table->cols || (n && !ids))
-        return dnnl_bk_inval(op, "%lld ids (%s) into out [%lld,%lld] from table %s [%lld,%lld]",
-                             (long long)n, ids ? "set" : "NULL", (long long)out->rows,
-                             (long long)out->cols, table->name, (long long)table->rows,
-                             (long long)table->cols);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= table->rows) {
-            tide_error(DNNL_BK_NAME ": embed: token id %d (position %lld) is outside the "
-                                    "vocabulary [0, %lld) of %s",
-                       ids[i], (long long)i, (long long)table->rows, table->name);
-            return TIDE_E_RANGE;
-        }
     dnnl_bk_enter(bk);
     const int64_t H = table->cols;
     const size_t es = tide_dtype_size(table->dtype);
@@ -84,23 +55,9 @@ int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, cons
 int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
                     const struct tide_weight *w, int group, float eps, const struct tide_tensor *y)
 {
-    const char *op = "rmsnorm";
-    int rc = dnnl_bk_check_tensor(op, "x", x, DT_F32 | DT_BF16);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "y", y, DT_F32 | DT_BF16);
-    if (!rc)
-        rc = dnnl_bk_check_weight(op, "w", w, TIDE_WEIGHT_VECTOR);
-    if (!rc)
-        rc = dnnl_bk_same_shape(op, "x", x, "y", y);
+    int rc = bkc_check_rmsnorm(&dnnl_bk_id, x, w, group, eps, y);
     if (rc)
         return rc;
-    if (group <= 0 || x->cols % group || w->cols != group)
-        return dnnl_bk_inval(op,
-                             "group %d must divide x's %lld columns and equal the length %lld "
-                             "of weight %s",
-                             group, (long long)x->cols, (long long)w->cols, w->name);
-    if (!(eps >= 0.0f) || !isfinite(eps))
-        return dnnl_bk_inval(op, "eps = %g is not a finite non-negative number", (double)eps);
     dnnl_bk_enter(bk);
     const bool xb = x->dtype == TIDE_DTYPE_BF16, yb = y->dtype == TIDE_DTYPE_BF16;
     const float *wv = w->vec;
@@ -127,18 +84,9 @@ int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
 int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_dim, int rot_dim,
                  float theta, int64_t pos0)
 {
-    const char *op = "rope";
-    int rc = dnnl_bk_check_tensor(op, "x", x, DT_F32);
+    int rc = bkc_check_rope(&dnnl_bk_id, x, head_dim, rot_dim, theta, pos0);
     if (rc)
         return rc;
-    if (head_dim <= 0 || x->cols % head_dim || rot_dim < 0 || rot_dim > head_dim || rot_dim % 2)
-        return dnnl_bk_inval(op,
-                             "head_dim %d must divide x's %lld columns and rot_dim %d must be "
-                             "even and in [0, head_dim]",
-                             head_dim, (long long)x->cols, rot_dim);
-    if (!(theta > 0.0f) || !isfinite(theta) || pos0 < 0)
-        return dnnl_bk_inval(op, "theta = %g must be positive and pos0 = %lld non-negative",
-                             (double)theta, (long long)pos0);
     if (rot_dim == 0)
         return TIDE_OK;
     const int half = rot_dim / 2;
@@ -168,46 +116,9 @@ int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_
     return TIDE_OK;
 }
 
-/* Validate the attention arguments. */
-static int dnnl_bk_attn_check(const struct tide_attn_args *a)
-{
-    const char *op = "attention";
-    if (!a || a->size < offsetof(struct tide_attn_args, scale) + sizeof a->scale)
-        return dnnl_bk_inval(op, "arguments are NULL or truncated");
-    int rc = dnnl_bk_check_tensor(op, "q", a->q, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "k_cache", a->k_cache, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "v_cache", a->v_cache, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "out", a->out, DT_F32 | DT_BF16);
-    if (rc)
-        return rc;
-    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
-        a->block <= 0 || a->pos0 < 0 || a->n < 0 || !isfinite(a->scale))
-        return dnnl_bk_inval(op,
-                             "bad parameters: n_heads %d, n_kv_heads %d, head_dim %d, block "
-                             "%d, pos0 %lld, n %lld, scale %g",
-                             a->n_heads, a->n_kv_heads, a->head_dim, a->block, (long long)a->pos0,
-                             (long long)a->n, (double)a->scale);
-    const int64_t qc = (int64_t)a->n_heads * a->head_dim, kc = (int64_t)a->n_kv_heads * a->head_dim;
-    if (a->q->rows != a->n || a->q->cols != qc || a->out->rows != a->n || a->out->cols != qc)
-        return dnnl_bk_inval(op, "q [%lld,%lld] and out [%lld,%lld] must be [n=%lld, %lld]",
-                             (long long)a->q->rows, (long long)a->q->cols, (long long)a->out->rows,
-                             (long long)a->out->cols, (long long)a->n, (long long)qc);
-    const struct tide_tensor *kv[2] = {a->k_cache, a->v_cache};
-    for (int i = 0; i < 2; i++)
-        if (kv[i]->cols != kc || kv[i]->rows < a->pos0 + a->n)
-            return dnnl_bk_inval(op, "%s is [%lld,%lld], expected at least %lld rows of %lld",
-                                 i ? "v_cache" : "k_cache", (long long)kv[i]->rows,
-                                 (long long)kv[i]->cols, (long long)(a->pos0 + a->n),
-                                 (long long)kc);
-    return TIDE_OK;
-}
-
 int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
 {
-    int rc = dnnl_bk_attn_check(a);
+    int rc = bkc_check_attention(&dnnl_bk_id, a);
     if (rc)
         return rc;
     const int64_t n = a->n, total = a->pos0 + a->n;
@@ -279,16 +190,7 @@ int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
 int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
                    const struct tide_tensor *u, const struct tide_tensor *out)
 {
-    const char *op = "swiglu";
-    int rc = dnnl_bk_check_tensor(op, "g", g, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "u", u, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "out", out, DT_BF16);
-    if (!rc)
-        rc = dnnl_bk_same_shape(op, "g", g, "u", u);
-    if (!rc)
-        rc = dnnl_bk_same_shape(op, "g", g, "out", out);
+    int rc = bkc_check_swiglu(&dnnl_bk_id, g, u, out);
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
@@ -304,12 +206,7 @@ int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
 
 int dnnl_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const struct tide_tensor *x)
 {
-    const char *op = "add";
-    int rc = dnnl_bk_check_tensor(op, "acc", acc, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "x", x, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_same_shape(op, "acc", acc, "x", x);
+    int rc = bkc_check_add(&dnnl_bk_id, acc, x);
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
@@ -327,22 +224,10 @@ int dnnl_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const st
 int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
                     const struct tide_tensor *dst)
 {
-    const char *op = "convert";
-    const unsigned any = DT_F32 | DT_BF16 | DNNL_BK_DT(TIDE_DTYPE_F16) |
-                         DNNL_BK_DT(TIDE_DTYPE_I32) | DNNL_BK_DT(TIDE_DTYPE_I64);
-    int rc = dnnl_bk_check_tensor(op, "src", src, any);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "dst", dst, any);
-    if (!rc)
-        rc = dnnl_bk_same_shape(op, "src", src, "dst", dst);
+    int rc = bkc_check_convert(&dnnl_bk_id, src, dst);
     if (rc)
         return rc;
     const bool same = src->dtype == dst->dtype;
-    const bool fb = (src->dtype == TIDE_DTYPE_F32 || src->dtype == TIDE_DTYPE_BF16) &&
-                    (dst->dtype == TIDE_DTYPE_F32 || dst->dtype == TIDE_DTYPE_BF16);
-    if (!same && !fb)
-        return dnnl_bk_inval(op, "cannot convert %s to %s (f32 <-> bf16 or same-type copies only)",
-                             tide_dtype_name(src->dtype), tide_dtype_name(dst->dtype));
     dnnl_bk_enter(bk);
     const bool sb = src->dtype == TIDE_DTYPE_BF16, db = dst->dtype == TIDE_DTYPE_BF16;
     const size_t row = (size_t)src->cols * tide_dtype_size(src->dtype);
@@ -359,36 +244,9 @@ int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
     return TIDE_OK;
 }
 
-/* Validate the router arguments. */
-static int dnnl_bk_router_check(const struct tide_router_args *a)
-{
-    const char *op = "router";
-    if (!a || a->size < offsetof(struct tide_router_args, weights_host) + sizeof a->weights_host)
-        return dnnl_bk_inval(op, "arguments are NULL or truncated");
-    int rc = dnnl_bk_check_tensor(op, "logits", a->logits, DT_F32);
-    if (rc)
-        return rc;
-    const int64_t E = a->logits->cols;
-    if (a->bias) {
-        rc = dnnl_bk_check_weight(op, "bias", a->bias, TIDE_WEIGHT_VECTOR);
-        if (rc)
-            return rc;
-        if (a->bias->cols != E)
-            return dnnl_bk_inval(op, "bias %s has %lld values for %lld experts", a->bias->name,
-                                 (long long)a->bias->cols, (long long)E);
-    }
-    if (a->n_group < 1 || E % a->n_group || a->topk_group < 1 || a->topk_group > a->n_group ||
-        a->top_k < 1 || a->top_k > a->topk_group * (E / a->n_group))
-        return dnnl_bk_inval(op, "%lld experts cannot take n_group %d, topk_group %d, top_k %d",
-                             (long long)E, a->n_group, a->topk_group, a->top_k);
-    if (a->logits->rows && (!a->ids_host || !a->weights_host))
-        return dnnl_bk_inval(op, "ids_host or weights_host is NULL");
-    return TIDE_OK;
-}
-
 int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
 {
-    int rc = dnnl_bk_router_check(a);
+    int rc = bkc_check_router(&dnnl_bk_id, a);
     if (rc)
         return rc;
     const int64_t n = a->logits->rows;
@@ -424,18 +282,9 @@ int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
 int dnnl_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
                         int k, const struct tide_tensor *y)
 {
-    const char *op = "moe_combine";
-    int rc = dnnl_bk_check_tensor(op, "parts", parts, DT_F32);
-    if (!rc)
-        rc = dnnl_bk_check_tensor(op, "y", y, DT_F32);
+    int rc = bkc_check_moe_combine(&dnnl_bk_id, parts, w, k, y);
     if (rc)
         return rc;
-    if (k < 1 || parts->rows != y->rows * k || parts->cols != y->cols || (y->rows && !w))
-        return dnnl_bk_inval(op,
-                             "parts [%lld,%lld] must be [%lld*k, %lld] with k = %d >= 1 and "
-                             "w set",
-                             (long long)parts->rows, (long long)parts->cols, (long long)y->rows,
-                             (long long)y->cols, k);
     dnnl_bk_enter(bk);
     const int64_t H = y->cols;
 #pragma omp parallel for num_threads(bk->threads) if (parts->rows * H >= DNNL_BK_PAR_MIN)
@@ -461,11 +310,9 @@ static int dnnl_bk_rows_check(const char *op, const struct tide_tensor *table, c
                               const struct tide_tensor *packed, const char *pn, const int32_t *rows,
                               int64_t n)
 {
-    const unsigned any = DT_F32 | DT_BF16 | DNNL_BK_DT(TIDE_DTYPE_F16) |
-                         DNNL_BK_DT(TIDE_DTYPE_I32) | DNNL_BK_DT(TIDE_DTYPE_I64);
-    int rc = dnnl_bk_check_tensor(op, tn, table, any);
+    int rc = bkc_check_tensor(&dnnl_bk_id, op, tn, table, BKC_ANY);
     if (!rc)
-        rc = dnnl_bk_check_tensor(op, pn, packed, DNNL_BK_DT(table->dtype));
+        rc = bkc_check_tensor(&dnnl_bk_id, op, pn, packed, BKC_DT(table->dtype));
     if (rc)
         return rc;
     if (n < 0 || packed->rows != n || packed->cols != table->cols || (n && !rows))

@@ -6,7 +6,6 @@
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,67 +61,7 @@ int dnnl_bk_fail(const char *op, const char *call, dnnl_status_t st)
     return TIDE_E_DEVICE;
 }
 
-int dnnl_bk_inval(const char *op, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tide_error(DNNL_BK_NAME ": %s: %s", op, msg);
-    return TIDE_E_INVAL;
-}
-
-int dnnl_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
-                         unsigned dtypes)
-{
-    if (!t)
-        return dnnl_bk_inval(op, "%s is NULL", what);
-    if (!t->buf)
-        return dnnl_bk_inval(op, "%s has no buffer", what);
-    if (t->buf->magic != DNNL_BK_BUF_MAGIC)
-        return dnnl_bk_inval(op, "%s is a view of a buffer this backend did not allocate", what);
-    if ((unsigned)t->dtype >= 32 || !(dtypes & DNNL_BK_DT(t->dtype))) {
-        char want[64] = "";
-        for (int d = TIDE_DTYPE_F32; d <= TIDE_DTYPE_I32; d++)
-            if (dtypes & DNNL_BK_DT(d))
-                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
-                         want[0] ? " or " : "", tide_dtype_name((enum tide_dtype)d));
-        return dnnl_bk_inval(op, "%s is %s, expected %s", what, tide_dtype_name(t->dtype), want);
-    }
-    if (t->rows < 0 || t->cols < 0 || t->stride < t->cols)
-        return dnnl_bk_inval(op, "%s has shape [%lld,%lld] with row stride %lld", what,
-                             (long long)t->rows, (long long)t->cols, (long long)t->stride);
-    size_t es = tide_dtype_size(t->dtype);
-    if (t->offset % es)
-        return dnnl_bk_inval(op, "%s offset %zu is not a multiple of its element size", what,
-                             t->offset);
-    if (t->rows == 0 || t->cols == 0)
-        return TIDE_OK;
-    /* One past the view's last byte; in double, which is exact far beyond any
-     * buffer size, so a huge stride cannot overflow into a small value. */
-    double last = ((double)(t->rows - 1) * (double)t->stride + (double)t->cols) * (double)es +
-                  (double)t->offset;
-    if (last > (double)t->buf->bytes)
-        return dnnl_bk_inval(op,
-                             "%s [%lld,%lld] (stride %lld, offset %zu) runs past the end of its "
-                             "%zu-byte buffer",
-                             what, (long long)t->rows, (long long)t->cols, (long long)t->stride,
-                             t->offset, t->buf->bytes);
-    return TIDE_OK;
-}
-
-int dnnl_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
-                         enum tide_weight_kind kind)
-{
-    static const char *const kinds[] = {"?", "MATMUL", "VECTOR", "EMBED"};
-    if (!w)
-        return dnnl_bk_inval(op, "%s is NULL", what);
-    if (w->kind != kind)
-        return dnnl_bk_inval(op, "%s (%s) is a %s weight, expected %s", what, w->name,
-                             kinds[w->kind <= 3 ? w->kind : 0], kinds[kind]);
-    return TIDE_OK;
-}
+const struct bkc_id dnnl_bk_id = {DNNL_BK_NAME, DNNL_BK_BUF_MAGIC};
 
 void dnnl_bk_enter(struct tide_backend *bk)
 {
@@ -200,9 +139,9 @@ static void dnnl_bk_destroy(struct tide_backend *bk)
 
 static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_backend **out)
 {
-    if (!args || !out || args->size < offsetof(struct tide_backend_args, role) + sizeof args->role)
-        return dnnl_bk_inval("create", "NULL or truncated arguments");
-    *out = NULL;
+    int rc = bkc_check_create(&dnnl_bk_id, args, out);
+    if (rc)
+        return rc;
     int64_t threads = args->opts ? tide_opts_int(args->opts, "threads") : 0;
     const char *layout = args->opts ? tide_opts_str(args->opts, "expert_layout") : "auto";
     if (threads < 0 || threads > 4096)
@@ -279,14 +218,10 @@ static void *dnnl_bk_buffer_host_ptr(struct tide_backend *bk, struct tide_buffer
     return buf && buf->magic == DNNL_BK_BUF_MAGIC ? buf->ptr : NULL;
 }
 
-static const unsigned dnnl_bk_any_dtype = DNNL_BK_DT(TIDE_DTYPE_F32) | DNNL_BK_DT(TIDE_DTYPE_F16) |
-                                          DNNL_BK_DT(TIDE_DTYPE_BF16) | DNNL_BK_DT(TIDE_DTYPE_I64) |
-                                          DNNL_BK_DT(TIDE_DTYPE_I32);
-
 /* Copy between packed host rows and a view, in the direction `to_view`. */
 static int dnnl_bk_copy(const char *op, const struct tide_tensor *t, void *host, bool to_view)
 {
-    int rc = dnnl_bk_check_tensor(op, to_view ? "dst" : "src", t, dnnl_bk_any_dtype);
+    int rc = bkc_check_tensor(&dnnl_bk_id, op, to_view ? "dst" : "src", t, BKC_ANY);
     if (rc)
         return rc;
     if (!host && t->rows && t->cols)
@@ -311,26 +246,6 @@ static int dnnl_bk_read(struct tide_backend *bk, const struct tide_tensor *src, 
 
 /* ---- weights ------------------------------------------------------------ */
 
-/* Value i of a host view of dtype F32, BF16 or F16, as f32. */
-static float dnnl_bk_view_f32(const struct tide_view *v, int64_t i)
-{
-    switch (v->dtype) {
-    case TIDE_DTYPE_F32:
-        return ((const float *)v->data)[i];
-    case TIDE_DTYPE_BF16:
-        return tide_bf16_to_f32(((const uint16_t *)v->data)[i]);
-    case TIDE_DTYPE_F16:
-        return tide_f16_to_f32(((const uint16_t *)v->data)[i]);
-    default:
-        return 0.0f;
-    }
-}
-
-static bool dnnl_bk_is_float(enum tide_dtype t)
-{
-    return t == TIDE_DTYPE_F32 || t == TIDE_DTYPE_BF16 || t == TIDE_DTYPE_F16;
-}
-
 static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *w)
 {
     if (!w)
@@ -345,9 +260,6 @@ static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *
 static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view *src,
                                  struct tide_weight *w)
 {
-    if (src->ndim != 2)
-        return dnnl_bk_inval("weight_create", "MATMUL weight %s has %d dims, expected 2 [N,K]",
-                             w->name, src->ndim);
     w->rows = src->shape[0];
     w->cols = src->shape[1];
     const void *rows = src->data;
@@ -357,7 +269,7 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
         if (!tmp)
             return TIDE_E_NOMEM;
         for (int64_t i = 0; i < w->rows * w->cols; i++)
-            tmp[i] = tide_f32_to_bf16(dnnl_bk_view_f32(src, i));
+            tmp[i] = tide_f32_to_bf16(bkc_view_f32(src, i));
         rows = tmp;
     }
     int rc = dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, true, w->name);
@@ -368,25 +280,16 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
 static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view *src,
                                  enum tide_weight_kind kind, struct tide_weight **out)
 {
-    if (!bk || !src || !out)
-        return dnnl_bk_inval("weight_create", "NULL argument");
-    *out = NULL;
+    int rc = bkc_check_weight_create(&dnnl_bk_id, bk, src, kind, out);
+    if (rc)
+        return rc;
     const char *name = src->name ? src->name : "?";
-    if (!src->data)
-        return dnnl_bk_inval("weight_create", "weight %s has no data", name);
-    if (!dnnl_bk_is_float(src->dtype))
-        return dnnl_bk_inval("weight_create", "weight %s is %s, expected BF16, F32 or F16", name,
-                             tide_dtype_name(src->dtype));
-    for (int d = 0; d < src->ndim; d++)
-        if (src->shape[d] <= 0)
-            return dnnl_bk_inval("weight_create", "weight %s has an empty dimension", name);
     struct tide_weight *w = calloc(1, sizeof *w);
     if (!w)
         return TIDE_E_NOMEM;
     w->kind = kind;
     w->dtype = src->dtype;
     snprintf(w->name, sizeof w->name, "%s", name);
-    int rc = TIDE_OK;
     dnnl_bk_enter(bk);
     switch (kind) {
     case TIDE_WEIGHT_MATMUL:
@@ -394,11 +297,6 @@ static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view
         break;
     case TIDE_WEIGHT_VECTOR: {
         int64_t c = tide_view_numel(src);
-        if (src->ndim != 1 && !(src->ndim == 2 && (src->shape[0] == 1 || src->shape[1] == 1))) {
-            rc = dnnl_bk_inval("weight_create", "VECTOR weight %s has %d dims, expected 1", name,
-                               src->ndim);
-            break;
-        }
         w->rows = 1;
         w->cols = c;
         w->vec = malloc(sizeof(float) * (size_t)c);
@@ -407,21 +305,14 @@ static int dnnl_bk_weight_create(struct tide_backend *bk, const struct tide_view
             break;
         }
         for (int64_t i = 0; i < c; i++)
-            w->vec[i] = dnnl_bk_view_f32(src, i);
+            w->vec[i] = bkc_view_f32(src, i);
         break;
     }
     case TIDE_WEIGHT_EMBED:
-        if (src->ndim != 2) {
-            rc = dnnl_bk_inval("weight_create", "EMBED weight %s has %d dims, expected 2 [V,H]",
-                               name, src->ndim);
-            break;
-        }
         w->rows = src->shape[0];
         w->cols = src->shape[1];
         w->data = src->data;
         break;
-    default:
-        rc = dnnl_bk_inval("weight_create", "weight %s: unknown kind %d", name, (int)kind);
     }
     if (rc) {
         if (rc == TIDE_E_NOMEM)

@@ -117,6 +117,9 @@ struct tide_backend {
     char desc[640];
 };
 
+/* Reads struct tide_buffer and struct tide_weight: included once they are defined. */
+#include "backend-common/check.h"
+
 /* ---- errors ------------------------------------------------------------ */
 
 /* Log "backend-cuda: <op>: <call> failed: <name>: <text>" and return
@@ -125,44 +128,20 @@ int cuda_bk_fail(const char *op, const char *call, cudaError_t err);
 /* The same for a cuBLAS status. */
 int cuda_bk_blas_fail(const char *op, const char *call, cublasStatus_t st);
 /* Log "backend-cuda: <op>: <message>" and return TIDE_E_INVAL. */
-int cuda_bk_inval(const char *op, const char *fmt, ...) TIDE_PRINTF(2, 3);
+#define cuda_bk_inval(op, ...) bkc_inval(CUDA_BK_NAME, (op), __VA_ARGS__)
 
 /* Check a CUDA call; on failure log it and return from the calling function. */
-#define CUDA_BK_TRY(op, call)                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return cuda_bk_fail((op), #call, e_);                                                  \
-    } while (0)
-
+#define CUDA_BK_TRY(op, call) BKC_TRY(cudaError_t, cudaSuccess, cuda_bk_fail, op, call, #call)
+/* The same for a cuBLAS call. */
 #define CUDA_BK_BLAS_TRY(op, call)                                                                 \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return cuda_bk_blas_fail((op), #call, s_);                                             \
-    } while (0)
+    BKC_TRY(cublasStatus_t, CUBLAS_STATUS_SUCCESS, cuda_bk_blas_fail, op, call, #call)
 
 /* ---- validation -------------------------------------------------------- */
 
-/* Bit for a dtype in the `dtypes` masks below. */
-#define CUDA_BK_DT(t) (1u << (unsigned)(t))
-#define CUDA_BK_F32   CUDA_BK_DT(TIDE_DTYPE_F32)
-#define CUDA_BK_BF16  CUDA_BK_DT(TIDE_DTYPE_BF16)
-#define CUDA_BK_ANY                                                                                \
-    (CUDA_BK_F32 | CUDA_BK_BF16 | CUDA_BK_DT(TIDE_DTYPE_F16) | CUDA_BK_DT(TIDE_DTYPE_I32) |        \
-     CUDA_BK_DT(TIDE_DTYPE_I64))
+/* This backend to the shared argument checks of backend-common/check.h,
+ * which every op runs first (plugin.c). */
+extern const struct bkc_id cuda_bk_id;
 
-/* Validate a tensor view: non-NULL, a buffer of this backend, a dtype in the
- * mask, non-negative shape, stride >= cols and the view inside its buffer.
- * Returns TIDE_OK or TIDE_E_INVAL (logged as "<op>: <what> ..."). */
-int cuda_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
-                         unsigned dtypes);
-/* Both views have the same shape; else TIDE_E_INVAL (logged). */
-int cuda_bk_same_shape(const char *op, const char *an, const struct tide_tensor *a, const char *bn,
-                       const struct tide_tensor *b);
-/* Validate a weight handle and its kind; TIDE_OK or TIDE_E_INVAL (logged). */
-int cuda_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
-                         enum tide_weight_kind kind);
 /* Validate an expert handle; TIDE_OK or TIDE_E_INVAL (logged). */
 int cuda_bk_check_expert(const char *op, const struct tide_expert *e);
 /* Each of n host row indices lies in [0, limit); else TIDE_E_INVAL naming the

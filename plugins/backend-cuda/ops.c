@@ -43,20 +43,8 @@ int cuda_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
                    const struct tide_weight *w, const struct tide_tensor *y)
 {
     const char *op = "matmul";
-    int rc = cuda_bk_check_weight(op, "w", w, TIDE_WEIGHT_MATMUL);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_BF16);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32);
-    if (rc)
-        return rc;
-    if (x->cols != w->cols || y->cols != w->rows || x->rows != y->rows)
-        return cuda_bk_inval(op,
-                             "shapes do not match: x [%lld,%lld] * %s [%lld,%lld]^T -> y "
-                             "[%lld,%lld]",
-                             (long long)x->rows, (long long)x->cols, w->name, (long long)w->rows,
-                             (long long)w->cols, (long long)y->rows, (long long)y->cols);
-    if ((rc = cuda_bk_enter(bk, op)))
+    int rc = bkc_check_matmul(&cuda_bk_id, x, w, y);
+    if (rc || (rc = cuda_bk_enter(bk, op)))
         return rc;
     return cuda_bk_gemm(bk, cuda_bk_at(x, 0, 0), ld(x), w->dev, w->rows, w->cols, x->rows,
                         cuda_bk_at(y, 0, 0), ld(y), op);
@@ -66,23 +54,9 @@ int cuda_bk_embed(struct tide_backend *bk, const struct tide_weight *table, cons
                   int64_t n, const struct tide_tensor *out)
 {
     const char *op = "embed";
-    int rc = cuda_bk_check_weight(op, "table", table, TIDE_WEIGHT_EMBED);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_F32);
+    int rc = bkc_check_embed(&cuda_bk_id, table, ids, n, out);
     if (rc)
         return rc;
-    if (n < 0 || n != out->rows || out->cols != table->cols || (n && !ids))
-        return cuda_bk_inval(op, "%lld ids (%s) into out [%lld,%lld] from table %s [%lld,%lld]",
-                             (long long)n, ids ? "set" : "NULL", (long long)out->rows,
-                             (long long)out->cols, table->name, (long long)table->rows,
-                             (long long)table->cols);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= table->rows) {
-            tide_error(CUDA_BK_NAME ": embed: token id %d (position %lld) is outside the "
-                                    "vocabulary [0, %lld) of %s",
-                       ids[i], (long long)i, (long long)table->rows, table->name);
-            return TIDE_E_RANGE;
-        }
     if (n == 0)
         return TIDE_OK;
     void *dids;
@@ -99,23 +73,8 @@ int cuda_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
                     const struct tide_weight *w, int group, float eps, const struct tide_tensor *y)
 {
     const char *op = "rmsnorm";
-    int rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32 | CUDA_BK_BF16);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32 | CUDA_BK_BF16);
-    if (!rc)
-        rc = cuda_bk_check_weight(op, "w", w, TIDE_WEIGHT_VECTOR);
-    if (!rc)
-        rc = cuda_bk_same_shape(op, "x", x, "y", y);
-    if (rc)
-        return rc;
-    if (group <= 0 || x->cols % group || w->cols != group)
-        return cuda_bk_inval(op,
-                             "group %d must divide x's %lld columns and equal the length %lld "
-                             "of weight %s",
-                             group, (long long)x->cols, (long long)w->cols, w->name);
-    if (!(eps >= 0.0f) || !isfinite(eps))
-        return cuda_bk_inval(op, "eps = %g is not a finite non-negative number", (double)eps);
-    if ((rc = cuda_bk_enter(bk, op)))
+    int rc = bkc_check_rmsnorm(&cuda_bk_id, x, w, group, eps, y);
+    if (rc || (rc = cuda_bk_enter(bk, op)))
         return rc;
     CUDA_BK_LAUNCH(op, cuda_k_rmsnorm(bk->compute, cuda_bk_at(x, 0, 0), x->dtype == TIDE_DTYPE_BF16,
                                       ld(x), w->dev, group, eps, cuda_bk_at(y, 0, 0),
@@ -127,17 +86,9 @@ int cuda_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_
                  float theta, int64_t pos0)
 {
     const char *op = "rope";
-    int rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32);
+    int rc = bkc_check_rope(&cuda_bk_id, x, head_dim, rot_dim, theta, pos0);
     if (rc)
         return rc;
-    if (head_dim <= 0 || x->cols % head_dim || rot_dim < 0 || rot_dim > head_dim || rot_dim % 2)
-        return cuda_bk_inval(op,
-                             "head_dim %d must divide x's %lld columns and rot_dim %d must be "
-                             "even and in [0, head_dim]",
-                             head_dim, (long long)x->cols, rot_dim);
-    if (!(theta > 0.0f) || !isfinite(theta) || pos0 < 0)
-        return cuda_bk_inval(op, "theta = %g must be positive and pos0 = %lld non-negative",
-                             (double)theta, (long long)pos0);
     if (rot_dim / 2 > CUDA_K_ROPE_MAX_HALF) {
         tide_error(CUDA_BK_NAME ": rope: rot_dim %d exceeds the %d this backend supports", rot_dim,
                    2 * CUDA_K_ROPE_MAX_HALF);
@@ -157,49 +108,12 @@ int cuda_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_
     return TIDE_OK;
 }
 
-/* Validate the attention arguments. */
-static int cuda_bk_attn_check(const struct tide_attn_args *a)
-{
-    const char *op = "attention";
-    if (!a || a->size < offsetof(struct tide_attn_args, scale) + sizeof a->scale)
-        return cuda_bk_inval(op, "arguments are NULL or truncated");
-    int rc = cuda_bk_check_tensor(op, "q", a->q, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "k_cache", a->k_cache, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "v_cache", a->v_cache, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "out", a->out, CUDA_BK_F32 | CUDA_BK_BF16);
-    if (rc)
-        return rc;
-    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
-        a->block <= 0 || a->pos0 < 0 || a->n < 0 || !isfinite(a->scale))
-        return cuda_bk_inval(op,
-                             "bad parameters: n_heads %d, n_kv_heads %d, head_dim %d, block "
-                             "%d, pos0 %lld, n %lld, scale %g",
-                             a->n_heads, a->n_kv_heads, a->head_dim, a->block, (long long)a->pos0,
-                             (long long)a->n, (double)a->scale);
-    const int64_t qc = (int64_t)a->n_heads * a->head_dim, kc = (int64_t)a->n_kv_heads * a->head_dim;
-    if (a->q->rows != a->n || a->q->cols != qc || a->out->rows != a->n || a->out->cols != qc)
-        return cuda_bk_inval(op, "q [%lld,%lld] and out [%lld,%lld] must be [n=%lld, %lld]",
-                             (long long)a->q->rows, (long long)a->q->cols, (long long)a->out->rows,
-                             (long long)a->out->cols, (long long)a->n, (long long)qc);
-    const struct tide_tensor *kv[2] = {a->k_cache, a->v_cache};
-    for (int i = 0; i < 2; i++)
-        if (kv[i]->cols != kc || kv[i]->rows < a->pos0 + a->n)
-            return cuda_bk_inval(op, "%s is [%lld,%lld], expected at least %lld rows of %lld",
-                                 i ? "v_cache" : "k_cache", (long long)kv[i]->rows,
-                                 (long long)kv[i]->cols, (long long)(a->pos0 + a->n),
-                                 (long long)kc);
-    return TIDE_OK;
-}
-
 /* Most bytes of attention scores in scratch at once (grid * context floats). */
 #define CUDA_BK_ATTN_SCRATCH ((size_t)64 << 20)
 
 int cuda_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
 {
-    int rc = cuda_bk_attn_check(a);
+    int rc = bkc_check_attention(&cuda_bk_id, a);
     if (rc || a->n == 0)
         return rc;
     const char *op = "attention";
@@ -237,15 +151,7 @@ int cuda_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
                    const struct tide_tensor *u, const struct tide_tensor *out)
 {
     const char *op = "swiglu";
-    int rc = cuda_bk_check_tensor(op, "g", g, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "u", u, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_BF16);
-    if (!rc)
-        rc = cuda_bk_same_shape(op, "g", g, "u", u);
-    if (!rc)
-        rc = cuda_bk_same_shape(op, "g", g, "out", out);
+    int rc = bkc_check_swiglu(&cuda_bk_id, g, u, out);
     if (rc || (rc = cuda_bk_enter(bk, op)))
         return rc;
     CUDA_BK_LAUNCH(op, cuda_k_swiglu(bk->compute, cuda_bk_at(g, 0, 0), ld(g), cuda_bk_at(u, 0, 0),
@@ -256,11 +162,7 @@ int cuda_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
 int cuda_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const struct tide_tensor *x)
 {
     const char *op = "add";
-    int rc = cuda_bk_check_tensor(op, "acc", acc, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "x", x, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_same_shape(op, "acc", acc, "x", x);
+    int rc = bkc_check_add(&cuda_bk_id, acc, x);
     if (rc || (rc = cuda_bk_enter(bk, op)))
         return rc;
     CUDA_BK_LAUNCH(op, cuda_k_add(bk->compute, cuda_bk_at(acc, 0, 0), ld(acc), cuda_bk_at(x, 0, 0),
@@ -284,19 +186,10 @@ int cuda_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
                     const struct tide_tensor *dst)
 {
     const char *op = "convert";
-    int rc = cuda_bk_check_tensor(op, "src", src, CUDA_BK_ANY);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "dst", dst, CUDA_BK_ANY);
-    if (!rc)
-        rc = cuda_bk_same_shape(op, "src", src, "dst", dst);
+    int rc = bkc_check_convert(&cuda_bk_id, src, dst);
     if (rc)
         return rc;
     const bool same = src->dtype == dst->dtype;
-    const bool fb = (src->dtype == TIDE_DTYPE_F32 || src->dtype == TIDE_DTYPE_BF16) &&
-                    (dst->dtype == TIDE_DTYPE_F32 || dst->dtype == TIDE_DTYPE_BF16);
-    if (!same && !fb)
-        return cuda_bk_inval(op, "cannot convert %s to %s (f32 <-> bf16 or same-type copies only)",
-                             tide_dtype_name(src->dtype), tide_dtype_name(dst->dtype));
     if (src->rows == 0 || src->cols == 0)
         return TIDE_OK;
     if (same && src->buf == dst->buf && src->offset == dst->offset && src->stride == dst->stride)
@@ -331,37 +224,10 @@ int cuda_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
 
 /* ---- router (host top-k) ------------------------------------------------ */
 
-/* Validate the router arguments. */
-static int cuda_bk_router_check(const struct tide_router_args *a)
-{
-    const char *op = "router";
-    if (!a || a->size < offsetof(struct tide_router_args, weights_host) + sizeof a->weights_host)
-        return cuda_bk_inval(op, "arguments are NULL or truncated");
-    int rc = cuda_bk_check_tensor(op, "logits", a->logits, CUDA_BK_F32);
-    if (rc)
-        return rc;
-    const int64_t E = a->logits->cols;
-    if (a->bias) {
-        rc = cuda_bk_check_weight(op, "bias", a->bias, TIDE_WEIGHT_VECTOR);
-        if (rc)
-            return rc;
-        if (a->bias->cols != E)
-            return cuda_bk_inval(op, "bias %s has %lld values for %lld experts", a->bias->name,
-                                 (long long)a->bias->cols, (long long)E);
-    }
-    if (a->n_group < 1 || E % a->n_group || a->topk_group < 1 || a->topk_group > a->n_group ||
-        a->top_k < 1 || a->top_k > a->topk_group * (E / a->n_group))
-        return cuda_bk_inval(op, "%lld experts cannot take n_group %d, topk_group %d, top_k %d",
-                             (long long)E, a->n_group, a->topk_group, a->top_k);
-    if (a->logits->rows && (!a->ids_host || !a->weights_host))
-        return cuda_bk_inval(op, "ids_host or weights_host is NULL");
-    return TIDE_OK;
-}
-
 int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
 {
     const char *op = "router";
-    int rc = cuda_bk_router_check(a);
+    int rc = bkc_check_router(&cuda_bk_id, a);
     if (rc)
         return rc;
     const int64_t n = a->logits->rows;
@@ -449,16 +315,9 @@ int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
     const char *op = "expert_ffn";
     int rc = cuda_bk_check_expert(op, e);
     if (!rc)
-        rc = cuda_bk_check_tensor(op, "x_all", x_all, CUDA_BK_BF16);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "out", out, CUDA_BK_F32);
+        rc = bkc_check_ffn_io(&cuda_bk_id, e->hidden, x_all, out);
     if (rc)
         return rc;
-    if (x_all->cols != e->hidden || out->cols != e->hidden)
-        return cuda_bk_inval(op,
-                             "x_all has %lld columns and out %lld, the expert's hidden size "
-                             "is %lld",
-                             (long long)x_all->cols, (long long)out->cols, (long long)e->hidden);
     if ((rc = cuda_bk_check_rows(op, "rows", rows, n, x_all->rows)) ||
         (rc = cuda_bk_check_rows(op, "dst_rows", dst_rows, n, out->rows)))
         return rc;
@@ -513,17 +372,9 @@ int cuda_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts
                         int k, const struct tide_tensor *y)
 {
     const char *op = "moe_combine";
-    int rc = cuda_bk_check_tensor(op, "parts", parts, CUDA_BK_F32);
-    if (!rc)
-        rc = cuda_bk_check_tensor(op, "y", y, CUDA_BK_F32);
+    int rc = bkc_check_moe_combine(&cuda_bk_id, parts, w, k, y);
     if (rc)
         return rc;
-    if (k < 1 || parts->rows != y->rows * k || parts->cols != y->cols || (y->rows && !w))
-        return cuda_bk_inval(op,
-                             "parts [%lld,%lld] must be [%lld*k, %lld] with k = %d >= 1 and "
-                             "w set",
-                             (long long)parts->rows, (long long)parts->cols, (long long)y->rows,
-                             (long long)y->cols, k);
     if (y->rows == 0)
         return TIDE_OK;
     const size_t wb = sizeof(float) * (size_t)parts->rows;
@@ -542,9 +393,9 @@ static int cuda_bk_rows_check(const char *op, const struct tide_tensor *packed, 
                               const struct tide_tensor *other, const char *on, const int32_t *rows,
                               int64_t n)
 {
-    int rc = cuda_bk_check_tensor(op, pn, packed, CUDA_BK_ANY);
+    int rc = bkc_check_tensor(&cuda_bk_id, op, pn, packed, BKC_ANY);
     if (!rc)
-        rc = cuda_bk_check_tensor(op, on, other, CUDA_BK_ANY);
+        rc = bkc_check_tensor(&cuda_bk_id, op, on, other, BKC_ANY);
     if (rc)
         return rc;
     if (packed->dtype != other->dtype || packed->cols != other->cols || n < 0 || packed->rows < n)

@@ -5,7 +5,6 @@
  * The CUDA runtime is loaded with this plugin; the module is linked with
  * -z nodelete so that dlclose never unmaps it while the driver's threads and
  * the runtime's exit handlers still refer to it. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,76 +49,7 @@ int cuda_bk_blas_fail(const char *op, const char *call, cublasStatus_t st)
     return st == CUBLAS_STATUS_ALLOC_FAILED ? TIDE_E_NOMEM : TIDE_E_DEVICE;
 }
 
-int cuda_bk_inval(const char *op, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tide_error(CUDA_BK_NAME ": %s: %s", op, msg);
-    return TIDE_E_INVAL;
-}
-
-int cuda_bk_check_tensor(const char *op, const char *what, const struct tide_tensor *t,
-                         unsigned dtypes)
-{
-    if (!t)
-        return cuda_bk_inval(op, "%s is NULL", what);
-    if (!t->buf)
-        return cuda_bk_inval(op, "%s has no buffer", what);
-    if (t->buf->magic != CUDA_BK_BUF_MAGIC)
-        return cuda_bk_inval(op, "%s is a view of a buffer this backend did not allocate", what);
-    if ((unsigned)t->dtype >= 32 || !(dtypes & CUDA_BK_DT(t->dtype))) {
-        char want[64] = "";
-        for (int d = TIDE_DTYPE_F32; d <= TIDE_DTYPE_I32; d++)
-            if (dtypes & CUDA_BK_DT(d))
-                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
-                         want[0] ? " or " : "", tide_dtype_name((enum tide_dtype)d));
-        return cuda_bk_inval(op, "%s is %s, expected %s", what, tide_dtype_name(t->dtype), want);
-    }
-    if (t->rows < 0 || t->cols < 0 || t->stride < t->cols)
-        return cuda_bk_inval(op, "%s has shape [%lld,%lld] with row stride %lld", what,
-                             (long long)t->rows, (long long)t->cols, (long long)t->stride);
-    size_t es = tide_dtype_size(t->dtype);
-    if (t->offset % es)
-        return cuda_bk_inval(op, "%s offset %zu is not a multiple of its element size", what,
-                             t->offset);
-    if (t->rows == 0 || t->cols == 0)
-        return TIDE_OK;
-    /* One past the last element, in bytes; doubles cannot overflow here. */
-    double last = ((double)(t->rows - 1) * (double)t->stride + (double)t->cols) * (double)es +
-                  (double)t->offset;
-    if (last > (double)t->buf->bytes)
-        return cuda_bk_inval(op,
-                             "%s [%lld,%lld] (stride %lld, offset %zu) runs past the end of its "
-                             "%zu-byte buffer",
-                             what, (long long)t->rows, (long long)t->cols, (long long)t->stride,
-                             t->offset, t->buf->bytes);
-    return TIDE_OK;
-}
-
-int cuda_bk_same_shape(const char *op, const char *an, const struct tide_tensor *a, const char *bn,
-                       const struct tide_tensor *b)
-{
-    if (a->rows == b->rows && a->cols == b->cols)
-        return TIDE_OK;
-    return cuda_bk_inval(op, "%s [%lld,%lld] and %s [%lld,%lld] differ in shape", an,
-                         (long long)a->rows, (long long)a->cols, bn, (long long)b->rows,
-                         (long long)b->cols);
-}
-
-int cuda_bk_check_weight(const char *op, const char *what, const struct tide_weight *w,
-                         enum tide_weight_kind kind)
-{
-    static const char *const kinds[] = {"?", "MATMUL", "VECTOR", "EMBED"};
-    if (!w)
-        return cuda_bk_inval(op, "%s is NULL", what);
-    if (w->kind != kind)
-        return cuda_bk_inval(op, "%s (%s) is a %s weight, expected %s", what, w->name,
-                             kinds[w->kind <= 3 ? w->kind : 0], kinds[kind]);
-    return TIDE_OK;
-}
+const struct bkc_id cuda_bk_id = {CUDA_BK_NAME, CUDA_BK_BUF_MAGIC};
 
 int cuda_bk_check_expert(const char *op, const struct tide_expert *e)
 {
@@ -287,9 +217,9 @@ static int cuda_bk_describe_device(struct tide_backend *bk)
 
 static int cuda_bk_create(const struct tide_backend_args *args, struct tide_backend **out)
 {
-    if (!args || !out || args->size < offsetof(struct tide_backend_args, role) + sizeof args->role)
-        return cuda_bk_inval("create", "NULL or truncated arguments");
-    *out = NULL;
+    int rc = bkc_check_create(&cuda_bk_id, args, out);
+    if (rc)
+        return rc;
     int64_t device = args->opts ? tide_opts_int(args->opts, "device") : 0;
     bool pin = args->opts ? tide_opts_bool(args->opts, "pin") : true;
     uint64_t staging = args->opts ? tide_opts_size(args->opts, "staging") : (uint64_t)64 << 20;
@@ -318,7 +248,6 @@ static int cuda_bk_create(const struct tide_backend_args *args, struct tide_back
     bk->staging_bytes = (size_t)staging;
     long page = sysconf(_SC_PAGESIZE);
     bk->page = page > 0 ? (size_t)page : 4096;
-    int rc = TIDE_OK;
     int ro = 0;
     cublasStatus_t bst;
     if ((err = cudaSetDevice(bk->device)) != cudaSuccess ||
@@ -416,7 +345,7 @@ static void *cuda_bk_buffer_host_ptr(struct tide_backend *bk, struct tide_buffer
 static int cuda_bk_copy(struct tide_backend *bk, const char *op, const struct tide_tensor *t,
                         void *host, bool to_view)
 {
-    int rc = cuda_bk_check_tensor(op, to_view ? "dst" : "src", t, CUDA_BK_ANY);
+    int rc = bkc_check_tensor(&cuda_bk_id, op, to_view ? "dst" : "src", t, BKC_ANY);
     if (rc)
         return rc;
     if (t->rows == 0 || t->cols == 0)
@@ -485,21 +414,6 @@ static int cuda_bk_mem_info(struct tide_backend *bk, uint64_t *free_bytes, uint6
 
 /* ---- weights ------------------------------------------------------------ */
 
-/* Value i of a host view of dtype F32, BF16 or F16, as f32. */
-static float cuda_bk_view_f32(const struct tide_view *v, int64_t i)
-{
-    switch (v->dtype) {
-    case TIDE_DTYPE_F32:
-        return ((const float *)v->data)[i];
-    case TIDE_DTYPE_BF16:
-        return tide_bf16_to_f32(((const uint16_t *)v->data)[i]);
-    case TIDE_DTYPE_F16:
-        return tide_f16_to_f32(((const uint16_t *)v->data)[i]);
-    default:
-        return 0.0f;
-    }
-}
-
 static void cuda_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *w)
 {
     if (!w)
@@ -524,7 +438,7 @@ static int cuda_bk_upload_sync(struct tide_backend *bk, void *dst, const void *s
     return TIDE_OK;
 }
 
-/* Fill w from src for its kind: the device copy (and the host vector). */
+/* Fill w from src (checked for its kind): the device copy (and the host vector). */
 static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *src,
                                struct tide_weight *w)
 {
@@ -534,9 +448,6 @@ static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *
     void *tmp = NULL;
     switch (w->kind) {
     case TIDE_WEIGHT_MATMUL:
-        if (src->ndim != 2)
-            return cuda_bk_inval(op, "MATMUL weight %s has %d dims, expected 2 [N,K]", w->name,
-                                 src->ndim);
         w->rows = src->shape[0];
         w->cols = src->shape[1];
         w->dtype = TIDE_DTYPE_BF16;
@@ -545,14 +456,11 @@ static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *
             if (!h)
                 return TIDE_E_NOMEM;
             for (int64_t i = 0; i < numel; i++)
-                h[i] = tide_f32_to_bf16(cuda_bk_view_f32(src, i));
+                h[i] = tide_f32_to_bf16(bkc_view_f32(src, i));
             data = tmp = h;
         }
         break;
     case TIDE_WEIGHT_VECTOR:
-        if (src->ndim != 1 && !(src->ndim == 2 && (src->shape[0] == 1 || src->shape[1] == 1)))
-            return cuda_bk_inval(op, "VECTOR weight %s has %d dims, expected 1", w->name,
-                                 src->ndim);
         w->rows = 1;
         w->cols = numel;
         w->dtype = TIDE_DTYPE_F32;
@@ -560,19 +468,14 @@ static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *
         if (!w->host_vec)
             return TIDE_E_NOMEM;
         for (int64_t i = 0; i < numel; i++)
-            w->host_vec[i] = cuda_bk_view_f32(src, i);
+            w->host_vec[i] = bkc_view_f32(src, i);
         data = w->host_vec;
         break;
     case TIDE_WEIGHT_EMBED:
-        if (src->ndim != 2)
-            return cuda_bk_inval(op, "EMBED weight %s has %d dims, expected 2 [V,H]", w->name,
-                                 src->ndim);
         w->rows = src->shape[0];
         w->cols = src->shape[1];
         w->dtype = src->dtype;
         break;
-    default:
-        return cuda_bk_inval(op, "weight %s: unknown kind %d", w->name, (int)w->kind);
     }
     const size_t bytes = (size_t)numel * tide_dtype_size(w->dtype);
     int rc = cuda_bk_malloc(&w->dev, bytes, op, w->name);
@@ -585,22 +488,10 @@ static int cuda_bk_weight_fill(struct tide_backend *bk, const struct tide_view *
 static int cuda_bk_weight_create(struct tide_backend *bk, const struct tide_view *src,
                                  enum tide_weight_kind kind, struct tide_weight **out)
 {
-    if (!bk || !src || !out)
-        return cuda_bk_inval("weight_create", "NULL argument");
-    *out = NULL;
-    const char *name = src->name ? src->name : "?";
-    if (!src->data)
-        return cuda_bk_inval("weight_create", "weight %s has no data", name);
-    if (src->dtype != TIDE_DTYPE_F32 && src->dtype != TIDE_DTYPE_BF16 &&
-        src->dtype != TIDE_DTYPE_F16)
-        return cuda_bk_inval("weight_create", "weight %s is %s, expected BF16, F32 or F16", name,
-                             tide_dtype_name(src->dtype));
-    for (int d = 0; d < src->ndim; d++)
-        if (src->shape[d] <= 0)
-            return cuda_bk_inval("weight_create", "weight %s has an empty dimension", name);
-    int rc = cuda_bk_enter(bk, "weight_create");
-    if (rc)
+    int rc = bkc_check_weight_create(&cuda_bk_id, bk, src, kind, out);
+    if (rc || (rc = cuda_bk_enter(bk, "weight_create")))
         return rc;
+    const char *name = src->name ? src->name : "?";
     struct tide_weight *w = calloc(1, sizeof *w);
     if (!w)
         return TIDE_E_NOMEM;
@@ -620,24 +511,6 @@ static int cuda_bk_weight_create(struct tide_backend *bk, const struct tide_view
 
 /* ---- experts ------------------------------------------------------------ */
 
-/* A routed-expert matrix view: 2-D bf16 of shape [n,k]. */
-static int cuda_bk_check_expert_view(const char *op, const struct tide_view *v, const char *what,
-                                     int64_t n, int64_t k)
-{
-    if (!v || !v->data)
-        return cuda_bk_inval(op, "%s is NULL", what);
-    const char *name = v->name ? v->name : what;
-    if (v->dtype != TIDE_DTYPE_BF16)
-        return cuda_bk_inval(op, "%s (%s) is %s, expected BF16", what, name,
-                             tide_dtype_name(v->dtype));
-    if (v->ndim != 2 || v->shape[0] != n || v->shape[1] != k || n <= 0 || k <= 0)
-        return cuda_bk_inval(op, "%s (%s) has shape %s[%lld,%lld], expected [%lld,%lld]", what,
-                             name, v->ndim == 2 ? "" : "(not 2-D) ", (long long)v->shape[0],
-                             (long long)(v->ndim > 1 ? v->shape[1] : 0), (long long)n,
-                             (long long)k);
-    return TIDE_OK;
-}
-
 int cuda_bk_check_expert_views(const char *op, const struct tide_view *gate,
                                const struct tide_view *up, const struct tide_view *down,
                                int64_t *hidden, int64_t *inter)
@@ -646,12 +519,7 @@ int cuda_bk_check_expert_views(const char *op, const struct tide_view *gate,
         return cuda_bk_inval(op, "gate is NULL or not 2-D");
     *inter = gate->shape[0];
     *hidden = gate->shape[1];
-    int rc = cuda_bk_check_expert_view(op, gate, "gate", *inter, *hidden);
-    if (!rc)
-        rc = cuda_bk_check_expert_view(op, up, "up", *inter, *hidden);
-    if (!rc)
-        rc = cuda_bk_check_expert_view(op, down, "down", *hidden, *inter);
-    return rc;
+    return bkc_check_expert_views(&cuda_bk_id, op, gate, up, down, *hidden, *inter);
 }
 
 int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, bool slot,

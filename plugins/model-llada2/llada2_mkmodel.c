@@ -47,93 +47,56 @@ static const char mk_corpus[] =
 static const char *const mk_specials[] = {"<|endoftext|>", "<|mask|>", "<|role_end|>", "<role>",
                                           "</role>"};
 
+/* A preset: the shape of one model size, a row of mk_presets. The rest of its
+ * llada2_cfg is the same for every preset (mk_preset_cfg). */
 struct mk_preset {
     const char *name;
-    struct llada2_cfg cfg;
+    int hidden, n_layers, n_heads, n_kv_heads, head_dim, rot_dim;
+    int inter, moe_inter, n_experts, top_k, n_group, topk_group;
+    int vocab; /* 0: the synthetic tokenizer's size */
+    int64_t max_pos;
     int vocab_target; /* tokenizer tokens before the specials */
-    bool vocab_from_tokenizer;
 };
 
+/* clang-format off */
 static const struct mk_preset mk_presets[] = {
-    {"tiny",
-     {.hidden = 64,
-      .n_layers = 4,
-      .n_heads = 4,
-      .n_kv_heads = 2,
-      .head_dim = 16,
-      .rot_dim = 8,
-      .inter = 128,
-      .moe_inter = 32,
-      .n_experts = 32,
-      .top_k = 4,
-      .n_shared = 1,
-      .n_group = 4,
-      .topk_group = 2,
-      .first_dense = 1,
-      .vocab = 0,
-      .max_pos = 4096,
-      .rope_theta = 600000.0,
-      .eps = 1e-6,
-      .routed_scale = 2.5,
-      .norm_topk = true,
-      .qk_norm = true,
-      .tied = false,
-      .expert_bias = true},
-     480,
-     true},
-    {"llada2-mini",
-     {.hidden = 2048,
-      .n_layers = 20,
-      .n_heads = 16,
-      .n_kv_heads = 4,
-      .head_dim = 128,
-      .rot_dim = 64,
-      .inter = 5120,
-      .moe_inter = 512,
-      .n_experts = 256,
-      .top_k = 8,
-      .n_shared = 1,
-      .n_group = 8,
-      .topk_group = 4,
-      .first_dense = 1,
-      .vocab = 157184,
-      .max_pos = 32768,
-      .rope_theta = 600000.0,
-      .eps = 1e-6,
-      .routed_scale = 2.5,
-      .norm_topk = true,
-      .qk_norm = true,
-      .tied = false,
-      .expert_bias = true},
-     2000,
-     false},
-    {"llada2-flash",
-     {.hidden = 4096,
-      .n_layers = 32,
-      .n_heads = 32,
-      .n_kv_heads = 4,
-      .head_dim = 128,
-      .rot_dim = 64,
-      .inter = 9216,
-      .moe_inter = 1024,
-      .n_experts = 256,
-      .top_k = 8,
-      .n_shared = 1,
-      .n_group = 8,
-      .topk_group = 4,
-      .first_dense = 1,
-      .vocab = 157184,
-      .max_pos = 32768,
-      .rope_theta = 600000.0,
-      .eps = 1e-6,
-      .routed_scale = 2.5,
-      .norm_topk = true,
-      .qk_norm = true,
-      .tied = false,
-      .expert_bias = true},
-     2000,
-     false},
+    /*             hidden   heads  head_dim     inter    experts groups        vocab vocab_target
+     *                 layers kv_heads  rot_dim   moe_inter   top_k topk_grp        max_pos */
+    {"tiny",           64,  4,  4,   2,  16,  8,  128,   32,  32, 4,  4,   2,      0,  4096,  480},
+    {"llada2-mini",  2048, 20, 16,   4, 128, 64, 5120,  512, 256, 8,  8,   4, 157184, 32768, 2000},
+    {"llada2-flash", 4096, 32, 32,   4, 128, 64, 9216, 1024, 256, 8,  8,   4, 157184, 32768, 2000},
 };
+/* clang-format on */
+
+/* The llada2_cfg of a preset: its row, and what all LLaDA2.0 checkpoints share. */
+static struct llada2_cfg mk_preset_cfg(const struct mk_preset *p)
+{
+    return (struct llada2_cfg){
+        .hidden = p->hidden,
+        .n_layers = p->n_layers,
+        .n_heads = p->n_heads,
+        .n_kv_heads = p->n_kv_heads,
+        .head_dim = p->head_dim,
+        .rot_dim = p->rot_dim,
+        .inter = p->inter,
+        .moe_inter = p->moe_inter,
+        .n_experts = p->n_experts,
+        .top_k = p->top_k,
+        .n_shared = 1,
+        .n_group = p->n_group,
+        .topk_group = p->topk_group,
+        .first_dense = 1,
+        .vocab = p->vocab,
+        .max_pos = p->max_pos,
+        .rope_theta = 600000.0,
+        .eps = 1e-6,
+        .routed_scale = 2.5,
+        .norm_topk = true,
+        .qk_norm = true,
+        .tied = false,
+        .expert_bias = true,
+    };
+}
 
 /* splitmix64: one independent stream per tensor, so the weights of a tensor
  * depend only on (seed, tensor index), never on chunking. */
@@ -289,7 +252,7 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
                    preset);
         return TIDE_E_CONFIG;
     }
-    struct llada2_cfg c = p->cfg;
+    struct llada2_cfg c = mk_preset_cfg(p);
     if (layers > 0) {
         if (layers <= c.first_dense) {
             tide_error("mkmodel: --layers %d leaves no MoE layer (the first %d are dense)", layers,
@@ -307,7 +270,7 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
                               (int)(sizeof mk_specials / sizeof mk_specials[0]), path, false);
     if (rc != TIDE_OK)
         return rc;
-    if (p->vocab_from_tokenizer) {
+    if (!c.vocab) {
         struct tide_tokenizer *tok;
         if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
             return rc;
