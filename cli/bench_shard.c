@@ -44,7 +44,8 @@ int bench_shard_arg(struct bench_shard_args *a, int argc, char **argv, int *i)
     }
     /* sbatch options: one word each, written into #SBATCH lines. */
     for (const char *p = v; *p; p++)
-        if (*p <= ' ' || *p == '"' || *p == '\'' || *p == '\\' || *p == '#' || *p == 127) {
+        if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\'' || *p == '\\' || *p == '#' ||
+            *p == 127) {
             tide_error("%s '%s': expected one word without spaces or quotes", arg, v);
             return -1;
         }
@@ -100,13 +101,14 @@ static json_t *bench_grid_json(const struct bench_grid *g)
     return j;
 }
 
-/* config.json and the weights' shard index: what names a checkpoint. */
+/* config.json and the weights' shard index: what names a checkpoint (null
+ * for a file the checkpoint does not have). */
 static int bench_checkpoint_json(const char *dir, json_t **out)
 {
     char path[4200];
     json_t *cfg = NULL, *idx = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = cli_file_fingerprint(path, true, &cfg);
+    int rc = cli_file_fingerprint(path, false, &cfg);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (rc == TIDE_OK)
         rc = cli_file_fingerprint(path, false, &idx);
@@ -238,6 +240,10 @@ int bench_shard_begin(struct bench_shard_run *r, const struct bench_shard_args *
 {
     memset(r, 0, sizeof *r);
     r->args = a;
+    if (a->partition || a->gres || a->time) {
+        tide_error("--partition, --gres and --time are sbatch options: they go with --emit-slurm");
+        return TIDE_E_CONFIG;
+    }
     r->m = json_object();
     r->rows = json_array();
     /* Where results go and where the inputs are read from may differ between

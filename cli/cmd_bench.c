@@ -309,8 +309,11 @@ int cmd_bench(int argc, char **argv)
         int r = cli_common_arg(&c, argc, argv, &i);
         if (r == 0)
             r = bench_shard_arg(&sa, argc, argv, &i);
-        if (r < 0)
+        if (r < 0) {
+            for (int k = 0; k < n_owned; k++)
+                free(owned[k]);
             return CLI_EXIT_USAGE;
+        }
         if (r > 0)
             continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

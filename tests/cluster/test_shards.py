@@ -268,6 +268,7 @@ def emit(binary, tmp):
     tide(binary, sweep + ["--emit-slurm", "2", "--gres", "gpu 1"], 2, "one word")
     tide(binary, sweep + ["--emit-slurm", "2", "--shard", "0/2"], 2, "drop --shard")
     tide(binary, sweep + ["--emit-slurm", "0"], 2, "number of shards")
+    tide(binary, sweep + ["--gres", "gpu:1"], 2, "go with --emit-slurm")
     return 0
 
 
