@@ -343,6 +343,7 @@ void tide_engine_close(struct tide_engine *e)
     /* The plugins' code goes last: everything above may call into it. */
     tide_config_destroy(e->own_cfg);
     tide_plugins_free(e->own_set);
+    free(e->layer_total);
     free(e);
 }
 

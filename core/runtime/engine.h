@@ -43,8 +43,10 @@ struct tide_engine {
     const struct tide_engine_outputs *outputs; /* borrowed, for tide_engine_generate */
     atomic_int cancel;                         /* tide_engine_cancel: stop before the next step */
     struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
-    char policy_name[128];                     /* for tide_engine_get_info */
-    char error[4096];                          /* tide_engine_error */
+    struct tide_moe_counters *layer_total;     /* [n_moe_layers] the same per MoE layer */
+    int n_layer_total;
+    char policy_name[128]; /* for tide_engine_get_info */
+    char error[4096];      /* tide_engine_error */
 };
 
 /* Phase 1: resolve the model plugin and checkpoint directory (generating the

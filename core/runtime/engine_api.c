@@ -173,6 +173,14 @@ int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **o
         return api_end(NULL, rc);
     }
     api_policy_name(e);
+    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
+    if (sh && sh->n_layers > 0) {
+        if (!(e->layer_total = calloc((size_t)sh->n_layers, sizeof *e->layer_total))) {
+            tide_engine_close(e);
+            return api_end(NULL, TIDE_E_NOMEM);
+        }
+        e->n_layer_total = sh->n_layers;
+    }
     *out = e;
     return TIDE_OK;
 }
@@ -540,6 +548,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     size_t n = 0;
     struct tide_result *res = NULL;
     struct tide_gen_result gr = {0};
+    struct tide_moe_counters *layer_before = NULL;
     struct api_gen g = {.e = e, .r = &r};
     int rc = api_params(e, &r, &gp, &chat);
     if (rc == TIDE_OK)
@@ -593,12 +602,25 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
         .block_end = ag_block_end,
     };
     struct tide_moe_counters before, after;
+    if (e->n_layer_total &&
+        !(layer_before = malloc(sizeof *layer_before * (size_t)e->n_layer_total))) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    for (int l = 0; l < e->n_layer_total; l++)
+        tide_moe_layer_totals(e->moe, l, &layer_before[l]);
     tide_moe_totals(e->moe, &before);
     rc = tide_engine_generate_ids(e, &gp, ids, (int64_t)n, &hooks, e->outputs, &gr);
     tide_moe_totals(e->moe, &after);
     api_counters_sub(&after, &before, &after);
     api_counters_add(&e->total, &after);
     api_stats(&after, &res->offload);
+    for (int l = 0; l < e->n_layer_total; l++) {
+        struct tide_moe_counters now;
+        tide_moe_layer_totals(e->moe, l, &now);
+        api_counters_sub(&now, &layer_before[l], &now);
+        api_counters_add(&e->layer_total[l], &now);
+    }
     if (g.rc != TIDE_OK)
         rc = g.rc; /* a hook's failure stopped the generation as a cancel */
     if (rc == TIDE_OK || rc == TIDE_E_CANCELLED) {
@@ -608,6 +630,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     }
 done:
     atomic_store(&e->cancel, 0);
+    free(layer_before);
     free(ids);
     free(gr.ids);
     free(g.ids);
@@ -650,10 +673,36 @@ int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out)
     return TIDE_OK;
 }
 
+int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offload_stats *out)
+{
+    api_begin(e);
+    if (!e || !out || out->size < API_STATS_V1) {
+        tide_error("tide_engine_layer_stats: %s", !e     ? "the engine is NULL"
+                                                  : !out ? "out is NULL"
+                                                         : "out->size is too small (set it to "
+                                                           "sizeof(struct tide_offload_stats))");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    if (layer < 0 || layer >= e->n_layer_total) {
+        tide_error("tide_engine_layer_stats: layer %d: the model has %d MoE layers (0..%d)", layer,
+                   e->n_layer_total, e->n_layer_total - 1);
+        return api_end(e, TIDE_E_RANGE);
+    }
+    struct tide_offload_stats s;
+    api_stats(&e->layer_total[layer], &s);
+    const uint32_t size = out->size < sizeof s ? out->size : (uint32_t)sizeof s;
+    memcpy(out, &s, size);
+    out->size = size;
+    return TIDE_OK;
+}
+
 void tide_engine_reset_stats(struct tide_engine *e)
 {
-    if (e)
-        memset(&e->total, 0, sizeof e->total);
+    if (!e)
+        return;
+    memset(&e->total, 0, sizeof e->total);
+    for (int l = 0; l < e->n_layer_total; l++)
+        memset(&e->layer_total[l], 0, sizeof e->layer_total[l]);
 }
 
 static const char *api_describe(const struct tide_backend_ref *b)

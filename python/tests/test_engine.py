@@ -202,6 +202,11 @@ def test_offload_is_lossless(config, engine, prompt_ids):
         total = eng.stats()
         assert total.promotions == r.offload.promotions + r2.offload.promotions
         assert total.tokens == r.offload.tokens + r2.offload.tokens
+        layers = [eng.stats(layer=l) for l in range(eng.info["n_moe_layers"])]
+        assert sum(l.miss_rows for l in layers) == total.miss_rows
+        assert all(0 <= l.hit_rate < 1 for l in layers)
+        with pytest.raises(tide.TideError):
+            eng.stats(layer=eng.info["n_moe_layers"])
         eng.reset_stats()
         assert eng.stats().tokens == 0
         # Another policy and budget on the open engine: placed again, same tokens.

@@ -199,6 +199,7 @@ def load():
         "tide_result_free": (None, [POINTER(Result)]),
         "tide_engine_cancel": (None, [c_void_p]),
         "tide_engine_stats": (c_int, [c_void_p, POINTER(OffloadStats)]),
+        "tide_engine_layer_stats": (c_int, [c_void_p, c_int, POINTER(OffloadStats)]),
         "tide_engine_reset_stats": (None, [c_void_p]),
         "tide_engine_get_info": (c_int, [c_void_p, POINTER(EngineInfo)]),
         "tide_engine_get_option": (c_int, [c_void_p, c_char_p, POINTER(c_char_p)]),

@@ -402,11 +402,15 @@ class Engine:
             self._lib.tide_engine_cancel(self._h)
 
     # -- counters, information, options ---------------------------------------
-    def stats(self) -> OffloadStats:
+    def stats(self, layer: Optional[int] = None) -> OffloadStats:
         """Offload counters summed over every generation since the engine
-        opened (or since reset_stats)."""
+        opened (or since reset_stats); of one MoE layer (0-based) when layer
+        is given."""
         s = _lib.OffloadStats(size=ctypes.sizeof(_lib.OffloadStats))
-        rc = self._lib.tide_engine_stats(self._handle(), byref(s))
+        if layer is None:
+            rc = self._lib.tide_engine_stats(self._handle(), byref(s))
+        else:
+            rc = self._lib.tide_engine_layer_stats(self._handle(), layer, byref(s))
         if rc != _lib.OK:
             _raise(self._lib, self._h, rc)
         return OffloadStats._from(s)

@@ -222,7 +222,26 @@ static void test_generate(void)
         CHECK_EQ_INT(tot.tokens, res->offload.tokens + res2->offload.tokens);
         CHECK_EQ_INT(tot.hit_rows, res->offload.hit_rows + res2->offload.hit_rows);
     }
+    /* Per MoE layer: the layers add up to the total. */
+    struct tide_offload_stats all = {.size = sizeof all}, sum = {0};
+    CHECK_EQ_INT(tide_engine_stats(e, &all), TIDE_OK);
+    for (int l = 0; l < info.n_moe_layers; l++) {
+        struct tide_offload_stats ls = {.size = sizeof ls};
+        CHECK_EQ_INT(tide_engine_layer_stats(e, l, &ls), TIDE_OK);
+        CHECK(ls.tokens > 0);
+        sum.tokens += ls.tokens;
+        sum.hit_rows += ls.hit_rows;
+        sum.active += ls.active;
+    }
+    CHECK_EQ_INT(sum.tokens, all.tokens);
+    CHECK_EQ_INT(sum.hit_rows, all.hit_rows);
+    CHECK_EQ_INT(sum.active, all.active);
+    struct tide_offload_stats bad = {.size = sizeof bad};
+    CHECK_EQ_INT(tide_engine_layer_stats(e, info.n_moe_layers, &bad), TIDE_E_RANGE);
+    CHECK_CONTAINS(tide_engine_error(e), "MoE layers");
     tide_engine_reset_stats(e);
+    CHECK_EQ_INT(tide_engine_layer_stats(e, 0, &bad), TIDE_OK);
+    CHECK_EQ_INT(bad.tokens, 0);
     struct tide_offload_stats tot = {.size = sizeof tot};
     CHECK_EQ_INT(tide_engine_stats(e, &tot), TIDE_OK);
     CHECK_EQ_INT(tot.tokens, 0);
@@ -389,6 +408,12 @@ static void test_set_options(void)
         CHECK(got->offload.miss_rows > 0);
         CHECK(got->offload.hit_rate < 1.0);
         CHECK_EQ_INT(got->offload.weight_bytes, got->offload.promotions * info.expert_bytes);
+        /* Re-placing reset the dispatcher's own totals, not the engine's. */
+        struct tide_offload_stats tot = {.size = sizeof tot}, l0 = {.size = sizeof l0};
+        tide_engine_stats(e, &tot);
+        tide_engine_layer_stats(e, 0, &l0);
+        CHECK_EQ_INT(tot.tokens, want->offload.tokens + got->offload.tokens);
+        CHECK(l0.miss_rows > 0 && l0.miss_rows <= got->offload.miss_rows);
     }
     tide_result_free(want);
     tide_result_free(got);

@@ -271,7 +271,12 @@ void tide_engine_cancel(struct tide_engine *e);
  * writes at most that many bytes. Returns TIDE_OK or TIDE_E_INVAL. */
 int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out);
 
-/* Zero the cumulative counters of tide_engine_stats. */
+/* The same counters for one MoE layer, 0 .. n_moe_layers - 1 (for
+ * per-layer hit rates). Returns TIDE_OK, TIDE_E_INVAL or TIDE_E_RANGE. */
+int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offload_stats *out);
+
+/* Zero the cumulative counters of tide_engine_stats and
+ * tide_engine_layer_stats. */
 void tide_engine_reset_stats(struct tide_engine *e);
 
 /* What was opened. Strings belong to the engine and live until it closes
