@@ -789,8 +789,6 @@ static bool api_settable(const struct tide_engine *e, const char *section, const
     *placement = false;
     if (!strcmp(section, "generation"))
         return strcmp(key, "block_length") != 0;
-    if (!strcmp(section, "output"))
-        return true;
     const struct tide_plugin *p = tide_plugins_find(e->own_set, section);
     if (!strcmp(section, "policy") || (p && p->desc->kind == TIDE_PLUGIN_POLICY)) {
         *placement = true;
@@ -823,8 +821,9 @@ int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int 
             tide_error("tide_engine_set_options: '%s': expected section.key=value", s);
             rc = TIDE_E_CONFIG;
         } else if (!api_settable(e, section, key, &moves)) {
-            tide_error("tide_engine_set_options: %s.%s is fixed when the engine opens (the "
-                       "model, backends and block_length); open a new engine to change it",
+            tide_error("tide_engine_set_options: %s.%s cannot change on an open engine (only "
+                       "[generation] but block_length, [policy] and policy plugins' options "
+                       "can); open a new engine to change it",
                        section, key);
             rc = TIDE_E_CONFIG;
         } else if (tide_config_set_value(tmp, section, key, value, "set_options") != TIDE_OK) {

@@ -216,7 +216,7 @@ def test_offload_is_lossless(config, engine, prompt_ids):
         assert eng.generate(prompt_ids).ids == want.ids
         with pytest.raises(tide.TideError) as e:
             eng.set_options("model.path=/elsewhere")
-        assert "fixed when the engine opens" in e.value.message
+        assert "cannot change on an open engine" in e.value.message
 
 
 def test_tokens(engine):

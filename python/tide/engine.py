@@ -440,7 +440,7 @@ class Engine:
         return v.value.decode()
 
     def set_options(self, *sets: str, **overrides):
-        """Change [generation], [output], [policy] or a policy plugin's
+        """Change [generation], [policy] or a policy plugin's
         options of the open engine; a policy change places the experts again
         (no reload). All or nothing."""
         items = list(sets) + _sets(overrides)

@@ -384,7 +384,7 @@ static void test_set_options(void)
     /* All or nothing: one refused assignment leaves every value as it was. */
     const char *mixed[] = {"generation.steps=5", "model.path=/elsewhere"};
     CHECK_EQ_INT(tide_engine_set_options(e, mixed, 2), TIDE_E_CONFIG);
-    CHECK_CONTAINS(tide_engine_error(e), "model.path is fixed when the engine opens");
+    CHECK_CONTAINS(tide_engine_error(e), "model.path cannot change on an open engine");
     const char *v = NULL;
     tide_engine_get_option(e, "generation.steps", &v);
     CHECK(v && !strcmp(v, "32"));

@@ -310,12 +310,11 @@ int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out);
 int tide_engine_get_option(struct tide_engine *e, const char *name, const char **value);
 
 /* Change options of an open engine, "section.key=value" each: [generation]
- * (except block_length), [output], [policy] and the sections of policy
- * plugins. When a policy option changed, the experts are placed again under
- * the new policy and budget (no reload). All or nothing: when one assignment
- * is refused none is applied. Returns TIDE_OK, TIDE_E_CONFIG (unknown or bad
- * key or value; a section fixed at open, such as [model] or [backend]) or
- * what placing returns (TIDE_E_BUDGET, ...). */
+ * (except block_length), [policy] and the sections of policy plugins. When a policy option changed,
+ * the experts are placed again under the new policy and budget (no reload). All or nothing: when
+ * one assignment is refused none is applied. Returns TIDE_OK, TIDE_E_CONFIG (unknown or bad key or
+ * value; a section fixed at open, such as [model] or [backend]) or what placing returns
+ * (TIDE_E_BUDGET, ...). */
 int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int n_sets);
 
 /* ---- tokens ------------------------------------------------------------- */
