@@ -69,9 +69,11 @@ struct tide_trace_sink;
  * (close it with tide_trace_writer_close) and *sink its events. */
 int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
                    bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink);
+struct tide_engine_info;
+struct tide_offload_stats;
 /* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */
-void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
-                               double seconds, int64_t tokens);
+void cli_print_offload_summary(const struct tide_engine_info *info,
+                               const struct tide_offload_stats *t, double seconds, int64_t tokens);
 
 /* Create root if needed, then a new folder root/YYYYmmdd-HHMMSS<suffix>
  * (with -1, -2, ... when taken) whose path goes into dir. `what` names the

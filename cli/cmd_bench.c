@@ -239,7 +239,7 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
                                                      .trace = rep == 0 && b->trace ? &b->trace_sink
                                                                                    : NULL,
                                                      .prompt_id = (uint32_t)i};
-            rc = tide_engine_generate(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
+            rc = tide_engine_generate_ids(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
             if (rc == TIDE_OK) {
                 r->tokens += res.n;
                 r->steps += res.steps;

@@ -289,9 +289,9 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_
     return TIDE_OK;
 }
 
-int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
-                         const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
-                         const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
+int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
+                             const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+                             const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
 {
     FILE *metrics = outputs ? outputs->metrics : NULL;
     const struct tide_trace_sink *trace = outputs ? outputs->trace : NULL;
@@ -340,6 +340,10 @@ void tide_engine_close(struct tide_engine *e)
     if (e->host.bk)
         e->host.ops->destroy(e->host.bk);
     tide_tokenizer_free(e->tok);
+    /* The plugins' code goes last: everything above may call into it. */
+    tide_config_destroy(e->own_cfg);
+    tide_plugins_free(e->own_set);
+    free(e->layer_total);
     free(e);
 }
 
