@@ -24,8 +24,9 @@ tide_need_packages() {
 
 # ocl-icd-opencl-dev: oneDNN 2.6's CMake package requires OpenCL's.
 # g++: CMake links CUDA modules with the C++ compiler when nvcc is present.
+# libmicrohttpd-dev: `tide serve`; python3-venv and curl: its tests (tests/serve).
 tide_need_packages cmake make gcc g++ pkg-config libinih-dev libjansson-dev libpcre2-dev \
-    libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy
+    libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy libmicrohttpd-dev python3-venv curl
 # Fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime.
 if [[ "${TIDE_CMAKE_ARGS:-}" == *TIDE_FUZZ=ON* ]]; then
     tide_need_packages clang libclang-rt-14-dev
