@@ -187,6 +187,7 @@ int cmd_serve(int argc, char **argv)
             break; /* a second signal: cancel now */
     }
     serve_queue_shutdown(q, 0);
+    serve_http_drain(h, 5); /* the last answers and stream events go out */
     rc = TIDE_OK;
 done:
     serve_http_stop(h);

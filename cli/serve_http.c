@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "serve_http.h"
@@ -45,6 +46,14 @@ struct sh_route {
 
 /* ---- answers ------------------------------------------------------------ */
 
+/* While shutting down, every answer closes its connection, so that the
+ * server can wait for the last bytes to leave (serve_http_drain). */
+static void sh_closing_header(struct serve_http *h, struct MHD_Response *res)
+{
+    if (atomic_load(&h->closing))
+        MHD_add_response_header(res, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 static enum MHD_Result sh_send(struct serve_http *h, struct MHD_Connection *c, const char *label,
                                int status, const char *ctype, const char *body, const char *h1,
                                const char *v1)
@@ -56,6 +65,7 @@ static enum MHD_Result sh_send(struct serve_http *h, struct MHD_Connection *c, c
     MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h1)
         MHD_add_response_header(res, h1, v1);
+    sh_closing_header(h, res);
     const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, res);
     MHD_destroy_response(res);
     serve_metrics_request(h->a.metrics, label, status);
@@ -122,6 +132,7 @@ static enum MHD_Result sh_metrics(struct serve_http *h, struct MHD_Connection *c
     }
     MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "text/plain; version=0.0.4; charset=utf-8");
+    sh_closing_header(h, res);
     const enum MHD_Result rc = MHD_queue_response(c, 200, res);
     MHD_destroy_response(res);
     return rc;
@@ -223,6 +234,7 @@ static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c
     MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(res, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(res, "X-Accel-Buffering", "no");
+    sh_closing_header(h, res);
     const enum MHD_Result rc = MHD_queue_response(c, 200, res);
     MHD_destroy_response(res);
     serve_metrics_request(h->a.metrics, label, 200);
@@ -519,6 +531,18 @@ void serve_http_quiesce(struct serve_http *h)
     const MHD_socket s = MHD_quiesce_daemon(h->d);
     if (s != MHD_INVALID_SOCKET)
         close(s);
+}
+
+void serve_http_drain(struct serve_http *h, double timeout)
+{
+    for (double waited = 0; waited < timeout; waited += 0.02) {
+        const union MHD_DaemonInfo *di =
+            MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if (!di || di->num_connections == 0)
+            return;
+        const struct timespec tick = {0, 20 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
 }
 
 void serve_http_stop(struct serve_http *h)

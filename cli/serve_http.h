@@ -42,6 +42,10 @@ int serve_http_start(const struct serve_http_args *a, struct serve_http **out);
 int serve_http_port(const struct serve_http *h);
 /* Stop accepting connections; requests on open connections get 503. */
 void serve_http_quiesce(struct serve_http *h);
+/* Wait (at most timeout seconds) until the open connections have closed:
+ * after serve_http_quiesce every answer closes its connection, so this lets
+ * the last answers and stream events reach their clients. */
+void serve_http_drain(struct serve_http *h, double timeout);
 /* Close every connection and free. NULL is a no-op. */
 void serve_http_stop(struct serve_http *h);
 

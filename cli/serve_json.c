@@ -483,7 +483,7 @@ bool serve_req_parse(enum serve_endpoint ep, const char *body, size_t len,
         .seed = -1,
     };
     json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
+    json_t *o = json_loadb(body, len, JSON_DECODE_ANY, &je);
     if (!o) {
         bad(err, NULL, "malformed JSON in the request body: %s (line %d, column %d)", je.text,
             je.line, je.column);
@@ -758,7 +758,7 @@ char *serve_chunk_sse(enum serve_endpoint ep, const char *id, int64_t created, c
 static json_t *load_object(const char *body, size_t len, struct serve_error *err)
 {
     json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
+    json_t *o = json_loadb(body, len, JSON_DECODE_ANY, &je);
     if (!o) {
         bad(err, NULL, "malformed JSON in the request body: %s (line %d, column %d)", je.text,
             je.line, je.column);
