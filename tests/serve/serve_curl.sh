@@ -109,7 +109,21 @@ wait_metric() { # NAME VALUE [tries]
 LONG='{"prompt":"Tell me a long story","max_tokens":4000,"steps":32}'
 
 case_errors() {
+    # The command line: --help, usage and configuration errors exit 2.
+    "$TIDE_BIN" serve --help >"$tmp/help" || fail "serve --help exited $?"
+    grep -q "POST /v1/chat/completions" "$tmp/help" || fail "serve --help lacks the routes"
+    "$TIDE_BIN" serve --bogus >/dev/null 2>&1
+    [ $? -eq 2 ] || fail "serve --bogus: not exit 2"
+    "$TIDE_BIN" serve --set serve.port=70000 >"$tmp/err" 2>&1
+    [ $? -eq 2 ] && grep -q "port" "$tmp/err" || fail "serve.port=70000: $(cat "$tmp/err")"
+    "$TIDE_BIN" serve --set serve.max_quue=3 >"$tmp/err" 2>&1
+    [ $? -eq 2 ] && grep -q "max_queue" "$tmp/err" || fail "a misspelt key: $(cat "$tmp/err")"
     start_server
+    # The port is taken: a runtime failure (exit 1) naming the address.
+    "$TIDE_BIN" serve -c "$TIDE_SOURCE_DIR/config/llada2-tiny.ini" --set "model.path=$tmp/tiny" \
+        --port "$port" >"$tmp/err" 2>&1
+    [ $? -eq 1 ] && grep -q "cannot listen on 127.0.0.1:$port" "$tmp/err" ||
+        fail "a taken port: $(cat "$tmp/err")"
     C=/v1/completions
     H=/v1/chat/completions
     expect_error malformed 400 null "malformed JSON" $C '{"prompt": "a",'

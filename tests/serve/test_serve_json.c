@@ -54,13 +54,14 @@ static void parse_bad(enum serve_endpoint ep, const char *body, const char *para
 static void test_completions_fields(void)
 {
     struct serve_req r;
-    CHECK(parse_ok(SERVE_EP_COMPLETIONS,
-                   "{\"model\":\"x\",\"prompt\":\"Hello\",\"max_tokens\":16,\"temperature\":0,"
-                   "\"top_p\":0.9,\"top_k\":5,\"seed\":7,\"stop\":[\"\\n\",\"END\"],\"stream\":true,"
-                   "\"stream_options\":{\"include_usage\":true},\"block_length\":32,\"steps\":8,"
-                   "\"threshold\":0.9,\"n\":1,\"logprobs\":null,\"echo\":false,\"user\":\"u\","
-                   "\"unknown_field\":[1,2]}",
-                   &r));
+    CHECK(
+        parse_ok(SERVE_EP_COMPLETIONS,
+                 "{\"model\":\"x\",\"prompt\":\"Hello\",\"max_tokens\":16,\"temperature\":0,"
+                 "\"top_p\":0.9,\"top_k\":5,\"seed\":7,\"stop\":[\"\\n\",\"END\"],\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true},\"block_length\":32,\"steps\":8,"
+                 "\"threshold\":0.9,\"n\":1,\"logprobs\":null,\"echo\":false,\"user\":\"u\","
+                 "\"unknown_field\":[1,2]}",
+                 &r));
     CHECK_EQ_INT(r.n_prompts, 1);
     CHECK(!strcmp(r.prompts[0].text, "Hello"));
     CHECK_EQ_INT(r.max_tokens, 16);
@@ -83,7 +84,8 @@ static void test_completions_fields(void)
     serve_req_free(&r);
 
     /* An integral number is an integer; top_k -1 means off. */
-    CHECK(parse_ok(SERVE_EP_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":16.0,\"top_k\":-1}", &r));
+    CHECK(
+        parse_ok(SERVE_EP_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":16.0,\"top_k\":-1}", &r));
     CHECK_EQ_INT(r.max_tokens, 16);
     CHECK_EQ_INT(r.top_k, 0);
     serve_req_free(&r);
@@ -121,7 +123,8 @@ static void test_completions_errors(void)
     BAD(C, "{\"prompt\":[1,1000]}", "prompt", "out of range");
     BAD(C, "{\"prompt\":[-1]}", "prompt", "out of range");
     BAD(C, "{\"prompt\":[\"a\",3]}", "prompt[1]", "must be a string or an array");
-    BAD(C, "{\"prompt\":\"a\",\"max_tokens\":\"16\"}", "max_tokens", "must be an integer, not a string");
+    BAD(C, "{\"prompt\":\"a\",\"max_tokens\":\"16\"}", "max_tokens",
+        "must be an integer, not a string");
     BAD(C, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens", "must be an integer");
     BAD(C, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "must be >= 1");
     BAD(C, "{\"prompt\":\"a\",\"max_tokens\":5000}", "max_tokens", "beyond the model's context");
@@ -251,8 +254,13 @@ static void test_utf8(void)
     s = serve_utf8_clean("ab\xe2\x82", 4, true, &n); /* final: replaced */
     CHECK(n == 5 && !strcmp(s, "ab\xef\xbf\xbd"));
     free(s);
-    s = serve_utf8_clean("\xff" "a\x80\xc0\xaf" "b", 6, false, &n); /* invalid bytes */
-    CHECK(!strcmp(s, "\xef\xbf\xbd" "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b"));
+    s = serve_utf8_clean("\xff"
+                         "a\x80\xc0\xaf"
+                         "b",
+                         6, false, &n); /* invalid bytes */
+    CHECK(!strcmp(s, "\xef\xbf\xbd"
+                     "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                     "b"));
     free(s);
     s = serve_utf8_clean("\xed\xa0\x80", 3, true, &n); /* a surrogate is not UTF-8 */
     CHECK(!strcmp(s, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
@@ -289,10 +297,18 @@ static void test_stop(void)
 
 static void test_responses(void)
 {
-    const struct serve_usage u = {.prompt_tokens = 5, .completion_tokens = 7, .steps = 3,
-                                  .forwards = 4, .blocks = 1, .seconds = 0.5, .hit_rate = 0.75,
-                                  .hit_rows = 3, .miss_rows = 1, .promotions = 2,
-                                  .weight_bytes = 1500000000, .act_bytes = 500000000};
+    const struct serve_usage u = {.prompt_tokens = 5,
+                                  .completion_tokens = 7,
+                                  .steps = 3,
+                                  .forwards = 4,
+                                  .blocks = 1,
+                                  .seconds = 0.5,
+                                  .hit_rate = 0.75,
+                                  .hit_rows = 3,
+                                  .miss_rows = 1,
+                                  .promotions = 2,
+                                  .weight_bytes = 1500000000,
+                                  .act_bytes = 500000000};
     const struct serve_choice c[2] = {{"hi \xe2\x82\xac", 6, "stop"}, {"bad \xff", 5, "length"}};
     char *js = serve_response_json(SERVE_EP_COMPLETIONS, "cmpl-1", 123, "m", c, 2, &u);
     json_t *o = json_loads(js, 0, NULL);
@@ -324,8 +340,8 @@ static void test_responses(void)
     json_decref(o);
     free(js);
 
-    char *ev = serve_chunk_sse(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", 0, "ab", 2, true, NULL, 0, 4,
-                               NULL);
+    char *ev =
+        serve_chunk_sse(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", 0, "ab", 2, true, NULL, 0, 4, NULL);
     CHECK(!strncmp(ev, "data: {", 7) && !strcmp(ev + strlen(ev) - 2, "\n\n"));
     o = json_loads(ev + 6, 0, NULL);
     json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
@@ -355,15 +371,19 @@ static void test_metrics(void)
     serve_metrics_request(m, "completions", 400);
     serve_metrics_step(m, 0.003);
     serve_metrics_step(m, 7);
-    const struct serve_usage u = {.prompt_tokens = 5, .completion_tokens = 7, .steps = 2,
-                                  .hit_rows = 3, .miss_rows = 1, .weight_bytes = 10,
+    const struct serve_usage u = {.prompt_tokens = 5,
+                                  .completion_tokens = 7,
+                                  .steps = 2,
+                                  .hit_rows = 3,
+                                  .miss_rows = 1,
+                                  .weight_bytes = 10,
                                   .seconds = 0.2};
     serve_metrics_generation(m, &u);
     serve_metrics_cancel(m, "disconnect");
     const struct serve_offload layers[2] = {{.hit_rows = 1, .miss_rows = 3}, {.hit_rows = 2}};
     serve_metrics_layers(m, layers, 2);
-    const struct serve_engine_info info = {.policy = "policy-tide", .budget = 4, .n_experts = 8,
-                                           .n_moe_layers = 2};
+    const struct serve_engine_info info = {
+        .policy = "policy-tide", .budget = 4, .n_experts = 8, .n_moe_layers = 2};
     char *t = serve_metrics_render(m, 3, 1, 64, &info, "my \"model\"");
     CHECK_CONTAINS(t, "tide_http_requests_total{endpoint=\"completions\",status=\"200\"} 2\n");
     CHECK_CONTAINS(t, "tide_http_requests_total{endpoint=\"completions\",status=\"400\"} 1\n");
