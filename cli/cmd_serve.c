@@ -4,11 +4,15 @@
  * serve_engine.c only. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "serve_engine.h"
@@ -47,7 +51,8 @@ static void serve_usage(FILE *f)
             "anyone who can reach the address may use the model; requests never name files.\n"
             "SIGINT or SIGTERM stops accepting, lets the running request finish (at most\n"
             "[serve] shutdown_timeout seconds, or until a second signal), answers waiting ones\n"
-            "with 503, writes [output] metrics, and exits 0.\n\n"
+            "with 503, writes [output] metrics, and exits 0 (while the model loads, it exits\n"
+            "130 at once).\n\n"
             "example:\n"
             "  tide serve -c config/llada2-tiny.ini --port 8080 &\n"
             "  curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \\\n"
@@ -84,6 +89,44 @@ static void serve_basename(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - b), path + b);
 }
 
+/* Signals: SIGINT and SIGTERM are blocked in every thread and taken by one
+ * thread of ours with sigwait. While the model loads, one ends the process
+ * (nothing to clean up yet); once serving, each is passed to the main thread
+ * through a pipe. */
+static sigset_t serve_sigs;
+static atomic_bool serve_loaded;
+static int serve_pipe[2] = {-1, -1};
+
+static void *serve_signal_thread(void *arg)
+{
+    for (;;) {
+        int sig;
+        if (sigwait(&serve_sigs, &sig) != 0)
+            continue;
+        if (!atomic_load(&serve_loaded)) {
+            static const char msg[] = "tide: warning: serve: interrupted while loading\n";
+            if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+                /* nothing more to do */
+            }
+            _exit(CLI_EXIT_INTERRUPTED);
+        }
+        if (write(serve_pipe[1], &sig, sizeof sig) < 0) {
+            /* the main thread is gone: the process is ending */
+        }
+    }
+    return NULL;
+}
+
+/* The next signal, waiting at most timeout_ms (-1: forever); 0 when none. */
+static int serve_next_signal(int timeout_ms)
+{
+    struct pollfd p = {.fd = serve_pipe[0], .events = POLLIN};
+    int sig = 0;
+    if (poll(&p, 1, timeout_ms) > 0 && read(serve_pipe[0], &sig, sizeof sig) != sizeof sig)
+        sig = 0;
+    return sig;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct cli_ctx args = {0};
@@ -111,15 +154,20 @@ int cmd_serve(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    /* Signals go to the main thread only (sigwait below): block them before
-     * any thread (the backends', the server's) exists, so threads inherit
-     * the mask. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    /* Block the signals before any thread (the backends', the server's)
+     * exists, so that every thread inherits the mask. */
+    sigemptyset(&serve_sigs);
+    sigaddset(&serve_sigs, SIGINT);
+    sigaddset(&serve_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &serve_sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    pthread_t sig_thread;
+    if (pipe(serve_pipe) != 0 ||
+        pthread_create(&sig_thread, NULL, serve_signal_thread, NULL) != 0) {
+        tide_error("serve: cannot set up signal handling: %s", strerror(errno));
+        return CLI_EXIT_RUNTIME;
+    }
+    pthread_detach(sig_thread);
 
     struct serve_settings st;
     struct serve_engine *e = NULL;
@@ -168,8 +216,9 @@ int cmd_serve(int argc, char **argv)
               v6 ? "[" : "", st.host, v6 ? "]" : "", serve_http_port(h), model, info->policy,
               info->budget, info->n_experts, st.max_queue, key ? "API key required" : "no API key");
 
-    int sig = 0;
-    while (sigwait(&sigs, &sig) != 0)
+    atomic_store(&serve_loaded, true);
+    int sig;
+    while (!(sig = serve_next_signal(-1)))
         ;
     tide_info("serve: %s: no new requests; finishing the running one (at most %g s; a second "
               "signal cancels it)",
@@ -182,8 +231,7 @@ int cmd_serve(int argc, char **argv)
         serve_queue_load(q, &queued, &running);
         if (!running || serve_now() >= deadline)
             break;
-        const struct timespec tick = {0, 50 * 1000 * 1000};
-        if (sigtimedwait(&sigs, NULL, &tick) > 0)
+        if (serve_next_signal(50))
             break; /* a second signal: cancel now */
     }
     serve_queue_shutdown(q, 0);
