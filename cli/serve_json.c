@@ -662,27 +662,27 @@ static json_t *tide_json(const struct serve_usage *u)
     return t;
 }
 
+/* The members every answer starts with, and its (empty) "choices" array in
+ * *choices (owned by the object). NULL when out of memory. */
 static json_t *head(enum serve_endpoint ep, const char *id, int64_t created, const char *model,
-                    bool chunk)
+                    bool chunk, json_t **choices)
 {
     const char *obj = ep == SERVE_EP_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                           : "text_completion";
-    return json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", obj, "created", (json_int_t)created,
-                     "model", model);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", id, "object", obj, "created",
+                          (json_int_t)created, "model", model, "choices");
+    *choices = o ? json_object_get(o, "choices") : NULL;
+    return o;
 }
 
 char *serve_response_json(enum serve_endpoint ep, const char *id, int64_t created,
                           const char *model, const struct serve_choice *choices, int n,
                           const struct serve_usage *usage)
 {
-    json_t *o = head(ep, id, created, model, false);
-    json_t *arr = json_array();
-    if (!o || !arr) {
-        json_decref(o);
-        json_decref(arr);
+    json_t *arr;
+    json_t *o = head(ep, id, created, model, false, &arr);
+    if (!o)
         return NULL;
-    }
-    json_object_set_new(o, "choices", arr);
     for (int i = 0; i < n; i++) {
         const struct serve_choice *c = &choices[i];
         json_t *fr = c->finish_reason ? json_string(c->finish_reason) : json_null();
@@ -710,14 +710,10 @@ char *serve_chunk_sse(enum serve_endpoint ep, const char *id, int64_t created, c
                       const char *finish_reason, int block, int64_t steps,
                       const struct serve_usage *usage)
 {
-    json_t *o = head(ep, id, created, model, true);
-    json_t *arr = json_array();
-    if (!o || !arr) {
-        json_decref(o);
-        json_decref(arr);
+    json_t *arr;
+    json_t *o = head(ep, id, created, model, true, &arr);
+    if (!o)
         return NULL;
-    }
-    json_object_set_new(o, "choices", arr);
     if (usage) {
         json_object_set_new(o, "usage", usage_json(usage));
         json_object_set_new(o, "tide", tide_json(usage));

@@ -118,3 +118,11 @@ def check(cond, what, failures):
     if not cond:
         failures.append(what)
         print("FAIL:", what)
+
+
+def finish(failures):
+    """End a test: exit 1 listing the failures, or print ok."""
+    if failures:
+        print("%d failure(s)" % len(failures))
+        sys.exit(1)
+    print("ok")

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, check  # noqa: E402
+from serve_util import Server, check, finish  # noqa: E402
 
 DOCS = [
     {"question": "Q: What is 2+2?\nA:", "answer": "4"},
@@ -121,10 +121,7 @@ def main():
               "the remote tokenizer run did not use /tokenize", failures)
     finally:
         failures += srv.stop()
-    if failures:
-        print("%d failure(s)" % len(failures))
-        sys.exit(1)
-    print("ok")
+    finish(failures)
 
 
 if __name__ == "__main__":

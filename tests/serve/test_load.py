@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, check, sse_events  # noqa: E402
+from serve_util import Server, check, finish, sse_events  # noqa: E402
 
 N_REQUESTS = 200
 N_CLIENTS = 8
@@ -78,9 +78,9 @@ def main():
     try:
         variants = [body(p, s) for p in PROMPTS for s in SHAPES]
         solo = [run(srv.base, path, b) for path, b in variants]
-        for i, (text, finish, usage) in enumerate(solo):
-            check(finish in ("stop", "length") and usage and usage["completion_tokens"] > 0,
-                  "variant %d: %r %r" % (i, finish, usage), failures)
+        for i, (_, reason, usage) in enumerate(solo):
+            check(reason in ("stop", "length") and usage and usage["completion_tokens"] > 0,
+                  "variant %d: %r %r" % (i, reason, usage), failures)
         before = srv.metrics().get("tide_generations_total", 0)
 
         rng = random.Random(15)
@@ -139,10 +139,7 @@ def main():
                      len(lost), len(wrong)))
     finally:
         failures += srv.stop()
-    if failures:
-        print("%d failure(s)" % len(failures))
-        sys.exit(1)
-    print("ok")
+    finish(failures)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, check  # noqa: E402
+from serve_util import Server, check, finish  # noqa: E402
 
 VALID = [
     ("/v1/completions", {"prompt": "Hello", "max_tokens": 8, "steps": 2, "stop": ["x", "\n"]}),
@@ -239,10 +239,7 @@ def main():
         time.sleep(0.2)
     finally:
         failures += srv.stop()
-    if failures:
-        print("%d failure(s)" % len(failures))
-        sys.exit(1)
-    print("ok")
+    finish(failures)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, check  # noqa: E402
+from serve_util import Server, check, finish  # noqa: E402
 
 KEY = "test-key-15"
 
@@ -132,10 +132,7 @@ def main():
             pass
     finally:
         failures += srv.stop()
-    if failures:
-        print("%d failure(s)" % len(failures))
-        sys.exit(1)
-    print("ok")
+    finish(failures)
 
 
 if __name__ == "__main__":
