@@ -11,7 +11,7 @@
 # to BUILD/fuzz-findings/. Prints one line per target (executions, coverage,
 # corpus) and exits 1 when any target found a crash, leak, timeout or failed
 # property. Targets: safetensors st_index config_json tokenizer_json
-# tokenizer_encode ini trace (default: all).
+# tokenizer_encode ini trace serve_request (default: all).
 set -euo pipefail
 
 seconds=30
@@ -25,7 +25,7 @@ shift $((OPTIND - 1))
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TIDE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-all=(safetensors st_index config_json tokenizer_json tokenizer_encode ini trace)
+all=(safetensors st_index config_json tokenizer_json tokenizer_encode ini trace serve_request)
 targets=("${@:-${all[@]}}")
 
 # The packages, configure and build: setup.sh does it for this build folder.

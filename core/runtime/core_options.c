@@ -101,6 +101,29 @@ static const struct tide_option bench_options[] = {
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
+static const struct tide_option serve_options[] = {
+    {"host", TIDE_OPT_STRING, "127.0.0.1",
+     "address `tide serve` listens on; anything but loopback exposes the model to the network",
+     NULL, NULL},
+    {"port", TIDE_OPT_INT, "8080", "TCP port of `tide serve`; 0 = any free port (logged)", NULL,
+     "[0,65535]"},
+    {"max_queue", TIDE_OPT_INT, "64",
+     "requests that may wait for the one worker; more get 503 with Retry-After", NULL, "[1,]"},
+    {"max_body", TIDE_OPT_SIZE, "1MiB", "largest request body taken; larger ones get 413", NULL,
+     "[64,]"},
+    {"api_key", TIDE_OPT_STRING, "",
+     "require 'Authorization: Bearer KEY' (every route but /health); empty: the TIDE_API_KEY "
+     "environment variable, if set, else no key",
+     NULL, NULL},
+    {"model_name", TIDE_OPT_STRING, "",
+     "model name in answers and /v1/models; empty = the checkpoint folder's name", NULL, NULL},
+    {"max_connections", TIDE_OPT_INT, "256", "open HTTP connections at most", NULL, "[1,65536]"},
+    {"shutdown_timeout", TIDE_OPT_FLOAT, "10",
+     "on SIGINT/SIGTERM, seconds the running request may take to finish before it is cancelled",
+     NULL, "[0,]"},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
 int tide_core_register_sections(struct tide_config *cfg)
 {
     static const struct {
@@ -114,6 +137,7 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"generation", generation_options, "Block-diffusion decoding."},
         {"output", output_options, "What is printed and recorded."},
         {"bench", bench_options, "Sweeps run by `tide bench`."},
+        {"serve", serve_options, "The HTTP server `tide serve` (docs/serving.md)."},
     };
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
         int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core", secs[i].summary);
