@@ -259,7 +259,7 @@ int cmd_run(int argc, char **argv)
     };
     tide_info("prompt: %zu tokens; generating up to %lld tokens in blocks of %d (%d steps, "
               "threshold %g%s)",
-              n_ids, (long long)gp.gen_length, gp.block, gp.steps, gp.threshold,
+              n_ids, (long long)gp.gen_length, gp.block, tide_gen_steps(&gp), gp.threshold,
               gp.recompute ? ", full recompute" : "");
     struct tide_engine_outputs outs = {.metrics = metrics, .trace = trace ? &trace_sink : NULL};
     rc = tide_engine_generate(e, &gp, ids, (int64_t)n_ids, &hooks, &outs, &res);

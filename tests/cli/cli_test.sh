@@ -213,7 +213,7 @@ config-doc)
     [ "$(head -n 1 "$work/out")" = "# TIDE configuration reference" ] ||
         { fail "first line is not the title"; show; }
     expect_in out "## [model]" "## [backend]" "## [policy]" "## [generation]" "## [output]" \
-        "| \`steps\` | int in [1,4096] | \`32\` | most denoising steps per block |"
+        "| \`steps\` | int in [1,4096] | \`32\` | denoising steps per block, capped at"
     not_in out "test-good-policy"
     run TIDE_PLUGIN_PATH="$bad_dir" -- config doc
     expect_status 0
