@@ -284,3 +284,11 @@ int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
         *sink = tide_trace_writer_sink(*w);
     return rc;
 }
+
+bool cli_wants_help(int argc, char **argv, int from)
+{
+    for (int i = from; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return true;
+    return false;
+}

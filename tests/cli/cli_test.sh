@@ -92,6 +92,27 @@ help)
     expect_status 0
     expect_in out "exit codes:"
     ;;
+help-all)
+    # Every command (as `tide --help` lists them) and every subcommand answers
+    # --help and -h wherever it appears: its usage on stdout, nothing on
+    # stderr, exit 0.
+    run -- --help
+    cmds=$(awk '/^commands:$/ { on = 1; next } on && /^$/ { exit } on { print $1 }' "$work/out")
+    [ "$(echo "$cmds" | wc -w)" -ge 11 ] || fail "expected at least 11 commands, got: $cmds"
+    for c in $cmds "trace info" "trace synth" "trace counts" "config check" "config doc" \
+        "trace synth out.tidetrace --layers" "config check x.ini --set"; do
+        for h in --help -h; do
+            # shellcheck disable=SC2086
+            run -- $c $h
+            expect_status 0
+            expect_in out "usage: tide"
+            if [ -s "$work/err" ]; then
+                fail "expected nothing on stderr"
+                show
+            fi
+        done
+    done
+    ;;
 version)
     run -- --version
     expect_status 0
