@@ -104,6 +104,13 @@ int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_
     if (!e->model_pl)
         goto fail;
     e->mops = e->model_pl->desc->ops;
+    /* A policy named in the configuration must exist even when the budget
+     * leaves it unused (budget = -1): a typo must not pass silently. The
+     * default name is required only once it is used (tide_engine_place). */
+    const struct tide_opts *po = tide_config_section(cfg, "policy");
+    if (strcmp(tide_opts_origin(po, "plugin"), "default") &&
+        !tide_plugins_get(set, tide_opts_str(po, "plugin"), TIDE_PLUGIN_POLICY, "[policy] plugin"))
+        goto fail;
     if ((rc = engine_model_dir(e, mo)) != TIDE_OK)
         goto fail;
     char path[4200];
