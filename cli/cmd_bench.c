@@ -35,7 +35,8 @@ static void bench_usage(FILE *f)
                "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
                "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
                "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
-               "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
+               "devices, library versions, date; \"interrupted\" and the \"finished\"\n"
+               "configurations after a Ctrl-C) and metrics-*.jsonl (per step and layer).\n"
                "Every configuration must generate the same tokens as the no-offload baseline\n"
                "(placement is lossless); the 'same' column says so. When one backend plugin\n"
                "computes both device and host experts a mismatch fails the run; across two\n"
@@ -150,7 +151,11 @@ static int bench_mkdirs(const char *root, char *dir, size_t len)
     return TIDE_E_IO;
 }
 
-static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts)
+/* The finished configurations (rows[0..n)) are listed, and "interrupted"
+ * says whether the run stopped early (Ctrl-C), so a partial results.csv is
+ * never mistaken for a whole one. */
+static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts,
+                          bool interrupted, const struct bench_row *rows, int n)
 {
     char path[4400], cpu[256], date[64], pcre[64] = "?";
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -182,6 +187,17 @@ static int bench_manifest(const char *dir, const struct tide_engine *e, const ch
     json_object_set_new(lib, "jansson", json_string(JANSSON_VERSION));
     json_object_set_new(lib, "pcre2", json_string(pcre));
     json_object_set_new(m, "libraries", lib);
+    json_object_set_new(m, "interrupted", json_boolean(interrupted));
+    json_t *fin = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *r = json_object();
+        json_object_set_new(r, "policy", json_string(rows[i].policy));
+        json_object_set_new(r, "budget", json_integer(rows[i].budget));
+        json_object_set_new(r, "interval",
+                            rows[i].interval < 0 ? json_null() : json_integer(rows[i].interval));
+        json_array_append_new(fin, r);
+    }
+    json_object_set_new(m, "finished", fin);
     int rc = json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(m);
     if (rc) {
@@ -487,7 +503,8 @@ int cmd_bench(int argc, char **argv)
         tide_config_print(c.cfg, ini, NULL);
         fclose(ini);
     }
-    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"));
+    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"), rc == TIDE_E_INTERRUPTED,
+                             rows, n_rows);
     if (rc == TIDE_OK)
         rc = mrc;
     bool all_same = true;

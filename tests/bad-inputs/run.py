@@ -23,6 +23,9 @@ comment; keys may repeat where noted):
   allow:   a glob, relative to {out}, of files that may be left (repeatable)
   jsonl:   a glob, relative to {out}: at least one file matches, and every
            line of each is a whole JSON value (repeatable)
+  json:    GLOB KEY VALUE: at least one file matches the glob (relative to
+           {out}), each is one JSON object, and its KEY equals the JSON
+           VALUE (repeatable)
   skip:    sanitized (skip when tide is built with ASan: it cannot run
            under an address-space limit)
   timeout: seconds (default 120)
@@ -243,7 +246,7 @@ def action(line):
 
 # ---- the case file ------------------------------------------------------
 
-REPEATABLE = {"setup", "env", "expect", "reject", "keep", "allow", "jsonl"}
+REPEATABLE = {"setup", "env", "expect", "reject", "keep", "allow", "jsonl", "json"}
 
 
 def parse_case(path):
@@ -401,6 +404,19 @@ def run_case(path, tide, plugins, sanitized, work):
                 except ValueError:
                     problems.append("%s:%d is not a whole JSON line" % (os.path.relpath(f, out), n))
                     break
+    for spec in case["json"]:
+        g, key, value = spec.split(None, 2)
+        files = glob.glob(os.path.join(out, g))
+        if not files:
+            problems.append("no file matches %s" % g)
+        for f in files:
+            try:
+                got = json.load(open(f, encoding="utf-8")).get(key, "(absent)")
+            except ValueError:
+                got = "(not JSON)"
+            if got != json.loads(value):
+                problems.append("%s: %s is %r, expected %s" % (os.path.relpath(f, out), key, got,
+                                                               value))
     if left:
         problems.append("files left in the output folder: %s" % sorted(left))
     for k, digest in keep.items():

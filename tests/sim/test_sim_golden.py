@@ -129,6 +129,12 @@ def bench(binary, tmp):
     if len(metrics) != 1:
         print("expected one metrics file, got", metrics)
         return 1
+    manifest = json.load(open(os.path.join(out, runs[0], "manifest.json")))
+    if manifest.get("interrupted") is not False or manifest.get("finished") != [
+            {"policy": "policy-lru", "budget": 8, "interval": None}]:
+        print("manifest.json: expected interrupted false and one finished configuration, got",
+              manifest.get("interrupted"), manifest.get("finished"))
+        return 1
     info = tide(binary, ["trace", "info", trace]).stdout
     if "prompts 3," not in info:
         print("the trace should hold three prompts:\n" + info)
