@@ -27,7 +27,9 @@ is the decoding loop. Checks (docs/decoding.md names the rules):
   config.json keys missing: tide's forward (official defaults) matches the
        reference's
 
-Usage: test_decoding_rules.py PATH_TO_TIDE. Exit 0 pass, 1 fail, 77 skipped.
+Usage: test_decoding_rules.py PATH_TO_TIDE [PART...], PART one of steps,
+sampling, eos, stop, mask, config (default: all; ctest runs one test per
+part). Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
 import os
@@ -211,12 +213,16 @@ def candidates(ids, start):
 # ---- the checks ----------------------------------------------------------
 
 
+PARTS = ("steps", "sampling", "eos", "stop", "mask", "config")
+
+
 def main():
     global TIDE, TMP
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2 or any(a not in PARTS for a in sys.argv[2:]):
         print(__doc__)
         return 2
     TIDE = sys.argv[1]
+    parts = set(sys.argv[2:] or PARTS)
     TMP = tempfile.mkdtemp(prefix="tide-decode-")
     try:
         base = os.path.join(TMP, "base")
@@ -227,134 +233,160 @@ def main():
         p45 = rng.integers(0, 470, size=45).tolist()
         p10 = p45[:10]
         p64 = rng.integers(0, 470, size=64).tolist()
-
-        print("R1 steps cap")
-        a, _, _, _ = compare("gen 16 steps 32", base, p10, {"steps": 32}, 16)
-        b, _, _, _ = compare("gen 16 steps 16", base, p10, {"steps": 16}, 16)
-        check(a == b, "gen_length 16: steps 32 gives the ids of steps 16")
-        a, _, _, _ = compare("minimal_topk 8", base, p45, {"minimal_topk": 8}, 64)
-        b, _, _, _ = compare("steps 8", base, p45, {"steps": 8}, 64)
-        check(a == b, "gen_length 64, minimal_topk 8: the ids of steps 8")
-
-        print("R17 output length")
-        ids, st, _, _ = compare("gen 40 prompt 45", base, p45, {}, 40)
-        check(len(ids) <= 40, "gen_length 40: %d ids (at most 40; the canvas holds %d)" % (
-            len(ids), -(-(45 + 40) // L) * L - 45))
-
-        print("R2 schedules and forward counts")
-        compare("steps 5 (schedule 7,7,6,6,6)", base, p45, {"steps": 5}, 64)
-        compare("steps 5 recompute", base, p45, {"steps": 5, "recompute": "true"}, 64)
-        compare("steps 48 > block (0-entries)", base, p64, {"steps": 48, "threshold": 0.3}, 80)
-        compare("prompt of whole blocks, recompute", base, p64, {"recompute": "true"}, 40)
-
-        print("R9 sampling")
-        compare("temperature 0.8", base, p10, {"temperature": 0.8, "seed": 3}, 64)
-        compare("temperature 1 (no scaling, drawn)", base, p10, {"temperature": 1, "seed": 4}, 64)
-        compare("temperature 1.5 top_k 5", base, p10,
-                {"temperature": 1.5, "top_k": 5, "seed": 5}, 64)
-        compare("temperature 0.7 top_p 0.8", base, p10,
-                {"temperature": 0.7, "top_p": 0.8, "seed": 6}, 64)
-        compare("greedy top_k 3 top_p 0.5 (filtered confidence)", base, p10,
-                {"top_k": 3, "top_p": 0.5, "threshold": 0.6}, 64)
-
+        if "steps" in parts:
+            part_steps(base, p10, p45, p64)
+        if "sampling" in parts:
+            part_sampling(base, p10)
         # Tokens the base model emits, as rows to copy into a special token's.
-        G = 80
-        plain, _, _, _ = compare("base, prompt 10, gen 80", base, p10, {}, G)
-
-        print("R14/R17/R13 EOS (lm_head row of EOS = 1.05 x a frequent token's)")
-        eos_ckpt = os.path.join(TMP, "eos")
-        GE = 150  # 5 blocks: room for blocks after the one holding EOS
-        nb = -(-(10 + GE) // L)
-        found = None
-        for like in candidates(plain, L - 10)[:8]:
-            favour(base, eos_ckpt, special.eos_id, like, 1.05)
-            ids, st, _ = tide_run(eos_ckpt, p10, {"gen_length": GE})
-            if ids and ids[-1] == special.eos_id and len(ids) > L - 10 and st["blocks"] < nb:
-                found = like
-                break
-        if check(found is not None, "a checkpoint with EOS after the first block, before the "
-                                    "last"):
-            ids, st, rst, _ = compare("EOS", eos_ckpt, p10, {}, GE)
-            check(ids[-1] == special.eos_id and special.eos_id not in ids[:-1] and len(ids) < GE,
-                  "R17: cut after the first EOS (%d ids)" % len(ids))
-            check(st["blocks"] < nb, "R14: %d of %d blocks decoded" % (st["blocks"], nb))
-            e_ids, e_st, _, _ = compare("EOS eos_early_stop", eos_ckpt, p10,
-                                        {"eos_early_stop": "true"}, GE)
-            check(e_ids == ids and e_st["steps"] < st["steps"],
-                  "R13: same ids, %d steps instead of %d" % (e_st["steps"], st["steps"]))
-            compare("EOS recompute", eos_ckpt, p10, {"recompute": "true"}, GE)
-            compare("EOS sampled", eos_ckpt, p10, {"temperature": 0.5, "seed": 9}, GE)
-
-        print("stop tokens (lm_head row of <|role_end|> = 1.05 x a frequent token's)")
-        stop_ckpt = os.path.join(TMP, "stop")
-        found = None
-        for like in candidates(plain, 3)[:8]:
-            favour(base, stop_ckpt, special.stop_id, like, 1.05)
-            ids, _, _ = tide_run(stop_ckpt, p10, {"gen_length": G})
-            if special.stop_id in ids[:-1]:
-                found = like
-                break
-        if check(found is not None, "a checkpoint that emits <|role_end|>"):
-            ids, _, _, _ = compare("role_end, default", stop_ckpt, p10, {}, G)
-            check(special.stop_id in ids[:-1], "only EOS stops by default: <|role_end|> at %d of "
-                  "%d" % (ids.index(special.stop_id), len(ids)))
-            s_ids, _, _, _ = compare("role_end, stop_tokens", stop_ckpt, p10,
-                                     {"stop_tokens": "<|role_end|>"}, G)
-            check(s_ids == ids[:ids.index(special.stop_id) + 1],
-                  "stop_tokens=<|role_end|>: cut after it")
-
-        print("R9 mask token (lm_head row of <|mask|> = 1.05 x a frequent token's)")
-        mask_ckpt = os.path.join(TMP, "mask")
-        done = False
-        for like in candidates(plain, 0)[:8]:
-            favour(base, mask_ckpt, special.mask_id, like, 1.05)
-            ids, st, rst, trace = compare("mask competes (default)", mask_ckpt, p10, {}, G)
-            if rst.get("masks_chosen", 0) > 0:
-                done = True
-                break
-        if check(done, "the mask token was chosen and committed (%d times), tide agreeing on "
-                       "every decision" % rst.get("masks_chosen", 0)):
-            o_ids, _, o_rst, _ = compare("mask_in_argmax=false", mask_ckpt, p10,
-                                         {"mask_in_argmax": "false"}, G)
-            check(special.mask_id not in o_ids and o_rst["masks_chosen"] == 0 and o_ids != ids,
-                  "mask_in_argmax=false: never chosen, a different output")
-            compare("mask competes, recompute", mask_ckpt, p10, {"recompute": "true"}, G)
-
-        print("config.json defaults (official configuration class)")
-        dflt = os.path.join(TMP, "defaults")
-        shutil.copytree(base, dflt)
-        cfg_path = os.path.join(dflt, "config.json")
-        cfg = json.load(open(cfg_path))
-        for k in ("rms_norm_eps", "max_position_embeddings"):
-            del cfg[k]
-        cfg["norm_topk_prob"] = False  # ignored upstream
-        cfg["rotary_dim"] = 4  # ignored upstream
-        json.dump(cfg, open(cfg_path, "w"))
-        ids = p45
-        out = os.path.join(TMP, "fwd.f32")
-        trace = os.path.join(TMP, "fwd.trace")
-        r = subprocess.run([TIDE, "--quiet", "forward", "--set", "model.path=" + dflt, "--ids",
-                            ",".join(map(str, ids)), "--out", out, "--chunk", "0", "--trace",
-                            trace], capture_output=True, text=True)
-        if check(r.returncode == 0, "tide forward on the defaulted config" + (
-                ": " + r.stderr if r.returncode else "")):
-            model = R.Model(dflt)
-            vocab = model.cfg.vocab
-            got = np.fromfile(out, dtype="<f4").reshape(len(ids), vocab)
-            model.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
-            want = model.forward(np.array(ids), 0, L, force=R.read_trace_routes(trace))
-            scale = float(np.abs(want).max())
-            diff = float(np.abs(got - want).max())
-            check(model.cfg.eps == 1e-5 and model.cfg.rot == 8,
-                  "reference: rms_norm_eps 1e-5, RoPE dims int(16 x 0.5) = 8")
-            check(diff <= 2e-2 * scale and not model.route_stats["unexplained"],
-                  "logits agree (max |diff| %.3g, scale %.3g)" % (diff, scale))
+        plain = None
+        if parts & {"eos", "stop", "mask"}:
+            plain, _, _, _ = compare("base, prompt 10, gen 80", base, p10, {}, 80)
+        if "eos" in parts:
+            part_eos(base, special, p10, plain)
+        if "stop" in parts:
+            part_stop(base, special, p10, plain)
+        if "mask" in parts:
+            part_mask(base, special, p10, plain)
+        if "config" in parts:
+            part_config(base, p45)
     finally:
         shutil.rmtree(TMP, ignore_errors=True)
     print("%d failed" % len(FAILS))
     for f in FAILS:
         print("  -", f)
     return 1 if FAILS else 0
+
+
+def part_steps(base, p10, p45, p64):
+    print("R1 steps cap")
+    a, _, _, _ = compare("gen 16 steps 32", base, p10, {"steps": 32}, 16)
+    b, _, _, _ = compare("gen 16 steps 16", base, p10, {"steps": 16}, 16)
+    check(a == b, "gen_length 16: steps 32 gives the ids of steps 16")
+    a, _, _, _ = compare("minimal_topk 8", base, p45, {"minimal_topk": 8}, 64)
+    b, _, _, _ = compare("steps 8", base, p45, {"steps": 8}, 64)
+    check(a == b, "gen_length 64, minimal_topk 8: the ids of steps 8")
+
+    print("R17 output length")
+    ids, st, _, _ = compare("gen 40 prompt 45", base, p45, {}, 40)
+    check(len(ids) <= 40, "gen_length 40: %d ids (at most 40; the canvas holds %d)" % (
+        len(ids), -(-(45 + 40) // L) * L - 45))
+
+    print("R2 schedules and forward counts")
+    compare("steps 5 (schedule 7,7,6,6,6)", base, p45, {"steps": 5}, 64)
+    compare("steps 5 recompute", base, p45, {"steps": 5, "recompute": "true"}, 64)
+    compare("steps 48 > block (0-entries)", base, p64, {"steps": 48, "threshold": 0.3}, 80)
+    compare("prompt of whole blocks, recompute", base, p64, {"recompute": "true"}, 40)
+
+
+def part_sampling(base, p10):
+    print("R9 sampling")
+    compare("temperature 0.8", base, p10, {"temperature": 0.8, "seed": 3}, 64)
+    compare("temperature 1 (no scaling, drawn)", base, p10, {"temperature": 1, "seed": 4}, 64)
+    compare("temperature 1.5 top_k 5", base, p10,
+            {"temperature": 1.5, "top_k": 5, "seed": 5}, 64)
+    compare("temperature 0.7 top_p 0.8", base, p10,
+            {"temperature": 0.7, "top_p": 0.8, "seed": 6}, 64)
+    compare("greedy top_k 3 top_p 0.5 (filtered confidence)", base, p10,
+            {"top_k": 3, "top_p": 0.5, "threshold": 0.6}, 64)
+
+
+def part_eos(base, special, p10, plain):
+    print("R14/R17/R13 EOS (lm_head row of EOS = 1.05 x a frequent token's)")
+    eos_ckpt = os.path.join(TMP, "eos")
+    GE = 150  # 5 blocks: room for blocks after the one holding EOS
+    nb = -(-(10 + GE) // L)
+    found = None
+    for like in candidates(plain, L - 10)[:8]:
+        favour(base, eos_ckpt, special.eos_id, like, 1.05)
+        ids, st, _ = tide_run(eos_ckpt, p10, {"gen_length": GE})
+        if ids and ids[-1] == special.eos_id and len(ids) > L - 10 and st["blocks"] < nb:
+            found = like
+            break
+    if check(found is not None, "a checkpoint with EOS after the first block, before the "
+                                "last"):
+        ids, st, rst, _ = compare("EOS", eos_ckpt, p10, {}, GE)
+        check(ids[-1] == special.eos_id and special.eos_id not in ids[:-1] and len(ids) < GE,
+              "R17: cut after the first EOS (%d ids)" % len(ids))
+        check(st["blocks"] < nb, "R14: %d of %d blocks decoded" % (st["blocks"], nb))
+        e_ids, e_st, _, _ = compare("EOS eos_early_stop", eos_ckpt, p10,
+                                    {"eos_early_stop": "true"}, GE)
+        check(e_ids == ids and e_st["steps"] < st["steps"],
+              "R13: same ids, %d steps instead of %d" % (e_st["steps"], st["steps"]))
+        compare("EOS recompute", eos_ckpt, p10, {"recompute": "true"}, GE)
+        compare("EOS sampled", eos_ckpt, p10, {"temperature": 0.5, "seed": 9}, GE)
+
+
+def part_stop(base, special, p10, plain):
+    G = 80
+    print("stop tokens (lm_head row of <|role_end|> = 1.05 x a frequent token's)")
+    stop_ckpt = os.path.join(TMP, "stop")
+    found = None
+    for like in candidates(plain, 3)[:8]:
+        favour(base, stop_ckpt, special.stop_id, like, 1.05)
+        ids, _, _ = tide_run(stop_ckpt, p10, {"gen_length": G})
+        if special.stop_id in ids[:-1]:
+            found = like
+            break
+    if check(found is not None, "a checkpoint that emits <|role_end|>"):
+        ids, _, _, _ = compare("role_end, default", stop_ckpt, p10, {}, G)
+        check(special.stop_id in ids[:-1], "only EOS stops by default: <|role_end|> at %d of "
+              "%d" % (ids.index(special.stop_id), len(ids)))
+        s_ids, _, _, _ = compare("role_end, stop_tokens", stop_ckpt, p10,
+                                 {"stop_tokens": "<|role_end|>"}, G)
+        check(s_ids == ids[:ids.index(special.stop_id) + 1],
+              "stop_tokens=<|role_end|>: cut after it")
+
+
+def part_mask(base, special, p10, plain):
+    G = 80
+    print("R9 mask token (lm_head row of <|mask|> = 1.05 x a frequent token's)")
+    mask_ckpt = os.path.join(TMP, "mask")
+    done = False
+    for like in candidates(plain, 0)[:8]:
+        favour(base, mask_ckpt, special.mask_id, like, 1.05)
+        ids, st, rst, trace = compare("mask competes (default)", mask_ckpt, p10, {}, G)
+        if rst.get("masks_chosen", 0) > 0:
+            done = True
+            break
+    if check(done, "the mask token was chosen and committed (%d times), tide agreeing on "
+                   "every decision" % rst.get("masks_chosen", 0)):
+        o_ids, _, o_rst, _ = compare("mask_in_argmax=false", mask_ckpt, p10,
+                                     {"mask_in_argmax": "false"}, G)
+        check(special.mask_id not in o_ids and o_rst["masks_chosen"] == 0 and o_ids != ids,
+              "mask_in_argmax=false: never chosen, a different output")
+        compare("mask competes, recompute", mask_ckpt, p10, {"recompute": "true"}, G)
+
+
+def part_config(base, p45):
+    print("config.json defaults (official configuration class)")
+    dflt = os.path.join(TMP, "defaults")
+    shutil.copytree(base, dflt)
+    cfg_path = os.path.join(dflt, "config.json")
+    cfg = json.load(open(cfg_path))
+    for k in ("rms_norm_eps", "max_position_embeddings"):
+        del cfg[k]
+    cfg["norm_topk_prob"] = False  # ignored upstream
+    cfg["rotary_dim"] = 4  # ignored upstream
+    json.dump(cfg, open(cfg_path, "w"))
+    ids = p45
+    out = os.path.join(TMP, "fwd.f32")
+    trace = os.path.join(TMP, "fwd.trace")
+    r = subprocess.run([TIDE, "--quiet", "forward", "--set", "model.path=" + dflt, "--ids",
+                        ",".join(map(str, ids)), "--out", out, "--chunk", "0", "--trace",
+                        trace], capture_output=True, text=True)
+    if check(r.returncode == 0, "tide forward on the defaulted config" + (
+            ": " + r.stderr if r.returncode else "")):
+        model = R.Model(dflt)
+        vocab = model.cfg.vocab
+        got = np.fromfile(out, dtype="<f4").reshape(len(ids), vocab)
+        model.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
+        want = model.forward(np.array(ids), 0, L, force=R.read_trace_routes(trace))
+        scale = float(np.abs(want).max())
+        diff = float(np.abs(got - want).max())
+        check(model.cfg.eps == 1e-5 and model.cfg.rot == 8,
+              "reference: rms_norm_eps 1e-5, RoPE dims int(16 x 0.5) = 8")
+        check(diff <= 2e-2 * scale and not model.route_stats["unexplained"],
+              "logits agree (max |diff| %.3g, scale %.3g)" % (diff, scale))
 
 
 if __name__ == "__main__":
