@@ -73,6 +73,12 @@ int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
 void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
                                double seconds, int64_t tokens);
 
+/* Create root if needed, then a new folder root/YYYYmmdd-HHMMSS<suffix>
+ * (with -1, -2, ... when taken) whose path goes into dir. `what` names the
+ * setting in messages. Returns TIDE_OK or TIDE_E_IO (logged). */
+int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir,
+                      size_t len);
+
 /* The CPU's model name from /proc/cpuinfo into buf ("unknown" when absent). */
 void cli_cpu_model(char *buf, size_t len);
 

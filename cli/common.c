@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -283,6 +285,31 @@ int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
     if (rc == TIDE_OK)
         *sink = tide_trace_writer_sink(*w);
     return rc;
+}
+
+int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir, size_t len)
+{
+    if (mkdir(root, 0777) != 0 && errno != EEXIST) {
+        tide_error("%s = %s: cannot create it: %s", what, root, strerror(errno));
+        return TIDE_E_IO;
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int i = 0; i < 100; i++) {
+        if (i)
+            snprintf(dir, len, "%s/%s%s-%d", root, stamp, suffix, i);
+        else
+            snprintf(dir, len, "%s/%s%s", root, stamp, suffix);
+        if (mkdir(dir, 0777) == 0)
+            return TIDE_OK;
+        if (errno != EEXIST)
+            break;
+    }
+    tide_error("%s: cannot create a results folder under %s: %s", what, root, strerror(errno));
+    return TIDE_E_IO;
 }
 
 bool cli_wants_help(int argc, char **argv, int from)

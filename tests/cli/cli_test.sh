@@ -100,6 +100,7 @@ help-all)
     cmds=$(awk '/^commands:$/ { on = 1; next } on && /^$/ { exit } on { print $1 }' "$work/out")
     [ "$(echo "$cmds" | wc -w)" -ge 11 ] || fail "expected at least 11 commands, got: $cmds"
     for c in $cmds "trace info" "trace synth" "trace counts" "config check" "config doc" \
+        "bench merge" "sim merge" \
         "trace synth out.tidetrace --layers" "config check x.ini --set"; do
         for h in --help -h; do
             # shellcheck disable=SC2086

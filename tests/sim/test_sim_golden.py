@@ -130,10 +130,9 @@ def bench(binary, tmp):
         print("expected one metrics file, got", metrics)
         return 1
     manifest = json.load(open(os.path.join(out, runs[0], "manifest.json")))
-    if manifest.get("interrupted") is not False or manifest.get("finished") != [
-            {"policy": "policy-lru", "budget": 8, "interval": None}]:
+    if manifest.get("interrupted") is not False or len(manifest.get("rows", [])) != 1:
         print("manifest.json: expected interrupted false and one finished configuration, got",
-              manifest.get("interrupted"), manifest.get("finished"))
+              manifest.get("interrupted"), manifest.get("rows"))
         return 1
     info = tide(binary, ["trace", "info", trace]).stdout
     if "prompts 3," not in info:
