@@ -87,6 +87,10 @@ void cli_cpu_model(char *buf, size_t len);
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
 
+/* True when any of argv[from..argc) is -h or --help (commands with
+ * subcommands answer it wherever it appears). */
+bool cli_wants_help(int argc, char **argv, int from);
+
 int cmd_plugins(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -308,3 +308,11 @@ int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, ch
     tide_error("%s: cannot create a results folder under %s: %s", what, root, strerror(errno));
     return TIDE_E_IO;
 }
+
+bool cli_wants_help(int argc, char **argv, int from)
+{
+    for (int i = from; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return true;
+    return false;
+}

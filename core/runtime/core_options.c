@@ -45,21 +45,49 @@ static const struct tide_option policy_options[] = {
 };
 
 static const struct tide_option generation_options[] = {
-    {"gen_length", TIDE_OPT_INT, "128", "tokens to generate (rounded up to whole blocks)", NULL,
+    {"gen_length", TIDE_OPT_INT, "128",
+     "most tokens to generate; the output is cut after the first EOS (docs/decoding.md)", NULL,
      "[1,]"},
     {"block_length", TIDE_OPT_INT, "32", "tokens per diffusion block", NULL, "[1,4096]"},
-    {"steps", TIDE_OPT_INT, "32", "most denoising steps per block", NULL, "[1,4096]"},
+    {"steps", TIDE_OPT_INT, "32",
+     "denoising steps per block, capped at gen_length / minimal_topk as in the official "
+     "generate()",
+     NULL, "[1,4096]"},
+    {"minimal_topk", TIDE_OPT_INT, "1",
+     "steps = min(steps, gen_length / minimal_topk) (the official generate()'s minimal_topk)", NULL,
+     "[1,]"},
     {"threshold", TIDE_OPT_FLOAT, "0.95",
-     "commit every masked position whose probability exceeds this (at least one per step)", NULL,
-     "(0,1]"},
-    {"temperature", TIDE_OPT_FLOAT, "0", "0 = greedy (argmax); > 0 samples from softmax(l/T)", NULL,
-     "[0,]"},
-    {"top_k", TIDE_OPT_INT, "0", "sample among the k most likely tokens; 0 = all", NULL, "[0,]"},
-    {"top_p", TIDE_OPT_FLOAT, "1", "nucleus sampling mass", NULL, "(0,1]"},
+     "commit every masked position whose probability exceeds this; if fewer than the step's "
+     "scheduled count do, commit the most confident instead",
+     NULL, "(0,1]"},
+    {"temperature", TIDE_OPT_FLOAT, "0",
+     "0 = argmax (lowest id on ties); > 0 samples from softmax(logits / T) with TIDE's seeded "
+     "RNG",
+     NULL, "[0,]"},
+    {"top_k", TIDE_OPT_INT, "0",
+     "keep the tokens whose logit is at least the k-th largest (ties kept); 0 = all", NULL, "[0,]"},
+    {"top_p", TIDE_OPT_FLOAT, "1",
+     "keep the smallest set of most likely tokens whose probability exceeds this (applied after "
+     "top_k); 1 = all",
+     NULL, "[0,1]"},
     {"seed", TIDE_OPT_INT, "0", "random seed for sampling", NULL, NULL},
+    {"eos_early_stop", TIDE_OPT_BOOL, "false",
+     "stop inside a block as soon as a committed EOS has no mask before it (the official "
+     "eos_early_stop); the tokens returned are the same, fewer forwards run",
+     NULL, NULL},
+    {"stop_tokens", TIDE_OPT_STRING, "",
+     "tokens that also end generation as EOS does, comma-separated token strings (e.g. "
+     "<|role_end|>); empty = EOS only, as the official generate()",
+     NULL, NULL},
+    {"mask_in_argmax", TIDE_OPT_BOOL, "true",
+     "the mask token competes in the argmax and softmax, as in the official generate(); false "
+     "leaves it out (it can then never be chosen)",
+     NULL, NULL},
     {"chat", TIDE_OPT_BOOL, "false", "wrap the prompt in the model's chat template", NULL, NULL},
     {"recompute", TIDE_OPT_BOOL, "false",
-     "debug: recompute the whole prefix every step instead of using the KV cache", NULL, NULL},
+     "recompute the whole prefix every step instead of using the KV cache: exactly the "
+     "official generate()'s forwards (slow; for verification)",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -34,7 +34,7 @@ struct tide_engine {
     struct tide_moe *moe;
     struct tide_model *model;
     struct tide_tokenizer *tok;
-    struct tide_gen_tokens ids; /* mask, eos, stop */
+    struct tide_gen_tokens ids; /* mask, eos, [generation] stop_tokens */
     char model_dir[4096];
     /* Set by tide_engine_open (engine_api.c) only. */
     struct tide_config *own_cfg;               /* owned; cfg points to it */
