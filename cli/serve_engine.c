@@ -25,9 +25,9 @@ struct serve_engine {
     char policy[128];
     char eos_name[128];
     /* The text of each end-of-text id, stripped from answers. */
-    int32_t end_ids[2];
-    char *end_text[2];
-    size_t end_len[2];
+    int32_t end_ids[1 + TIDE_GEN_MAX_STOP];
+    char *end_text[1 + TIDE_GEN_MAX_STOP];
+    size_t end_len[1 + TIDE_GEN_MAX_STOP];
     int n_end;
     FILE *metrics; /* [output] metrics, or NULL */
     const char *metrics_path;
@@ -49,11 +49,15 @@ static void se_settings(const struct tide_config *cfg, struct serve_settings *st
     };
 }
 
-/* The end-of-text ids (EOS and the model's stop token) and their text. */
+/* The end-of-text ids (EOS and [generation] stop_tokens) and their text. */
 static int se_end_tokens(struct serve_engine *s)
 {
-    const int32_t ids[2] = {s->e->ids.eos, s->e->ids.stop};
-    for (int i = 0; i < 2; i++) {
+    int32_t ids[1 + TIDE_GEN_MAX_STOP];
+    int n = 0;
+    ids[n++] = s->e->ids.eos;
+    for (int i = 0; i < s->e->ids.n_stop; i++)
+        ids[n++] = s->e->ids.stop[i];
+    for (int i = 0; i < n; i++) {
         if (ids[i] < 0)
             continue;
         char *t = NULL;
