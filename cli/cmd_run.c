@@ -209,8 +209,7 @@ int cmd_run(int argc, char **argv)
     const struct tide_opts *go = tide_config_section(c.cfg, "generation");
     const struct tide_opts *oo = tide_config_section(c.cfg, "output");
     chat = chat || tide_opts_bool(go, "chat");
-    if ((rc = tide_engine_prepare(c.cfg, c.plugins, &e)) != TIDE_OK ||
-        (rc = tide_engine_load(e, c.plugins)) != TIDE_OK)
+    if ((rc = cli_engine_open(&c, &e)) != TIDE_OK)
         goto done;
     if (ids_text)
         rc = cli_parse_ids(ids_text, "--ids", &ids, &n_ids);

@@ -17,6 +17,7 @@ static const struct tide_model_ops llada2_ops = {
     .inspect = llada2_inspect,
     .mkmodel = llada2_mkmodel,
     .chat_template = llada2_chat,
+    .prompt_vector = llada2_prompt_vector,
 };
 
 static const struct tide_plugin_desc llada2_desc = {

@@ -1,0 +1,325 @@
+/* The cost-aware "rent or buy" rule, shared by policy-cost and policy-warm
+ * (header-only, static inline).
+ *
+ * Per MoE layer and denoising step:
+ *  - each expert's estimated rows per step for the rest of the block is an
+ *    exponential average of its counts in this block (`alpha` on the newest
+ *    step); at block begin it starts from `carry` x the last block's
+ *    estimate plus (1 - carry) x the expert's long-term mean rows per step
+ *    (decaying over `memory` blocks), or from a prior the caller supplies;
+ *  - an active expert that is not resident is "rented" (runs on the host)
+ *    until buying it pays: it is promoted, evicting the resident of least
+ *    estimated rows (free slots first), when the modelled time it saves now
+ *    plus the per-step saving at the estimated rows times the expected
+ *    remaining steps of the block exceeds `hysteresis` promotions' worth of
+ *    time. Candidates go busiest (by estimate) first; the first that does not
+ *    pay ends the step's promotions;
+ *  - the step's active experts are placed to minimise the modelled time:
+ *    the non-resident ones on the host, and as many residents on the host as
+ *    balance the device and the host path (`balance`).
+ * The expected steps per block are the mean over the blocks seen, starting
+ * from the shape's max_steps. Per-layer state and scratch: plan() calls for
+ * different layers may run concurrently. */
+#ifndef TIDE_POLICY_COMMON_RENTBUY_H
+#define TIDE_POLICY_COMMON_RENTBUY_H
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy-common/costs.h"
+#include "policy-common/plan.h"
+#include "tide/option.h"
+#include "tide/policy.h"
+#include "tide/status.h"
+
+/* Rows below this count as no activity in the estimates. */
+#define POLC_RB_EPS 1e-3
+
+/* Option-table entries of the rule (list all five, POLC_RB_OPTIONS). */
+#define POLC_RB_OPTION_ALPHA                                                                       \
+    {                                                                                              \
+        "alpha", TIDE_OPT_FLOAT, "0.5",                                                            \
+            "weight of the newest step in each expert's estimated rows per step (1 = the last "    \
+            "step only)",                                                                          \
+            NULL, "[0.01,1]"                                                                       \
+    }
+#define POLC_RB_OPTION_CARRY                                                                       \
+    {                                                                                              \
+        "carry", TIDE_OPT_FLOAT, "0.3",                                                            \
+            "share of a block's estimate carried into the next block; the rest is the expert's "   \
+            "long-term mean",                                                                      \
+            NULL, "[0,1]"                                                                          \
+    }
+#define POLC_RB_OPTION_MEMORY                                                                      \
+    {                                                                                              \
+        "memory", TIDE_OPT_INT, "8", "blocks over which the long-term mean rows decay", NULL,      \
+            "[1,]"                                                                                 \
+    }
+#define POLC_RB_OPTION_HYSTERESIS                                                                  \
+    {                                                                                              \
+        "hysteresis", TIDE_OPT_FLOAT, "0.25",                                                      \
+            "a promotion must save this many promotions' worth of modelled time beyond its cost "  \
+            "(against flapping)",                                                                  \
+            NULL, "[0,]"                                                                           \
+    }
+#define POLC_RB_OPTION_BALANCE                                                                     \
+    {                                                                                              \
+        "balance", TIDE_OPT_BOOL, "true",                                                          \
+            "run residents on the host when that lowers the modelled time (device-bound steps)",   \
+            NULL, NULL                                                                             \
+    }
+#define POLC_RB_OPTIONS                                                                            \
+    POLC_RB_OPTION_ALPHA, POLC_RB_OPTION_CARRY, POLC_RB_OPTION_MEMORY, POLC_RB_OPTION_HYSTERESIS,  \
+        POLC_RB_OPTION_BALANCE
+
+struct polc_rb_layer {
+    double *est;          /* [n_experts] estimated rows per step, this block */
+    double *pop;          /* [n_experts] decayed rows (long-term) */
+    double pop_w;         /* decayed steps: pop / pop_w is the mean rows per step */
+    double *now;          /* [n_experts] scratch: this step's counts */
+    uint8_t *res;         /* [n_experts] scratch: residency as planned */
+    int32_t *order;       /* [n_experts] scratch: candidates, then victims */
+    struct polc_item *it; /* [n_experts] scratch */
+    int steps;            /* steps seen in the current block */
+};
+
+struct polc_rb {
+    const struct tide_policy_shape *shape; /* the policy's copy */
+    const struct tide_policy_costs *c;
+    double alpha, carry, decay, hysteresis;
+    bool balance;
+    double steps_sum; /* steps of the finished blocks, plus the prior */
+    double blocks;    /* finished blocks, plus one for the prior */
+    bool in_block;
+    struct polc_rb_layer *ly; /* [n_moe_layers] */
+};
+
+static inline void polc_rb_free(struct polc_rb *rb)
+{
+    for (int l = 0; rb->ly && l < rb->shape->n_moe_layers; l++) {
+        struct polc_rb_layer *y = &rb->ly[l];
+        free(y->est);
+        free(y->pop);
+        free(y->now);
+        free(y->res);
+        free(y->order);
+        free(y->it);
+    }
+    free(rb->ly);
+    rb->ly = NULL;
+}
+
+/* Set up the rule for `shape` (kept by pointer: the policy's own copy) with
+ * costs c (required) and the POLC_RB_OPTIONS of opts. Returns TIDE_OK or
+ * TIDE_E_NOMEM; free with polc_rb_free either way. */
+static inline int polc_rb_init(struct polc_rb *rb, const struct tide_policy_shape *shape,
+                               const struct tide_policy_costs *c, const struct tide_opts *opts)
+{
+    memset(rb, 0, sizeof *rb);
+    rb->shape = shape;
+    rb->c = c;
+    rb->alpha = tide_opts_float(opts, "alpha");
+    rb->carry = tide_opts_float(opts, "carry");
+    rb->hysteresis = tide_opts_float(opts, "hysteresis");
+    rb->balance = tide_opts_bool(opts, "balance");
+    const int max_steps =
+        TIDE_SHAPE_HAS(shape, max_steps) && shape->max_steps > 0 ? shape->max_steps : 32;
+    rb->steps_sum = max_steps;
+    rb->blocks = 1;
+    /* Long-term mean: each step's weight decays to about 1/e over `memory` blocks. */
+    rb->decay = 1.0 - 1.0 / ((double)tide_opts_int(opts, "memory") * max_steps);
+    const size_t L = (size_t)shape->n_moe_layers, E = (size_t)shape->n_experts;
+    rb->ly = calloc(L ? L : 1, sizeof *rb->ly);
+    if (!rb->ly)
+        return TIDE_E_NOMEM;
+    for (size_t l = 0; l < L; l++) {
+        struct polc_rb_layer *y = &rb->ly[l];
+        y->est = calloc(E, sizeof *y->est);
+        y->pop = calloc(E, sizeof *y->pop);
+        y->now = calloc(E, sizeof *y->now);
+        y->res = malloc(E);
+        y->order = malloc(E * sizeof *y->order);
+        y->it = malloc(E * sizeof *y->it);
+        if (!y->est || !y->pop || !y->now || !y->res || !y->order || !y->it)
+            return TIDE_E_NOMEM;
+    }
+    return TIDE_OK;
+}
+
+/* A block begins: fold the last block's length into the expected steps and
+ * start each layer's estimates, from prior[l][e] (rows per step) when given,
+ * else from the carried estimate and the long-term mean. */
+static inline void polc_rb_block_begin(struct polc_rb *rb, const float *prior)
+{
+    const int L = rb->shape->n_moe_layers, E = rb->shape->n_experts;
+    if (rb->in_block && L > 0 && rb->ly[0].steps > 0) {
+        rb->steps_sum += rb->ly[0].steps;
+        rb->blocks += 1;
+    }
+    rb->in_block = true;
+    for (int l = 0; l < L; l++) {
+        struct polc_rb_layer *y = &rb->ly[l];
+        y->steps = 0;
+        for (int e = 0; e < E; e++) {
+            if (prior) {
+                y->est[e] = prior[(size_t)l * (size_t)E + (size_t)e];
+            } else {
+                const double mean = y->pop_w > 0 ? y->pop[e] / y->pop_w : 0;
+                y->est[e] = rb->carry * y->est[e] + (1 - rb->carry) * mean;
+            }
+        }
+    }
+}
+
+/* Modelled time of one layer-forward where expert e has rows[e] rows,
+ * residents res[] may run on either side (balanced when asked) and the
+ * others on the host, with `promotions` copies. */
+static inline double polc_rb_eval(const struct polc_rb *rb, struct polc_rb_layer *y,
+                                  const double *rows, const uint8_t *res, int promotions)
+{
+    const struct tide_policy_costs *c = rb->c;
+    struct polc_work w = {.promotions = promotions};
+    int n = 0;
+    for (int e = 0; e < rb->shape->n_experts; e++) {
+        const double r = rows[e];
+        if (r < POLC_RB_EPS)
+            continue;
+        if (res[e]) {
+            y->it[n++] = (struct polc_item){
+                .dev = polc_dev_us(c, r), .host = polc_host_us(c, r), .rows = r, .id = e};
+        } else {
+            w.host += polc_host_us(c, r);
+            w.host_rows += r;
+            w.any_host = true;
+        }
+    }
+    if (!rb->balance) {
+        for (int i = 0; i < n; i++)
+            w.dev += y->it[i].dev;
+        return polc_time(c, &w);
+    }
+    int k;
+    return polc_balance(c, &w, y->it, n, &k);
+}
+
+/* ids[n] by v[] descending, ties to the lower id (n is small). */
+static inline void polc_rb_sort_desc(int32_t *ids, int n, const double *v)
+{
+    for (int i = 1; i < n; i++) {
+        int32_t x = ids[i];
+        int j = i - 1;
+        while (j >= 0 && (v[ids[j]] < v[x] || (v[ids[j]] == v[x] && ids[j] > x))) {
+            ids[j + 1] = ids[j];
+            j--;
+        }
+        ids[j + 1] = x;
+    }
+}
+
+/* ids[n] by (est, pop, id) ascending: the first is evicted first. */
+static inline void polc_rb_sort_victims(int32_t *ids, int n, const double *est, const double *pop)
+{
+    for (int i = 1; i < n; i++) {
+        int32_t x = ids[i];
+        int j = i - 1;
+        while (j >= 0 && (est[ids[j]] > est[x] ||
+                          (est[ids[j]] == est[x] &&
+                           (pop[ids[j]] > pop[x] || (pop[ids[j]] == pop[x] && ids[j] > x))))) {
+            ids[j + 1] = ids[j];
+            j--;
+        }
+        ids[j + 1] = x;
+    }
+}
+
+/* The plan of one layer at one step (the view was checked: n_res residents). */
+static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_view *v, int n_res,
+                                struct tide_plan *out)
+{
+    const int E = rb->shape->n_experts;
+    struct polc_rb_layer *y = &rb->ly[v->layer];
+    if (v->step + 1 > y->steps)
+        y->steps = v->step + 1;
+    for (int e = 0; e < E; e++) {
+        const double r = v->counts[e];
+        y->now[e] = r;
+        y->est[e] = rb->alpha * r + (1 - rb->alpha) * y->est[e];
+        y->pop[e] = rb->decay * y->pop[e] + r;
+    }
+    y->pop_w = rb->decay * y->pop_w + 1;
+    memcpy(y->res, v->resident, (size_t)E);
+    out->n_promote = 0;
+    double h = rb->steps_sum / rb->blocks - v->step - 1; /* expected steps after this one */
+    if (h < 1)
+        h = 1;
+    int n_cand = 0;
+    for (int e = 0; e < E; e++)
+        if (v->counts[e] && !y->res[e])
+            y->order[n_cand++] = e;
+    polc_rb_sort_desc(y->order, n_cand, y->est);
+    int32_t *victims = y->order + n_cand;
+    int n_vict = 0;
+    for (int e = 0; e < E; e++)
+        if (y->res[e])
+            victims[n_vict++] = e;
+    polc_rb_sort_victims(victims, n_vict, y->est, y->pop);
+    int free_slots = rb->shape->budget - n_res, vi = 0;
+    double t_future = polc_rb_eval(rb, y, y->est, y->res, 0);
+    double t_now = polc_rb_eval(rb, y, y->now, y->res, 0);
+    const double margin = rb->hysteresis * rb->c->promote_us;
+    for (int k = 0; k < n_cand && out->n_promote < rb->shape->budget; k++) {
+        const int32_t e = y->order[k];
+        int32_t u = -1;
+        if (free_slots <= 0) {
+            if (vi >= n_vict)
+                break;
+            u = victims[vi];
+            if (y->est[u] >= y->est[e])
+                break; /* every resident left is estimated at least as busy */
+            y->res[u] = 0;
+        }
+        y->res[e] = 1;
+        const double tf = polc_rb_eval(rb, y, y->est, y->res, 0);
+        const double tn = polc_rb_eval(rb, y, y->now, y->res, out->n_promote + 1);
+        if ((t_now - tn) + h * (t_future - tf) <= margin) {
+            y->res[e] = 0;
+            if (u >= 0)
+                y->res[u] = 1;
+            break;
+        }
+        if (u >= 0)
+            vi++;
+        else
+            free_slots--;
+        out->promote[out->n_promote] = e;
+        out->evict[out->n_promote] = u;
+        out->n_promote++;
+        t_future = tf;
+        t_now = tn;
+    }
+    polc_place(rb->shape, v, out);
+    if (!rb->balance)
+        return;
+    struct polc_work w = {.promotions = out->n_promote};
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        if (!v->counts[e])
+            continue;
+        const double r = v->counts[e];
+        if (y->res[e]) {
+            y->it[n++] = (struct polc_item){
+                .dev = polc_dev_us(rb->c, r), .host = polc_host_us(rb->c, r), .rows = r, .id = e};
+        } else {
+            w.host += polc_host_us(rb->c, r);
+            w.host_rows += r;
+            w.any_host = true;
+        }
+    }
+    int n_host = 0;
+    polc_balance(rb->c, &w, y->it, n, &n_host);
+    for (int i = 0; i < n_host; i++)
+        out->place[y->it[i].id] = TIDE_PLACE_HOST;
+}
+
+#endif
