@@ -81,6 +81,34 @@ static const struct mk_preset mk_presets[] = {
       .expert_bias = true},
      480,
      true},
+    /* Between the two: experts large enough (768 KiB) that placement costs
+     * show in measured step times, ~100 MB in all (2 MoE layers x 64). */
+    {"small",
+     {.hidden = 512,
+      .n_layers = 3,
+      .n_heads = 8,
+      .n_kv_heads = 2,
+      .head_dim = 64,
+      .rot_dim = 32,
+      .inter = 1024,
+      .moe_inter = 256,
+      .n_experts = 64,
+      .top_k = 8,
+      .n_shared = 1,
+      .n_group = 8,
+      .topk_group = 4,
+      .first_dense = 1,
+      .vocab = 0,
+      .max_pos = 4096,
+      .rope_theta = 600000.0,
+      .eps = 1e-6,
+      .routed_scale = 2.5,
+      .norm_topk = true,
+      .qk_norm = true,
+      .tied = false,
+      .expert_bias = true},
+     480,
+     true},
     {"llada2-mini",
      {.hidden = 2048,
       .n_layers = 20,
@@ -284,7 +312,7 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
         if (!strcmp(mk_presets[i].name, preset))
             p = &mk_presets[i];
     if (!p) {
-        tide_error("mkmodel: unknown preset '%s' (model-llada2 has tiny, llada2-mini, "
+        tide_error("mkmodel: unknown preset '%s' (model-llada2 has tiny, small, llada2-mini, "
                    "llada2-flash)",
                    preset);
         return TIDE_E_CONFIG;

@@ -10,10 +10,13 @@
  *  - an active expert that is not resident is "rented" (runs on the host)
  *    until buying it pays: it is promoted, evicting the resident of least
  *    estimated rows (free slots first), when the modelled time it saves now
- *    plus the per-step saving at the estimated rows times the expected
- *    remaining steps of the block exceeds `hysteresis` promotions' worth of
- *    time. Candidates go busiest (by estimate) first; the first that does not
- *    pay ends the step's promotions;
+ *    plus the per-step saving at the estimated rows over the expected
+ *    remaining steps of the block, the step k ahead weighted q^k, exceeds
+ *    `hysteresis` promotions' worth of time. q (`persistence`) is the chance
+ *    that an expert active at a step is active at the next, measured per
+ *    layer: flickering routing buys less. Candidates go busiest (by estimate)
+ *    first and only past a resident estimated less busy; the first that does
+ *    not pay ends the step's promotions;
  *  - the step's active experts are placed to minimise the modelled time:
  *    the non-resident ones on the host, and as many residents on the host as
  *    balance the device and the host path (`balance`).
@@ -39,7 +42,7 @@
 /* Option-table entries of the rule (list all five, POLC_RB_OPTIONS). */
 #define POLC_RB_OPTION_ALPHA                                                                       \
     {                                                                                              \
-        "alpha", TIDE_OPT_FLOAT, "0.5",                                                            \
+        "alpha", TIDE_OPT_FLOAT, "0.7",                                                            \
             "weight of the newest step in each expert's estimated rows per step (1 = the last "    \
             "step only)",                                                                          \
             NULL, "[0.01,1]"                                                                       \
@@ -58,7 +61,7 @@
     }
 #define POLC_RB_OPTION_HYSTERESIS                                                                  \
     {                                                                                              \
-        "hysteresis", TIDE_OPT_FLOAT, "0.25",                                                      \
+        "hysteresis", TIDE_OPT_FLOAT, "0",                                                         \
             "a promotion must save this many promotions' worth of modelled time beyond its cost "  \
             "(against flapping)",                                                                  \
             NULL, "[0,]"                                                                           \
@@ -69,9 +72,17 @@
             "run residents on the host when that lowers the modelled time (device-bound steps)",   \
             NULL, NULL                                                                             \
     }
+#define POLC_RB_OPTION_PERSISTENCE                                                                 \
+    {                                                                                              \
+        "persistence", TIDE_OPT_STRING, "auto",                                                    \
+            "chance that an expert active at a step is active at the next, which discounts "       \
+            "later steps' savings: auto = measured per layer, or a number in (0, 1] (1 = no "      \
+            "discount)",                                                                           \
+            NULL, NULL                                                                             \
+    }
 #define POLC_RB_OPTIONS                                                                            \
     POLC_RB_OPTION_ALPHA, POLC_RB_OPTION_CARRY, POLC_RB_OPTION_MEMORY, POLC_RB_OPTION_HYSTERESIS,  \
-        POLC_RB_OPTION_BALANCE
+        POLC_RB_OPTION_PERSISTENCE, POLC_RB_OPTION_BALANCE
 
 struct polc_rb_layer {
     double *est;          /* [n_experts] estimated rows per step, this block */
@@ -82,12 +93,15 @@ struct polc_rb_layer {
     int32_t *order;       /* [n_experts] scratch: candidates, then victims */
     struct polc_item *it; /* [n_experts] scratch */
     int steps;            /* steps seen in the current block */
+    uint8_t *was;         /* [n_experts] active at the layer's previous step of the block */
+    double kept, seen;    /* decayed: experts active at a step and at the next, at a step */
 };
 
 struct polc_rb {
     const struct tide_policy_shape *shape; /* the policy's copy */
     const struct tide_policy_costs *c;
     double alpha, carry, decay, hysteresis;
+    double persistence; /* fixed q in (0, 1], or 0: measured */
     bool balance;
     double steps_sum; /* steps of the finished blocks, plus the prior */
     double blocks;    /* finished blocks, plus one for the prior */
@@ -105,18 +119,31 @@ static inline void polc_rb_free(struct polc_rb *rb)
         free(y->res);
         free(y->order);
         free(y->it);
+        free(y->was);
     }
     free(rb->ly);
     rb->ly = NULL;
 }
 
 /* Set up the rule for `shape` (kept by pointer: the policy's own copy) with
- * costs c (required) and the POLC_RB_OPTIONS of opts. Returns TIDE_OK or
- * TIDE_E_NOMEM; free with polc_rb_free either way. */
-static inline int polc_rb_init(struct polc_rb *rb, const struct tide_policy_shape *shape,
+ * costs c (required) and the POLC_RB_OPTIONS of opts. Returns TIDE_OK,
+ * TIDE_E_CONFIG (a bad persistence, logged with `who`) or TIDE_E_NOMEM;
+ * free with polc_rb_free either way. */
+static inline int polc_rb_init(struct polc_rb *rb, const char *who,
+                               const struct tide_policy_shape *shape,
                                const struct tide_policy_costs *c, const struct tide_opts *opts)
 {
     memset(rb, 0, sizeof *rb);
+    const char *q = tide_opts_str(opts, "persistence");
+    if (strcmp(q, "auto")) {
+        char *end;
+        rb->persistence = strtod(q, &end);
+        if (end == q || *end || !(rb->persistence > 0 && rb->persistence <= 1)) {
+            tide_error("%s: persistence = %s is out of range: must be auto or a number in (0, 1]",
+                       who, q);
+            return TIDE_E_CONFIG;
+        }
+    }
     rb->shape = shape;
     rb->c = c;
     rb->alpha = tide_opts_float(opts, "alpha");
@@ -141,7 +168,8 @@ static inline int polc_rb_init(struct polc_rb *rb, const struct tide_policy_shap
         y->res = malloc(E);
         y->order = malloc(E * sizeof *y->order);
         y->it = malloc(E * sizeof *y->it);
-        if (!y->est || !y->pop || !y->now || !y->res || !y->order || !y->it)
+        y->was = calloc(E, 1);
+        if (!y->est || !y->pop || !y->now || !y->res || !y->order || !y->it || !y->was)
             return TIDE_E_NOMEM;
     }
     return TIDE_OK;
@@ -161,6 +189,7 @@ static inline void polc_rb_block_begin(struct polc_rb *rb, const float *prior)
     for (int l = 0; l < L; l++) {
         struct polc_rb_layer *y = &rb->ly[l];
         y->steps = 0;
+        memset(y->was, 0, (size_t)E);
         for (int e = 0; e < E; e++) {
             if (prior) {
                 y->est[e] = prior[(size_t)l * (size_t)E + (size_t)e];
@@ -241,18 +270,34 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
     struct polc_rb_layer *y = &rb->ly[v->layer];
     if (v->step + 1 > y->steps)
         y->steps = v->step + 1;
+    double kept = 0, seen = 0;
     for (int e = 0; e < E; e++) {
         const double r = v->counts[e];
         y->now[e] = r;
         y->est[e] = rb->alpha * r + (1 - rb->alpha) * y->est[e];
         y->pop[e] = rb->decay * y->pop[e] + r;
+        kept += y->was[e] && r > 0;
+        seen += y->was[e];
+        y->was[e] = r > 0;
     }
     y->pop_w = rb->decay * y->pop_w + 1;
+    y->kept = rb->decay * y->kept + kept;
+    y->seen = rb->decay * y->seen + seen;
     memcpy(y->res, v->resident, (size_t)E);
     out->n_promote = 0;
-    double h = rb->steps_sum / rb->blocks - v->step - 1; /* expected steps after this one */
-    if (h < 1)
-        h = 1;
+    /* The saving of a step k steps ahead counts with weight q^k, q the chance
+     * that an active expert is active at the next step too (measured): over
+     * the expected steps left, h steps, that is q (1 - q^h) / (1 - q). */
+    double left = rb->steps_sum / rb->blocks - v->step - 1;
+    if (left < 1)
+        left = 1;
+    const double q = rb->persistence > 0 ? rb->persistence : y->seen > 0 ? y->kept / y->seen : 1.0;
+    double h = left, qk = 1;
+    if (q < 1) {
+        for (int k = 0; k < (int)left && qk > 1e-6; k++)
+            qk *= q;
+        h = q * (1 - qk) / (1 - q);
+    }
     int n_cand = 0;
     for (int e = 0; e < E; e++)
         if (v->counts[e] && !y->res[e])

@@ -8,9 +8,10 @@
  *  - an active expert that is not resident runs on the host ("rent") until
  *    buying it pays: it is promoted, evicting the resident of least
  *    estimated rows (free slots first), when the modelled time it saves now
- *    and over the expected remaining steps of the block exceeds `hysteresis`
- *    promotions' worth of time (busiest first; the first that does not pay
- *    ends the step's promotions);
+ *    and over the expected remaining steps of the block (each later step
+ *    discounted by the measured chance that activity persists) exceeds
+ *    `hysteresis` promotions' worth of time (busiest first; the first that
+ *    does not pay ends the step's promotions);
  *  - the step's active experts are placed to minimise the modelled time:
  *    residents also run on the host when that balances a device-bound step
  *    (`balance`).
@@ -75,7 +76,7 @@ static int cost_create(const struct tide_policy_shape *shape, const struct tide_
     if (!p)
         return TIDE_E_NOMEM;
     p->shape = *shape;
-    rc = polc_rb_init(&p->rb, &p->shape, c, opts);
+    rc = polc_rb_init(&p->rb, COST_NAME, &p->shape, c, opts);
     if (rc == TIDE_OK)
         rc = polc_initial_init(&p->init, COST_NAME, shape, opts);
     if (rc != TIDE_OK) {

@@ -18,12 +18,14 @@
  *  - residents run on the device, the rest on the host; with costs and
  *    `balance`, residents also run on the host when that lowers the
  *    modelled time (as policy-cost does).
- * core = auto: when a block begins, the solver replays the last `window`
- * blocks of each layer (their counts and the residency each started from)
- * under the rule for every core size on a grid of budget/8 steps, with the
- * machine's costs, and gives each layer the size of least modelled time
- * (ties: the smaller core). Until a block has been seen, core_start is used.
- * A number in [0, 1] instead fixes the core at that share of the budget.
+ * core = auto, interval = auto: when a block begins, the solver replays the
+ * last `window` blocks of each layer (their counts and the residency each
+ * started from; each block with the core its own start's popularity gave)
+ * under the rule for every core size on a grid of budget/8 steps and every
+ * interval 1, 2, 4, .., 32, with the machine's costs, and gives each layer
+ * the pair of least modelled time (ties: the smaller core, then the shorter
+ * interval). Until a block has been seen, core_start and interval 1 are used.
+ * A number for either fixes it (core: a share of the budget in [0, 1]).
  *
  * Thread safety: plan() calls for different layers may run concurrently
  * (state and scratch are per layer); block_begin() runs the solver and must
@@ -54,9 +56,10 @@ static const struct tide_option hyb_options[] = {
      "core = auto: share of the budget in the core before any block was seen", NULL, "[0,1]"},
     {"window", TIDE_OPT_INT, "4", "core = auto: blocks of history the solver replays", NULL,
      "[1,64]"},
-    {"interval", TIDE_OPT_INT, "1",
-     "refresh the dynamic part every `interval` denoising steps within a block (step 0 always)",
-     NULL, "[1,]"},
+    {"interval", TIDE_OPT_STRING, "auto",
+     "refresh the dynamic part every `interval` denoising steps within a block (step 0 always): "
+     "a number >= 1, or auto = chosen per layer with the core by the solver (1, 2, 4, .., 32)",
+     NULL, NULL},
     {"first_block_every_step", TIDE_OPT_BOOL, "true",
      "refresh at every step of the first generated block, as policy-tide does", NULL, NULL},
     {"balance", TIDE_OPT_BOOL, "true",
@@ -83,6 +86,7 @@ struct hyb_layer {
     double *pop;           /* [n_experts] rows so far */
     uint8_t *core;         /* [n_experts] the block's core */
     int core_size;         /* its size */
+    int interval;          /* the dynamic part's refresh interval */
     struct hyb_block *rec; /* [window + 1] ring of blocks */
     /* scratch */
     struct polc_rank *rank;         /* [n_experts] */
@@ -96,9 +100,9 @@ struct tide_policy {
     struct tide_policy_shape shape;
     const struct tide_policy_costs *c; /* NULL: no costs */
     struct polc_initial init;
-    bool core_auto, balance, fbes;
+    bool core_auto, interval_auto, balance, fbes;
     double core_share, core_start;
-    int interval, window;
+    int interval, window; /* interval: fixed, or the start with interval = auto */
     bool first_block, have_block;
     int64_t seq; /* blocks begun; the current one records into slot seq % (window + 1) */
     struct hyb_layer *ly;
@@ -136,6 +140,25 @@ static void hyb_destroy(struct tide_policy *p)
     free(p);
 }
 
+/* "auto" or an integer >= 1 (1 when auto). */
+static int hyb_parse_interval(const char *s, bool *is_auto, int *interval)
+{
+    *is_auto = !strcmp(s, "auto");
+    *interval = 1;
+    if (*is_auto)
+        return TIDE_OK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 1) {
+        tide_error("%s: interval = %s is out of range: must be auto or an integer >= 1", HYB_NAME,
+                   s);
+        return TIDE_E_CONFIG;
+    }
+    *interval = v > 1 << 30 ? 1 << 30 : (int)v;
+    return TIDE_OK;
+}
+
 /* "auto" or a share in [0, 1]. */
 static int hyb_parse_core(const char *s, bool *is_auto, double *share)
 {
@@ -165,18 +188,20 @@ static int hyb_create(const struct tide_policy_shape *shape, const struct tide_o
         tide_error("%s: create() needs the [%s] option section (opts is NULL)", HYB_NAME, HYB_NAME);
         return TIDE_E_INVAL;
     }
-    bool is_auto;
+    bool is_auto, iv_auto;
     double share = 0;
-    if ((rc = hyb_parse_core(tide_opts_str(opts, "core"), &is_auto, &share)) != TIDE_OK)
+    int interval;
+    if ((rc = hyb_parse_core(tide_opts_str(opts, "core"), &is_auto, &share)) != TIDE_OK ||
+        (rc = hyb_parse_interval(tide_opts_str(opts, "interval"), &iv_auto, &interval)) != TIDE_OK)
         return rc;
     const struct tide_policy_costs *c = polc_costs_get(HYB_NAME, shape, false, &rc);
     if (rc != TIDE_OK)
         return rc;
-    if (is_auto && !c) {
-        tide_error("%s: core = auto needs the machine's modelled costs: set [policy] profile to "
+    if ((is_auto || iv_auto) && !c) {
+        tide_error("%s: %s = auto needs the machine's modelled costs: set [policy] profile to "
                    "a hardware profile such as config/profiles/h100-pcie5.ini (tide sim: "
-                   "--profile), or fix the core's share (core = 0.5)",
-                   HYB_NAME);
+                   "--profile), or fix it (core = 0.5, interval = 1)",
+                   HYB_NAME, is_auto ? "core" : "interval");
         return TIDE_E_CONFIG;
     }
     struct tide_policy *p = calloc(1, sizeof *p);
@@ -185,11 +210,11 @@ static int hyb_create(const struct tide_policy_shape *shape, const struct tide_o
     p->shape = *shape;
     p->c = c;
     p->core_auto = is_auto;
+    p->interval_auto = iv_auto;
+    p->interval = interval;
     p->core_share = share;
     p->core_start = tide_opts_float(opts, "core_start");
     p->window = (int)tide_opts_int(opts, "window");
-    int64_t iv = tide_opts_int(opts, "interval");
-    p->interval = iv > 1 << 30 ? 1 << 30 : (int)iv;
     p->fbes = tide_opts_bool(opts, "first_block_every_step");
     p->balance = c && tide_opts_bool(opts, "balance");
     const size_t L = (size_t)shape->n_moe_layers, E = (size_t)shape->n_experts;
@@ -223,6 +248,7 @@ static int hyb_create(const struct tide_policy_shape *shape, const struct tide_o
                 rc = TIDE_E_NOMEM;
         for (size_t e = 0; file && e < E; e++)
             y->pop[e] = (double)file[l * E + e];
+        y->interval = interval;
     }
     free(file);
     if (rc != TIDE_OK) {
@@ -332,9 +358,9 @@ static double hyb_time(const struct tide_policy *p, struct hyb_layer *y, const u
     return t;
 }
 
-static bool hyb_is_refresh(const struct tide_policy *p, bool first, int step)
+static bool hyb_is_refresh(const struct tide_policy *p, int interval, bool first, int step)
 {
-    return step % p->interval == 0 || (first && p->fbes);
+    return step % interval == 0 || (first && p->fbes);
 }
 
 static struct hyb_block *hyb_slot(const struct tide_policy *p, struct hyb_layer *y, int64_t seq)
@@ -342,54 +368,73 @@ static struct hyb_block *hyb_slot(const struct tide_policy *p, struct hyb_layer 
     return &y->rec[seq % (p->window + 1)];
 }
 
-/* Replay the recorded blocks of layer l under every core size; return the
- * best. Each block is replayed with the core its own start's popularity
- * gives, so the choice is judged out of sample, as it will be used. */
-static int hyb_solve_layer(struct tide_policy *p, int l)
+/* Modelled time of the recorded blocks of layer l under core size k and
+ * refresh interval iv. Each block is replayed with the core its own start's
+ * popularity gives, so the choice is judged out of sample, as it will be
+ * used. Returns -1 when no block is recorded. */
+static double hyb_replay(struct tide_policy *p, int l, int k, int iv)
 {
     struct hyb_layer *y = &p->ly[l];
-    const int E = p->shape.n_experts, B = p->shape.budget;
+    const int E = p->shape.n_experts;
     const int64_t from = p->seq - p->window < 0 ? 0 : p->seq - p->window;
+    double us = 0;
+    bool any = false;
+    for (int64_t s = from; s < p->seq; s++) {
+        const struct hyb_block *b = hyb_slot(p, y, s);
+        if (!b->have_start)
+            continue;
+        any = true;
+        hyb_core(p, y, b->pop0, k, y->cand_core);
+        memcpy(y->res, b->start, (size_t)E);
+        for (int i = 0; i < b->n_steps; i++) {
+            for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
+                y->dense[b->ids[j]] = b->cnt[j];
+            int n = 0;
+            if (hyb_is_refresh(p, iv, b->first, b->step[i]))
+                n = hyb_refresh(p, y, y->dense, y->cand_core, k, y->res, y->prom, y->ev);
+            us += hyb_time(p, y, y->dense, y->res, n, NULL);
+            for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
+                y->dense[b->ids[j]] = 0;
+        }
+    }
+    return any ? us : -1;
+}
+
+/* The solver: for layer l, the core size on a grid of budget/8 steps (with
+ * core = auto) and the interval among 1, 2, 4, .., 32 (with interval =
+ * auto) of least modelled time over the recorded blocks; ties go to the
+ * smaller core and the shorter interval. Keeps the layer's choice when
+ * nothing is recorded. */
+static void hyb_solve_layer(struct tide_policy *p, int l)
+{
+    struct hyb_layer *y = &p->ly[l];
+    const int B = p->shape.budget;
+    const int iv_lo = p->interval_auto ? 1 : y->interval;
+    const int iv_hi = p->interval_auto ? 32 : y->interval;
     double best = -1;
-    int best_k = y->core_size, last_k = -1;
+    int best_k = y->core_size, best_iv = y->interval, last_k = -1;
     for (int g = 0; g <= HYB_GRID; g++) {
-        const int k = (int)((int64_t)B * g / HYB_GRID);
+        const int k = p->core_auto ? (int)((int64_t)B * g / HYB_GRID) : y->core_size;
         if (k == last_k)
             continue;
         last_k = k;
-        double us = 0;
-        bool any = false;
-        for (int64_t s = from; s < p->seq; s++) {
-            const struct hyb_block *b = hyb_slot(p, y, s);
-            if (!b->have_start)
-                continue;
-            any = true;
-            hyb_core(p, y, b->pop0, k, y->cand_core);
-            memcpy(y->res, b->start, (size_t)E);
-            for (int i = 0; i < b->n_steps; i++) {
-                for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
-                    y->dense[b->ids[j]] = b->cnt[j];
-                int n = 0;
-                if (hyb_is_refresh(p, b->first, b->step[i]))
-                    n = hyb_refresh(p, y, y->dense, y->cand_core, k, y->res, y->prom, y->ev);
-                us += hyb_time(p, y, y->dense, y->res, n, NULL);
-                for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
-                    y->dense[b->ids[j]] = 0;
+        for (int iv = iv_lo; iv <= iv_hi; iv *= 2) {
+            const double us = hyb_replay(p, l, k, iv);
+            if (us < 0)
+                return;
+            if (best < 0 || us < best) {
+                best = us;
+                best_k = k;
+                best_iv = iv;
             }
         }
-        if (!any)
-            return y->core_size;
-        if (best < 0 || us < best) {
-            best = us;
-            best_k = k;
-        }
     }
-    return best_k;
+    y->core_size = best_k;
+    y->interval = best_iv;
 }
 
 static void hyb_block_begin(struct tide_policy *p, int block, bool first_generated)
 {
-    (void)block;
     p->first_block = first_generated;
     p->have_block = true;
     const int B = p->shape.budget;
@@ -402,8 +447,11 @@ static void hyb_block_begin(struct tide_policy *p, int block, bool first_generat
             y->core_size = (int)(p->core_share * B + 0.5);
         else if (p->seq == 0)
             y->core_size = (int)(p->core_start * B + 0.5);
-        else if (recorded)
-            y->core_size = hyb_solve_layer(p, l);
+        if ((p->core_auto || p->interval_auto) && recorded) {
+            hyb_solve_layer(p, l);
+            tide_debug("%s: block %d, MoE layer %d: core %d of %d, interval %d", HYB_NAME, block,
+                       l, y->core_size, B, y->interval);
+        }
         hyb_core(p, y, y->pop, y->core_size, y->core);
         struct hyb_block *b = hyb_slot(p, y, p->seq);
         memcpy(b->pop0, y->pop, sizeof *y->pop * (size_t)p->shape.n_experts);
@@ -475,7 +523,7 @@ static int hyb_plan(struct tide_policy *p, const struct tide_policy_view *v, str
     }
     const int E = p->shape.n_experts;
     struct hyb_layer *y = &p->ly[v->layer];
-    if (p->core_auto && !hyb_record(p, y, v))
+    if ((p->core_auto || p->interval_auto) && !hyb_record(p, y, v))
         return TIDE_E_NOMEM;
     for (int e = 0; e < E; e++)
         y->pop[e] += v->counts[e];
@@ -483,7 +531,7 @@ static int hyb_plan(struct tide_policy *p, const struct tide_policy_view *v, str
     const bool first = p->have_block ? p->first_block : v->block == 0;
     out->n_promote = 0;
     memcpy(y->res, v->resident, (size_t)E);
-    if (hyb_is_refresh(p, first, v->step))
+    if (hyb_is_refresh(p, y->interval, first, v->step))
         out->n_promote =
             hyb_refresh(p, y, v->counts, y->core, y->core_size, y->res, out->promote, out->evict);
     polc_place(&p->shape, v, out);

@@ -299,7 +299,7 @@ static int warm_create(const struct tide_policy_shape *shape, const struct tide_
     const int max_prompts = mp > 1 << 20 ? 1 << 20 : (int)mp;
     p->max_prompts = max_prompts;
     const size_t L = (size_t)shape->n_moe_layers, E = (size_t)shape->n_experts;
-    rc = polc_rb_init(&p->rb, &p->shape, c, opts);
+    rc = polc_rb_init(&p->rb, WARM_NAME, &p->shape, c, opts);
     if (rc == TIDE_OK)
         rc = polc_initial_init(&p->init, WARM_NAME, shape, opts);
     if (rc == TIDE_OK)

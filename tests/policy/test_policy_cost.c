@@ -7,7 +7,7 @@
 #include "policy_fixture.h"
 #include "tide/status.h"
 
-#define COST_OPTS "initial counts_file alpha carry memory hysteresis balance"
+#define COST_OPTS "initial counts_file alpha carry memory hysteresis persistence balance"
 
 static void test_descriptor(void)
 {
@@ -51,9 +51,9 @@ static void test_rent_or_buy(void)
     struct pf_costs pc;
     pf_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
-    if (pf_expect_ok(
-            pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0", 1, 8, 2, &pc.c, 4),
-            __FILE__, __LINE__, &test_checks, &test_failures)) {
+    if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0 persistence=1",
+                                   1, 8, 2, &pc.c, 4),
+                     __FILE__, __LINE__, &test_checks, &test_failures)) {
         CHECK_STR(pf_residents(&f, 0), "0 1");
         pf_block(&f, 0, true);
         /* Both residents idle: the lower id is evicted first. */
@@ -74,9 +74,10 @@ static void test_keeps_busier_residents(void)
     struct pf_costs pc;
     pf_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
-    if (pf_expect_ok(
-            pf_open_costs(&f, "policy-cost", "alpha=0.5 carry=0 hysteresis=0", 1, 8, 2, &pc.c, 32),
-            __FILE__, __LINE__, &test_checks, &test_failures)) {
+    if (pf_expect_ok(pf_open_costs(&f, "policy-cost",
+                                   "alpha=0.5 carry=0 hysteresis=0 persistence=1", 1, 8, 2, &pc.c,
+                                   32),
+                     __FILE__, __LINE__, &test_checks, &test_failures)) {
         pf_block(&f, 0, true);
         CHECK_STR(pf_plan(&f, 0, 0, "0:4 1:4"), "P[] D[0 1] H[]");
         /* Estimates: 0 and 1 at 1 row (one step idle), 7 at 0.5: kept on the host. */
@@ -95,9 +96,9 @@ static void test_hysteresis(void)
     struct pf_costs pc;
     pf_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
-    if (pf_expect_ok(
-            pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=1", 1, 8, 2, &pc.c, 4),
-            __FILE__, __LINE__, &test_checks, &test_failures)) {
+    if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=1 persistence=1",
+                                   1, 8, 2, &pc.c, 4),
+                     __FILE__, __LINE__, &test_checks, &test_failures)) {
         pf_block(&f, 0, true);
         CHECK_STR(pf_plan(&f, 0, 0, "4:1"), "P[] D[] H[4]");
         CHECK_STR(pf_plan(&f, 0, 0, "4:2"), "P[4<0] D[4] H[]");
@@ -140,9 +141,9 @@ static void test_learns_block_length(void)
     struct pf_costs pc;
     pf_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
-    if (pf_expect_ok(
-            pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0", 1, 8, 2, &pc.c, 4),
-            __FILE__, __LINE__, &test_checks, &test_failures)) {
+    if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0 persistence=1",
+                                   1, 8, 2, &pc.c, 4),
+                     __FILE__, __LINE__, &test_checks, &test_failures)) {
         pf_block(&f, 0, true);
         CHECK_STR(pf_plan(&f, 0, 0, "0:1 1:1"), "P[] D[0 1] H[]");
         /* Prior: 4 steps, so at step 1 two remain: 1 row pays (-50 + 100). */
@@ -158,6 +159,40 @@ static void test_learns_block_length(void)
     pf_close(&f);
 }
 
+/* Later steps' savings count only as far as activity persists: when the
+ * expert active at one step is never the one active at the next, the
+ * measured persistence is 0 and nothing is bought after the first step
+ * (which has no measurement yet); persistence = 1 buys every time. */
+static void test_persistence(void)
+{
+    struct pf_costs pc;
+    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct pf f;
+    if (pf_expect_ok(
+            pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0", 1, 8, 2, &pc.c, 32),
+            __FILE__, __LINE__, &test_checks, &test_failures)) {
+        pf_block(&f, 0, true);
+        CHECK_STR(pf_plan(&f, 0, 0, "2:1"), "P[2<0] D[2] H[]");
+        CHECK_STR(pf_plan(&f, 0, 1, "3:1"), "P[] D[] H[3]");
+        CHECK_STR(pf_plan(&f, 0, 2, "4:1"), "P[] D[] H[4]");
+    }
+    pf_close(&f);
+    if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0 persistence=1",
+                                   1, 8, 2, &pc.c, 32),
+                     __FILE__, __LINE__, &test_checks, &test_failures)) {
+        pf_block(&f, 0, true);
+        CHECK_STR(pf_plan(&f, 0, 0, "2:1"), "P[2<0] D[2] H[]");
+        CHECK_STR(pf_plan(&f, 0, 1, "3:1"), "P[3<1] D[3] H[]");
+    }
+    pf_close(&f);
+    pf_log_capture();
+    CHECK_EQ_INT(pf_open_costs(&f, "policy-cost", "persistence=0", 1, 8, 2, &pc.c, 32),
+                 TIDE_E_CONFIG);
+    pf_log_release();
+    CHECK(strstr(pf_log_text(), "persistence = 0 is out of range") != NULL);
+    pf_close(&f);
+}
+
 int main(void)
 {
     TEST_RUN(test_descriptor);
@@ -167,5 +202,6 @@ int main(void)
     TEST_RUN(test_hysteresis);
     TEST_RUN(test_balance);
     TEST_RUN(test_learns_block_length);
+    TEST_RUN(test_persistence);
     TEST_DONE();
 }

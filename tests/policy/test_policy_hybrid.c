@@ -30,15 +30,25 @@ static void test_bad_options(void)
     pf_log_release();
     CHECK(strstr(pf_log_text(), "core = 1.5 is out of range") != NULL);
     pf_close(&f);
+    pf_log_capture();
+    CHECK_EQ_INT(pf_open(&f, "policy-hybrid", "core=0.5", 1, 8, 4), TIDE_E_CONFIG);
+    pf_log_release();
+    CHECK(strstr(pf_log_text(), "interval = auto needs the machine's modelled costs") != NULL);
+    pf_close(&f);
+    pf_log_capture();
+    CHECK_EQ_INT(pf_open(&f, "policy-hybrid", "core=0.5 interval=0", 1, 8, 4), TIDE_E_CONFIG);
+    pf_log_release();
+    CHECK(strstr(pf_log_text(), "interval = 0 is out of range") != NULL);
+    pf_close(&f);
 }
 
-/* core = 0.5 of B = 4: the two most popular experts (by rows so far; at
+/* core = 0.5 of B = 4, interval 1: the two most popular experts (by rows so far; at
  * first all 0, so the lowest ids) are the core for each block, two slots
  * follow each step's top counts outside it. */
 static void test_fixed_core(void)
 {
     struct pf f;
-    if (PF_OPEN(&f, "policy-hybrid", "core=0.5", 1, 8, 4)) {
+    if (PF_OPEN(&f, "policy-hybrid", "core=0.5 interval=1", 1, 8, 4)) {
         pf_block(&f, 0, true);
         /* Core {0, 1}; dynamic target {4, 5}; 2 and 3 are demoted in id order. */
         CHECK_STR(pf_plan(&f, 0, 0, "4:3 5:2 6:1"), "P[4<2 5<3] D[4 5] H[6]");

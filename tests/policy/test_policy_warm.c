@@ -18,7 +18,7 @@
 
 #define WARM_OPTS                                                                                  \
     "library learn neighbours max_prompts initial counts_file alpha carry memory hysteresis "      \
-    "balance"
+    "persistence balance"
 
 static char tmpdir[256];
 
@@ -84,7 +84,7 @@ static int open_warm(struct pf *f, struct pf_costs *pc, const char *opts)
 {
     pf_costs_init(pc, false, 10, 50, 10, 100);
     char all[700];
-    snprintf(all, sizeof all, "hysteresis=0 %s", opts);
+    snprintf(all, sizeof all, "hysteresis=0 persistence=1 %s", opts);
     return pf_open_costs(f, "policy-warm", all, 1, 8, 2, &pc->c, 2);
 }
 
