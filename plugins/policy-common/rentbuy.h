@@ -36,9 +36,6 @@
 #include "tide/policy.h"
 #include "tide/status.h"
 
-/* Rows below this count as no activity in the estimates. */
-#define POLC_RB_EPS 1e-3
-
 /* Option-table entries of the rule (list all five, POLC_RB_OPTIONS). */
 #define POLC_RB_OPTION_ALPHA                                                                       \
     {                                                                                              \
@@ -88,7 +85,6 @@ struct polc_rb_layer {
     double *est;          /* [n_experts] estimated rows per step, this block */
     double *pop;          /* [n_experts] decayed rows (long-term) */
     double pop_w;         /* decayed steps: pop / pop_w is the mean rows per step */
-    double *now;          /* [n_experts] scratch: this step's counts */
     uint8_t *res;         /* [n_experts] scratch: residency as planned */
     int32_t *order;       /* [n_experts] scratch: candidates, then victims */
     struct polc_item *it; /* [n_experts] scratch */
@@ -115,7 +111,6 @@ static inline void polc_rb_free(struct polc_rb *rb)
         struct polc_rb_layer *y = &rb->ly[l];
         free(y->est);
         free(y->pop);
-        free(y->now);
         free(y->res);
         free(y->order);
         free(y->it);
@@ -164,12 +159,11 @@ static inline int polc_rb_init(struct polc_rb *rb, const char *who,
         struct polc_rb_layer *y = &rb->ly[l];
         y->est = calloc(E, sizeof *y->est);
         y->pop = calloc(E, sizeof *y->pop);
-        y->now = calloc(E, sizeof *y->now);
         y->res = malloc(E);
         y->order = malloc(E * sizeof *y->order);
         y->it = malloc(E * sizeof *y->it);
         y->was = calloc(E, 1);
-        if (!y->est || !y->pop || !y->now || !y->res || !y->order || !y->it || !y->was)
+        if (!y->est || !y->pop || !y->res || !y->order || !y->it || !y->was)
             return TIDE_E_NOMEM;
     }
     return TIDE_OK;
@@ -199,37 +193,6 @@ static inline void polc_rb_block_begin(struct polc_rb *rb, const float *prior)
             }
         }
     }
-}
-
-/* Modelled time of one layer-forward where expert e has rows[e] rows,
- * residents res[] may run on either side (balanced when asked) and the
- * others on the host, with `promotions` copies. */
-static inline double polc_rb_eval(const struct polc_rb *rb, struct polc_rb_layer *y,
-                                  const double *rows, const uint8_t *res, int promotions)
-{
-    const struct tide_policy_costs *c = rb->c;
-    struct polc_work w = {.promotions = promotions};
-    int n = 0;
-    for (int e = 0; e < rb->shape->n_experts; e++) {
-        const double r = rows[e];
-        if (r < POLC_RB_EPS)
-            continue;
-        if (res[e]) {
-            y->it[n++] = (struct polc_item){
-                .dev = polc_dev_us(c, r), .host = polc_host_us(c, r), .rows = r, .id = e};
-        } else {
-            w.host += polc_host_us(c, r);
-            w.host_rows += r;
-            w.any_host = true;
-        }
-    }
-    if (!rb->balance) {
-        for (int i = 0; i < n; i++)
-            w.dev += y->it[i].dev;
-        return polc_time(c, &w);
-    }
-    int k;
-    return polc_balance(c, &w, y->it, n, &k);
 }
 
 /* ids[n] by v[] descending, ties to the lower id (n is small). */
@@ -273,7 +236,6 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
     double kept = 0, seen = 0;
     for (int e = 0; e < E; e++) {
         const double r = v->counts[e];
-        y->now[e] = r;
         y->est[e] = rb->alpha * r + (1 - rb->alpha) * y->est[e];
         y->pop[e] = rb->decay * y->pop[e] + r;
         kept += y->was[e] && r > 0;
@@ -310,8 +272,8 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
             victims[n_vict++] = e;
     polc_rb_sort_victims(victims, n_vict, y->est, y->pop);
     int free_slots = rb->shape->budget - n_res, vi = 0;
-    double t_future = polc_rb_eval(rb, y, y->est, y->res, 0);
-    double t_now = polc_rb_eval(rb, y, y->now, y->res, 0);
+    double t_future = polc_layer_time(rb->c, E, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
+    double t_now = polc_layer_time(rb->c, E, NULL, v->counts, y->res, 0, rb->balance, y->it, NULL);
     const double margin = rb->hysteresis * rb->c->promote_us;
     for (int k = 0; k < n_cand && out->n_promote < rb->shape->budget; k++) {
         const int32_t e = y->order[k];
@@ -325,8 +287,10 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
             y->res[u] = 0;
         }
         y->res[e] = 1;
-        const double tf = polc_rb_eval(rb, y, y->est, y->res, 0);
-        const double tn = polc_rb_eval(rb, y, y->now, y->res, out->n_promote + 1);
+        const double tf =
+            polc_layer_time(rb->c, E, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
+        const double tn = polc_layer_time(rb->c, E, NULL, v->counts, y->res, out->n_promote + 1,
+                                          rb->balance, y->it, NULL);
         if ((t_now - tn) + h * (t_future - tf) <= margin) {
             y->res[e] = 0;
             if (u >= 0)
@@ -344,27 +308,8 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
         t_now = tn;
     }
     polc_place(rb->shape, v, out);
-    if (!rb->balance)
-        return;
-    struct polc_work w = {.promotions = out->n_promote};
-    int n = 0;
-    for (int e = 0; e < E; e++) {
-        if (!v->counts[e])
-            continue;
-        const double r = v->counts[e];
-        if (y->res[e]) {
-            y->it[n++] = (struct polc_item){
-                .dev = polc_dev_us(rb->c, r), .host = polc_host_us(rb->c, r), .rows = r, .id = e};
-        } else {
-            w.host += polc_host_us(rb->c, r);
-            w.host_rows += r;
-            w.any_host = true;
-        }
-    }
-    int n_host = 0;
-    polc_balance(rb->c, &w, y->it, n, &n_host);
-    for (int i = 0; i < n_host; i++)
-        out->place[y->it[i].id] = TIDE_PLACE_HOST;
+    if (rb->balance)
+        polc_layer_time(rb->c, E, NULL, v->counts, y->res, out->n_promote, true, y->it, out->place);
 }
 
 #endif

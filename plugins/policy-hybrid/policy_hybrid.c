@@ -324,40 +324,6 @@ static int hyb_refresh(const struct tide_policy *p, struct hyb_layer *y, const u
     return k;
 }
 
-/* Modelled time of one layer-forward: counts, residents res[] (balanced
- * when asked), `promotions` copies. */
-static double hyb_time(const struct tide_policy *p, struct hyb_layer *y, const uint32_t *counts,
-                       const uint8_t *res, int promotions, uint8_t *place)
-{
-    struct polc_work w = {.promotions = promotions};
-    int n = 0;
-    for (int e = 0; e < p->shape.n_experts; e++) {
-        if (!counts[e])
-            continue;
-        const double r = counts[e];
-        if (res[e]) {
-            y->it[n++] = (struct polc_item){
-                .dev = polc_dev_us(p->c, r), .host = polc_host_us(p->c, r), .rows = r, .id = e};
-        } else {
-            w.host += polc_host_us(p->c, r);
-            w.host_rows += r;
-            w.any_host = true;
-        }
-    }
-    int n_host = 0;
-    double t;
-    if (p->balance) {
-        t = polc_balance(p->c, &w, y->it, n, &n_host);
-    } else {
-        for (int i = 0; i < n; i++)
-            w.dev += y->it[i].dev;
-        t = polc_time(p->c, &w);
-    }
-    for (int i = 0; place && i < n_host; i++)
-        place[y->it[i].id] = TIDE_PLACE_HOST;
-    return t;
-}
-
 static bool hyb_is_refresh(const struct tide_policy *p, int interval, bool first, int step)
 {
     return step % interval == 0 || (first && p->fbes);
@@ -392,7 +358,7 @@ static double hyb_replay(struct tide_policy *p, int l, int k, int iv)
             int n = 0;
             if (hyb_is_refresh(p, iv, b->first, b->step[i]))
                 n = hyb_refresh(p, y, y->dense, y->cand_core, k, y->res, y->prom, y->ev);
-            us += hyb_time(p, y, y->dense, y->res, n, NULL);
+            us += polc_layer_time(p->c, E, NULL, y->dense, y->res, n, p->balance, y->it, NULL);
             for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
                 y->dense[b->ids[j]] = 0;
         }
@@ -449,8 +415,8 @@ static void hyb_block_begin(struct tide_policy *p, int block, bool first_generat
             y->core_size = (int)(p->core_start * B + 0.5);
         if ((p->core_auto || p->interval_auto) && recorded) {
             hyb_solve_layer(p, l);
-            tide_debug("%s: block %d, MoE layer %d: core %d of %d, interval %d", HYB_NAME, block,
-                       l, y->core_size, B, y->interval);
+            tide_debug("%s: block %d, MoE layer %d: core %d of %d, interval %d", HYB_NAME, block, l,
+                       y->core_size, B, y->interval);
         }
         hyb_core(p, y, y->pop, y->core_size, y->core);
         struct hyb_block *b = hyb_slot(p, y, p->seq);
@@ -536,7 +502,7 @@ static int hyb_plan(struct tide_policy *p, const struct tide_policy_view *v, str
             hyb_refresh(p, y, v->counts, y->core, y->core_size, y->res, out->promote, out->evict);
     polc_place(&p->shape, v, out);
     if (p->balance)
-        hyb_time(p, y, v->counts, y->res, out->n_promote, out->place);
+        polc_layer_time(p->c, E, NULL, v->counts, y->res, out->n_promote, true, y->it, out->place);
     return TIDE_OK;
 }
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy-common/fullswap.h"
 #include "policy-common/initial.h"
 #include "policy-common/plan.h"
 #include "policy-common/rank.h"
@@ -105,9 +106,10 @@ static void lfu_block_begin(struct tide_policy *p, int block, bool first_generat
 }
 
 /* The idle resident of lowest score, ties to the lower id; -1 when every
- * resident is active. */
-static int32_t lfu_victim(const uint8_t *held, const uint32_t *counts, const double *score, int n)
+ * resident is active. ctx: score[n]. */
+static int32_t lfu_victim(const void *ctx, const uint8_t *held, const uint32_t *counts, int n)
 {
+    const double *score = ctx;
     int32_t victim = -1;
     for (int e = 0; e < n; e++)
         if (held[e] && counts[e] == 0 && (victim < 0 || score[e] < score[victim]))
@@ -122,34 +124,10 @@ static int lfu_plan(struct tide_policy *p, const struct tide_policy_view *v, str
         return n_res;
     const int n = p->shape.n_experts;
     const size_t base = (size_t)v->layer * (size_t)n;
-    struct polc_rank *r = &p->rank[base];
-    uint8_t *held = &p->held[base];
     double *score = &p->score[base];
     for (int e = 0; e < n; e++)
         score[e] = p->decay * score[e] + (v->counts[e] ? (p->hits ? 1.0 : v->counts[e]) : 0.0);
-    polc_rank_counts(v->counts, NULL, n, r);
-    const int n_active = polc_rank_top_active(r, n, n);
-    int free_slots = p->shape.budget - n_res;
-    memcpy(held, v->resident, (size_t)n);
-    out->n_promote = 0;
-    for (int i = 0; i < n_active; i++) {
-        int32_t e = r[i].id, victim = -1;
-        if (held[e])
-            continue;
-        if (free_slots > 0) {
-            free_slots--;
-        } else {
-            victim = lfu_victim(held, v->counts, score, n);
-            if (victim < 0)
-                break; /* every slot holds an active expert: the rest run on the host */
-            held[victim] = 0;
-        }
-        held[e] = 1;
-        out->promote[out->n_promote] = e;
-        out->evict[out->n_promote] = victim;
-        out->n_promote++;
-    }
-    polc_place(&p->shape, v, out);
+    polc_full_swap(&p->shape, v, n_res, lfu_victim, score, &p->rank[base], &p->held[base], out);
     return TIDE_OK;
 }
 
