@@ -163,22 +163,25 @@ static inline double polc_balance(const struct tide_policy_costs *c, const struc
  * (fractional: expected rows; below 1e-3 it is idle) or counts[e] (pass
  * exactly one of the two), the residents res[] may run on either side (the
  * balanced choice when `balance`, else all on the device) and the others run
- * on the host, with `promotions` copies. it[n_experts] is scratch. When place
- * is not NULL the residents the balance runs on the host are marked
- * TIDE_PLACE_HOST in it (nothing else is written). */
-static inline double polc_layer_time(const struct tide_policy_costs *c, int n_experts,
+ * on the host, with `promotions` copies. Only the experts ids[n] are looked
+ * at when ids is not NULL (the active ones), else experts 0..n-1.
+ * it[n_experts] is scratch. When place is not NULL the residents the balance
+ * runs on the host are marked TIDE_PLACE_HOST in it (nothing else is
+ * written). */
+static inline double polc_layer_time(const struct tide_policy_costs *c, int n, const int32_t *ids,
                                      const double *rows, const uint32_t *counts, const uint8_t *res,
                                      int promotions, bool balance, struct polc_item *it,
                                      uint8_t *place)
 {
     struct polc_work w = {.promotions = promotions};
-    int n = 0;
-    for (int e = 0; e < n_experts; e++) {
+    int n_it = 0;
+    for (int i = 0; i < n; i++) {
+        const int e = ids ? ids[i] : i;
         const double r = rows ? rows[e] : (double)counts[e];
         if (r < 1e-3)
             continue;
         if (res[e]) {
-            it[n++] = (struct polc_item){
+            it[n_it++] = (struct polc_item){
                 .dev = polc_dev_us(c, r), .host = polc_host_us(c, r), .rows = r, .id = e};
         } else {
             w.host += polc_host_us(c, r);
@@ -187,12 +190,12 @@ static inline double polc_layer_time(const struct tide_policy_costs *c, int n_ex
         }
     }
     if (!balance) {
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n_it; i++)
             w.dev += it[i].dev;
         return polc_time(c, &w);
     }
     int n_host = 0;
-    const double t = polc_balance(c, &w, it, n, &n_host);
+    const double t = polc_balance(c, &w, it, n_it, &n_host);
     for (int i = 0; place && i < n_host; i++)
         place[it[i].id] = TIDE_PLACE_HOST;
     return t;

@@ -272,8 +272,10 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
             victims[n_vict++] = e;
     polc_rb_sort_victims(victims, n_vict, y->est, y->pop);
     int free_slots = rb->shape->budget - n_res, vi = 0;
-    double t_future = polc_layer_time(rb->c, E, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
-    double t_now = polc_layer_time(rb->c, E, NULL, v->counts, y->res, 0, rb->balance, y->it, NULL);
+    double t_future =
+        polc_layer_time(rb->c, E, NULL, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
+    double t_now =
+        polc_layer_time(rb->c, E, NULL, NULL, v->counts, y->res, 0, rb->balance, y->it, NULL);
     const double margin = rb->hysteresis * rb->c->promote_us;
     for (int k = 0; k < n_cand && out->n_promote < rb->shape->budget; k++) {
         const int32_t e = y->order[k];
@@ -288,9 +290,9 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
         }
         y->res[e] = 1;
         const double tf =
-            polc_layer_time(rb->c, E, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
-        const double tn = polc_layer_time(rb->c, E, NULL, v->counts, y->res, out->n_promote + 1,
-                                          rb->balance, y->it, NULL);
+            polc_layer_time(rb->c, E, NULL, y->est, NULL, y->res, 0, rb->balance, y->it, NULL);
+        const double tn = polc_layer_time(rb->c, E, NULL, NULL, v->counts, y->res,
+                                          out->n_promote + 1, rb->balance, y->it, NULL);
         if ((t_now - tn) + h * (t_future - tf) <= margin) {
             y->res[e] = 0;
             if (u >= 0)
@@ -309,7 +311,8 @@ static inline void polc_rb_plan(struct polc_rb *rb, const struct tide_policy_vie
     }
     polc_place(rb->shape, v, out);
     if (rb->balance)
-        polc_layer_time(rb->c, E, NULL, v->counts, y->res, out->n_promote, true, y->it, out->place);
+        polc_layer_time(rb->c, E, NULL, NULL, v->counts, y->res, out->n_promote, true, y->it,
+                        out->place);
 }
 
 #endif

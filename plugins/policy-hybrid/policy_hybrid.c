@@ -21,8 +21,8 @@
  * core = auto, interval = auto: when a block begins, the solver replays the
  * last `window` blocks of each layer (their counts and the residency each
  * started from; each block with the core its own start's popularity gave)
- * under the rule for every core size on a grid of budget/8 steps and every
- * interval 1, 2, 4, .., 32, with the machine's costs, and gives each layer
+ * under the rule for every core size on a grid of budget/4 steps and every
+ * interval 1, 4, 16, with the machine's costs, and gives each layer
  * the pair of least modelled time (ties: the smaller core, then the shorter
  * interval). Until a block has been seen, core_start and interval 1 are used.
  * A number for either fixes it (core: a share of the budget in [0, 1]).
@@ -45,7 +45,7 @@
 #include "tide/status.h"
 
 #define HYB_NAME "policy-hybrid"
-#define HYB_GRID 8 /* core sizes 0, B/8, 2B/8, ..., B */
+#define HYB_GRID 4 /* core sizes 0, B/4, B/2, 3B/4, B */
 
 static const struct tide_option hyb_options[] = {
     {"core", TIDE_OPT_STRING, "auto",
@@ -54,11 +54,11 @@ static const struct tide_option hyb_options[] = {
      NULL, NULL},
     {"core_start", TIDE_OPT_FLOAT, "0",
      "core = auto: share of the budget in the core before any block was seen", NULL, "[0,1]"},
-    {"window", TIDE_OPT_INT, "4", "core = auto: blocks of history the solver replays", NULL,
+    {"window", TIDE_OPT_INT, "2", "core = auto: blocks of history the solver replays", NULL,
      "[1,64]"},
     {"interval", TIDE_OPT_STRING, "auto",
      "refresh the dynamic part every `interval` denoising steps within a block (step 0 always): "
-     "a number >= 1, or auto = chosen per layer with the core by the solver (1, 2, 4, .., 32)",
+     "a number >= 1, or auto = chosen per layer with the core by the solver (1, 4 or 16)",
      NULL, NULL},
     {"first_block_every_step", TIDE_OPT_BOOL, "true",
      "refresh at every step of the first generated block, as policy-tide does", NULL, NULL},
@@ -290,12 +290,13 @@ static int hyb_refresh(const struct tide_policy *p, struct hyb_layer *y, const u
         n_res += res[e] != 0;
         y->tgt[e] = core[e];
     }
-    for (int e = 0; e < E; e++) {
-        y->rank[e].count = core[e] ? 0 : counts[e];
-        y->rank[e].id = e;
-    }
-    polc_rank_sort(y->rank, E);
-    const int n_dyn = polc_rank_top_active(y->rank, E, B - core_size);
+    /* Only active experts outside the core can enter the dynamic part. */
+    int n_act = 0;
+    for (int e = 0; e < E; e++)
+        if (counts[e] && !core[e])
+            y->rank[n_act++] = (struct polc_rank){.count = counts[e], .id = e};
+    polc_rank_sort(y->rank, n_act);
+    const int n_dyn = n_act < B - core_size ? n_act : B - core_size;
     int n = 0;
     for (int e = 0; e < E; e++) /* active core members first, in id order */
         if (core[e] && !res[e] && counts[e])
@@ -358,7 +359,8 @@ static double hyb_replay(struct tide_policy *p, int l, int k, int iv)
             int n = 0;
             if (hyb_is_refresh(p, iv, b->first, b->step[i]))
                 n = hyb_refresh(p, y, y->dense, y->cand_core, k, y->res, y->prom, y->ev);
-            us += polc_layer_time(p->c, E, NULL, y->dense, y->res, n, p->balance, y->it, NULL);
+            us += polc_layer_time(p->c, (int)(b->off[i + 1] - b->off[i]), b->ids + b->off[i], NULL,
+                                  y->dense, y->res, n, p->balance, y->it, NULL);
             for (size_t j = b->off[i]; j < b->off[i + 1]; j++)
                 y->dense[b->ids[j]] = 0;
         }
@@ -366,9 +368,9 @@ static double hyb_replay(struct tide_policy *p, int l, int k, int iv)
     return any ? us : -1;
 }
 
-/* The solver: for layer l, the core size on a grid of budget/8 steps (with
- * core = auto) and the interval among 1, 2, 4, .., 32 (with interval =
- * auto) of least modelled time over the recorded blocks; ties go to the
+/* The solver: for layer l, the core size on a grid of budget/4 steps (with
+ * core = auto) and the interval among 1, 4, 16 (with interval = auto) of
+ * least modelled time over the recorded blocks; ties go to the
  * smaller core and the shorter interval. Keeps the layer's choice when
  * nothing is recorded. */
 static void hyb_solve_layer(struct tide_policy *p, int l)
@@ -376,7 +378,7 @@ static void hyb_solve_layer(struct tide_policy *p, int l)
     struct hyb_layer *y = &p->ly[l];
     const int B = p->shape.budget;
     const int iv_lo = p->interval_auto ? 1 : y->interval;
-    const int iv_hi = p->interval_auto ? 32 : y->interval;
+    const int iv_hi = p->interval_auto ? 16 : y->interval;
     double best = -1;
     int best_k = y->core_size, best_iv = y->interval, last_k = -1;
     for (int g = 0; g <= HYB_GRID; g++) {
@@ -384,7 +386,7 @@ static void hyb_solve_layer(struct tide_policy *p, int l)
         if (k == last_k)
             continue;
         last_k = k;
-        for (int iv = iv_lo; iv <= iv_hi; iv *= 2) {
+        for (int iv = iv_lo; iv <= iv_hi; iv *= 4) {
             const double us = hyb_replay(p, l, k, iv);
             if (us < 0)
                 return;
@@ -502,7 +504,8 @@ static int hyb_plan(struct tide_policy *p, const struct tide_policy_view *v, str
             hyb_refresh(p, y, v->counts, y->core, y->core_size, y->res, out->promote, out->evict);
     polc_place(&p->shape, v, out);
     if (p->balance)
-        polc_layer_time(p->c, E, NULL, v->counts, y->res, out->n_promote, true, y->it, out->place);
+        polc_layer_time(p->c, E, NULL, NULL, v->counts, y->res, out->n_promote, true, y->it,
+                        out->place);
     return TIDE_OK;
 }
 
