@@ -16,13 +16,14 @@
 #  4. one table (study.md, study.csv): per trace, profile and budget, the
 #     oracle bound and each policy's modelled time over it.
 #
-# usage: bench/policy-study/run.sh [-o OUT] [-t TIDE] [-p MAX_PROMPTS] [--quick]
+# usage: bench/policy-study/run.sh [-o OUT] [-t TIDE] [-p MAX_PROMPTS] [--quick] [--reuse]
 #                                  [CHECKPOINT_DIR ...]
 #   -o OUT        output folder (default: study-out); existing files are replaced
 #   -t TIDE       the tide binary (default: build/tide)
 #   -p N          prompts per recorded trace (default 8)
 #   --quick       synthetic traces at skew 1.0 only, the small preset only,
 #                 intervals 1,2,4,8,16,32 (minutes instead of an hour)
+#   --reuse       keep the traces already in OUT/traces (only replay)
 #   CHECKPOINT    checkpoints to record (LLaDA2.0 or any model the tide command
 #                 runs); replaces the default pair
 # Profiles of another expert shape than a checkpoint's are scaled by expert
@@ -34,6 +35,7 @@ out=study-out
 tide="$root/build/tide"
 max_prompts=8
 quick=0
+reuse=0
 ckpts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,7 +43,8 @@ while [ $# -gt 0 ]; do
     -t) tide="$2"; shift 2 ;;
     -p) max_prompts="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    --reuse) reuse=1; shift ;;
+    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) ckpts+=("$(cd "$1" && pwd)"); shift ;;
     esac
@@ -64,7 +67,9 @@ traces=()
 for k in "${skews[@]}"; do
     for c in "${sims[@]}"; do
         t="$out/traces/synth-skew$k-cos$c.trc"
-        if "$tide" --quiet trace synth "$t" --preset llada2-mini --skew "$k" --similarity "$c" \
+        if [ "$reuse" = 1 ] && [ -f "$t" ]; then
+            traces+=("$t")
+        elif "$tide" --quiet trace synth "$t" --preset llada2-mini --skew "$k" --similarity "$c" \
             --force 2>"$out/traces/synth-skew$k-cos$c.log"; then
             traces+=("$t")
         else
@@ -88,6 +93,10 @@ fi
 for m in "${ckpts[@]}"; do
     name="rec-$(basename "$m")"
     t="$out/traces/$name.trc"
+    if [ "$reuse" = 1 ] && [ -f "$t" ]; then
+        traces+=("$t")
+        continue
+    fi
     rm -rf "$out/traces/$name-bench"
     "$tide" --quiet bench --policies static --budgets all --set bench.baseline=false \
         --set model.path="$m" --set generation.gen_length=64 --set output.progress=false \
