@@ -52,6 +52,8 @@ static void sim_usage(FILE *f)
             "  --model DIR                check that the trace was recorded for this checkpoint\n"
             "  --force                    replace existing --csv, --metrics and plot files\n"
             "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
+            "The profile's costs go to every policy (policy-cost, policy-hybrid and policy-warm\n"
+            "need them). After the table: per budget, the best policy and its ratio to the oracle.\n"
             "Hindsight rows: belady (full swap, evicting the farthest next use), best-static\n"
             "(the top-B experts over the whole trace), oracle (a lower bound on every\n"
             "policy's modelled time; its hit rate and moves are those of its schedule).\n");
