@@ -9,7 +9,7 @@ MoE layer, top-4), on the CPU backend playing both the device and the host.
              policy-lfu, policy-cost, policy-hybrid and policy-warm (with a
              GPU-like profile written for the tiny expert shape, so they
              promote and balance; policy-warm with a library recorded by a
-             first run) at budgets 1 and half.
+             first run) at budget 1 or half.
   telemetry  the JSON Lines metrics are consistent: per layer and phase,
              hit_rows + miss_rows == tokens * top_k; weight_bytes ==
              promotions * bytes per expert; act_bytes == miss_rows * hidden *
@@ -107,11 +107,11 @@ def lossless(binary, tmp):
     for b in (1, 16):
         cases.append(["policy.plugin=policy-lfu", "policy.budget=%d" % b])
         cases.append(["policy.plugin=policy-cost", "policy.budget=%d" % b, "policy.profile=" + prof])
-        cases.append(["policy.plugin=policy-hybrid", "policy.budget=%d" % b,
-                      "policy.profile=" + prof])
-        cases.append(["policy.plugin=policy-warm", "policy.budget=%d" % b, "policy.profile=" + prof,
-                      "policy-warm.library=" + library])
-    cases.append(["policy.plugin=policy-hybrid", "policy.budget=16", "policy-hybrid.core=0.5"])
+    cases.append(["policy.plugin=policy-hybrid", "policy.budget=16", "policy.profile=" + prof])
+    cases.append(["policy.plugin=policy-hybrid", "policy.budget=1", "policy-hybrid.core=0.5",
+                  "policy-hybrid.interval=2"])
+    cases.append(["policy.plugin=policy-warm", "policy.budget=16", "policy.profile=" + prof,
+                  "policy-warm.library=" + library])
     failures = 0
     for sets in cases:
         got = run_ids(binary, cfg, sets)
