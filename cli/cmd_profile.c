@@ -39,7 +39,8 @@ static void prof_usage(FILE *f)
 {
     fprintf(f, "usage: tide profile OUT.ini [--force] [--hidden N] [--inter N] [--rows LIST]\n"
                "                    [--experts N] [--device auto|none] [--name NAME]\n"
-               "                    [--model DIR] [-c CONFIG] [--set section.key=value]\n\n"
+               "                    [--model DIR [--prompts FILE]] [-c CONFIG] [--set "
+               "section.key=value]\n\n"
                "Measures this machine and writes a hardware profile for `tide sim` and\n"
                "policy-tide's interval = auto: host expert time against rows (the host\n"
                "backend, e.g. backend-cpu-onednn with its [backend-cpu-onednn] threads), memory\n"
@@ -53,13 +54,15 @@ static void prof_usage(FILE *f)
                "checkpoint (attention, router, shared expert, dense layers, head, sampling):\n"
                "a short generation with every expert on the device, less the expert time,\n"
                "per token of each MoE layer's forwards (dense_us_per_token); the expert shape\n"
-               "then defaults to the model's.\n"
+               "then defaults to the model's. It depends on the prompts (their lengths, the\n"
+               "steps they need): --prompts FILE (one per line, '#' comments, the first 8)\n"
+               "measures on the workload the profile is for (default: one built-in prompt).\n"
                "An existing OUT.ini is kept unless --force.\n");
 }
 
 struct prof_ctx {
     struct cli_ctx c;
-    const char *out, *name, *device, *model;
+    const char *out, *name, *device, *model, *prompts;
     bool shape_given; /* --hidden or --inter */
     bool force;
     int hidden, inter, n_experts;
@@ -144,6 +147,8 @@ static int prof_args(struct prof_ctx *p, int argc, char **argv)
             p->name = v;
         } else if (!strcmp(a, "--model")) {
             p->model = v;
+        } else if (!strcmp(a, "--prompts")) {
+            p->prompts = v;
         } else {
             tide_error("profile: unknown option '%s' (see tide profile --help)", a);
             return TIDE_E_CONFIG;
@@ -432,43 +437,72 @@ static int prof_open_model(struct prof_ctx *p, struct tide_engine **e)
 }
 
 /* The placement-independent time of the model's forwards, per token of each
- * MoE layer's forwards: a generation's wall time less the expert time the
- * dispatcher measured, over the tokens of every MoE layer-forward; the
- * fastest of three generations after a warm-up. */
+ * MoE layer's forwards: the generations' wall time less the expert time the
+ * dispatcher measured, over the tokens of every MoE layer-forward, for the
+ * prompts of --prompts (the first 8) or one built-in prompt; the fastest of
+ * three passes after a warm-up. */
 static int prof_dense(struct prof_ctx *p, struct tide_engine *e, double *us_per_token,
                       int64_t *steps)
 {
-    static const char text[] = "The tide comes in and the tide goes out. Write a haiku about "
-                               "the sea.";
-    struct tide_gen_params gp;
-    tide_engine_gen_params(p->c.cfg, &gp);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    int rc = tide_engine_encode(e, text, false, &ids, &n);
-    if (rc == TIDE_OK)
-        rc = tide_engine_reserve(e, (int64_t)n, &gp);
-    double best = -1;
-    for (int run = 0; run < 4 && rc == TIDE_OK; run++) {
-        struct tide_gen_result res = {0};
-        tide_moe_reset_totals(e->moe);
-        rc = tide_engine_generate(e, &gp, ids, (int64_t)n, NULL, NULL, &res);
-        free(res.ids);
-        struct tide_moe_counters c;
-        tide_moe_totals(e->moe, &c);
-        if (rc != TIDE_OK || !c.tokens)
-            break;
-        const double us =
-            (res.seconds - c.device_seconds - c.host_seconds) * 1e6 / (double)c.tokens;
-        tide_info("profile: %s: generation %d: %.3f s, experts %.3f s, %lld steps: %.3f us per "
-                  "token and MoE layer outside the experts",
-                  p->model, run, res.seconds, c.device_seconds + c.host_seconds,
-                  (long long)res.steps, us);
-        if (run > 0 && (best < 0 || us < best)) { /* run 0 warms up */
-            best = us;
-            *steps = res.steps;
+    static const char builtin[] = "The tide comes in and the tide goes out. Write a haiku about "
+                                  "the sea.";
+    char *text = NULL, *line[8] = {(char *)builtin};
+    int n_prompts = 1, rc = TIDE_OK;
+    if (p->prompts) {
+        size_t len;
+        if ((rc = cli_read_file(p->prompts, &text, &len)) != TIDE_OK)
+            return rc;
+        n_prompts = 0;
+        char *save = NULL;
+        for (char *l = strtok_r(text, "\n", &save); l && n_prompts < 8;
+             l = strtok_r(NULL, "\n", &save))
+            if (*l && *l != '#' && *l != '\r')
+                line[n_prompts++] = l;
+        if (!n_prompts) {
+            tide_error("profile: --prompts %s holds no prompt", p->prompts);
+            free(text);
+            return TIDE_E_CONFIG;
         }
     }
-    free(ids);
+    struct tide_gen_params gp;
+    tide_engine_gen_params(p->c.cfg, &gp);
+    double best = -1;
+    for (int run = 0; run < 4 && rc == TIDE_OK; run++) {
+        double seconds = 0, experts = 0;
+        uint64_t tokens = 0;
+        int64_t n_steps = 0;
+        for (int k = 0; k < n_prompts && rc == TIDE_OK; k++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            struct tide_gen_result res = {0};
+            rc = tide_engine_encode(e, line[k], false, &ids, &n);
+            if (rc == TIDE_OK)
+                rc = tide_engine_reserve(e, (int64_t)n, &gp);
+            tide_moe_reset_totals(e->moe);
+            if (rc == TIDE_OK)
+                rc = tide_engine_generate(e, &gp, ids, (int64_t)n, NULL, NULL, &res);
+            struct tide_moe_counters c;
+            tide_moe_totals(e->moe, &c);
+            seconds += res.seconds;
+            experts += c.device_seconds + c.host_seconds;
+            tokens += c.tokens;
+            n_steps += res.steps;
+            free(res.ids);
+            free(ids);
+        }
+        if (rc != TIDE_OK || !tokens)
+            break;
+        const double us = (seconds - experts) * 1e6 / (double)tokens;
+        tide_info("profile: %s: pass %d over %d prompt%s: %.3f s, experts %.3f s, %lld steps: "
+                  "%.3f us per token and MoE layer outside the experts",
+                  p->model, run, n_prompts, n_prompts == 1 ? "" : "s", seconds, experts,
+                  (long long)n_steps, us);
+        if (run > 0 && (best < 0 || us < best)) { /* pass 0 warms up */
+            best = us;
+            *steps = n_steps;
+        }
+    }
+    free(text);
     *us_per_token = best > 0 ? best : 0;
     return rc;
 }
@@ -559,8 +593,8 @@ static int prof_main(struct prof_ctx *p)
                  "[M] --model %s: everything but the routed experts (attention, router, shared "
                  "expert, dense layers, head, sampling), per token of each MoE layer's forwards: "
                  "generation time less expert time, every expert on the device, fastest of 3 "
-                 "generations of %lld steps",
-                 p->model, (long long)dense_steps);
+                 "passes of %lld steps over %s",
+                 p->model, (long long)dense_steps, p->prompts ? p->prompts : "a built-in prompt");
     } else {
         snprintf(notes_buf[7], 512,
                  "[E] not measured (tide profile --model DIR measures it): attention, router and "
