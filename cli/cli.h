@@ -27,6 +27,7 @@ struct cli_ctx {
     int n_sets;
     struct tide_plugin_set *plugins;
     struct tide_config *cfg;
+    struct cli_costs *costs; /* [policy] profile, loaded by cli_engine_open; owned */
 };
 
 /* Handle -c/--config and --set at argv[*i] (advancing *i). Returns 1 when the
@@ -62,6 +63,16 @@ int cli_output_close(FILE *f, const char *path, bool keep);
 
 struct tide_engine;
 struct tide_moe_counters;
+/* Open the engine the config names (tide_engine_prepare, then
+ * tide_engine_load) with the costs of [policy] profile, when set, handed to
+ * its policies (they live in c until cli_teardown, which must come after
+ * tide_engine_close). Returns TIDE_OK or a status (logged). */
+int cli_engine_open(struct cli_ctx *c, struct tide_engine **e);
+struct tide_policy_costs;
+/* The costs of [policy] profile (after cli_setup), loaded once into c; *out
+ * is NULL when no profile is set. They live until cli_teardown. Returns
+ * TIDE_OK or a status (logged, naming the file). */
+int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out);
 struct tide_gen_params;
 struct tide_trace_writer;
 struct tide_trace_sink;

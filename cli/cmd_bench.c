@@ -358,8 +358,7 @@ int cmd_bench(int argc, char **argv)
     b.repeats = (int)tide_opts_int(bo, "repeats");
     if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"),
                                  (int)tide_opts_int(bo, "max_prompts"), &b.prompts)) != TIDE_OK ||
-        (rc = tide_engine_prepare(c.cfg, c.plugins, &b.e)) != TIDE_OK ||
-        (rc = tide_engine_load(b.e, c.plugins)) != TIDE_OK)
+        (rc = cli_engine_open(&c, &b.e)) != TIDE_OK)
         goto done;
     const struct tide_moe_shape *sh = tide_moe_get_shape(b.e->moe);
     if (!sh) {

@@ -78,8 +78,8 @@ int cmd_forward(int argc, char **argv)
     int rc = cli_setup(&c);
     if (rc == TIDE_OK)
         rc = cli_parse_ids(ids_text, "--ids", &ids, &n);
-    if (rc == TIDE_OK && (rc = tide_engine_prepare(c.cfg, c.plugins, &e)) == TIDE_OK)
-        rc = tide_engine_load(e, c.plugins);
+    if (rc == TIDE_OK)
+        rc = cli_engine_open(&c, &e);
     if (rc != TIDE_OK)
         goto done;
     const int64_t step = chunk ? chunk : (int64_t)n;

@@ -18,6 +18,8 @@ static void mkmodel_usage(FILE *f)
                "built-in text.\n\n"
                "presets of model-llada2:\n"
                "  tiny          hidden 64, 4 layers, 32 experts top-4: for tests (< 1 MiB)\n"
+               "  small         hidden 512, 3 layers, 64 experts of 768 KiB top-8 (~100 MB):\n"
+               "                placement costs show in measured times\n"
                "  llada2-mini   the real LLaDA2.0-mini dimensions (20 layers, 32 GB);\n"
                "                use --layers 2 or 3 for a benchmark-sized file\n"
                "  llada2-flash  the LLaDA2.0-flash dimensions (32 layers, ~200 GB)\n"

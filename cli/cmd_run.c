@@ -198,11 +198,16 @@ int cmd_run(int argc, char **argv)
     }
     if (ids_text && (rc = cli_parse_ids(ids_text, "--ids", &ids, &n_ids)) != TIDE_OK)
         goto done;
+    /* The costs of [policy] profile: the runtime does not read profiles. */
+    const struct tide_policy_costs *costs = NULL;
+    if ((rc = cli_setup(&c)) != TIDE_OK || (rc = cli_policy_costs(&c, &costs)) != TIDE_OK)
+        goto done;
     const struct tide_engine_args args = {
         .size = sizeof args,
         .config_path = c.config_path,
         .sets = c.sets,
         .n_sets = c.n_sets,
+        .policy_costs = costs,
     };
     if ((rc = tide_engine_open(&args, &e)) != TIDE_OK)
         goto done;
@@ -312,5 +317,6 @@ done:
     free(ids);
     free(file_text);
     tide_engine_close(e);
+    cli_teardown(&c);
     return cli_exit_code(rc);
 }

@@ -174,7 +174,13 @@ int cmd_serve(int argc, char **argv)
     struct serve_metrics *m = NULL;
     struct serve_queue *q = NULL;
     struct serve_http *h = NULL;
-    int rc = serve_engine_open(args.config_path, args.sets, args.n_sets, &st, &e);
+    /* The costs of [policy] profile: the runtime does not read profiles. */
+    const struct tide_policy_costs *costs = NULL;
+    int rc = cli_setup(&args);
+    if (rc == TIDE_OK)
+        rc = cli_policy_costs(&args, &costs);
+    if (rc == TIDE_OK)
+        rc = serve_engine_open(args.config_path, args.sets, args.n_sets, costs, &st, &e);
     if (rc != TIDE_OK)
         goto done;
     const struct serve_engine_info *info = serve_engine_info(e);
@@ -251,5 +257,6 @@ done:
     }
     serve_metrics_destroy(m);
     serve_engine_close(e); /* writes [output] metrics */
+    cli_teardown(&args);
     return cli_exit_code(rc);
 }

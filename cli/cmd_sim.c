@@ -22,53 +22,55 @@
 
 static void sim_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
-            "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
-            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
-            "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n"
-            "                [--out DIR [--shard K/N]]\n"
-            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
-            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
-            "through the same policy plugins the engine uses, for every policy, budget and\n"
-            "(policy-tide) interval, and prints per configuration: promotions, GB moved\n"
-            "(weights and activations), host rows, hit rate and, with a hardware profile\n"
-            "(config/profiles/), the modelled ms per denoising step and tokens/s.\n\n"
-            "  --policy tide,lru,static   policies (plugin names; x means policy-x)\n"
-            "  --budget 32,64,128         experts per MoE layer on the device (default: 1/4)\n"
-            "  --interval 1-32,auto       policy-tide intervals; auto = the policy's online\n"
-            "                             solver with this profile (default: 1 to the trace's\n"
-            "                             steps per block)\n"
-            "  --csv FILE                 also write the table as CSV\n"
-            "  --plot DIR                 write SVG plots: time against interval per budget,\n"
-            "                             hit rate against budget, expert heat maps\n"
-            "  --metrics FILE             one configuration only: the engine's per-layer JSON\n"
-            "                             Lines, for comparison with a live run\n"
-            "  --layer-budgets            also share each budget's memory (budget x layers)\n"
-            "                             unequally by greedy marginal gain, and replay it\n"
-            "  --no-hindsight             skip belady, best-static and the oracle\n"
-            "  --no-oracle                skip the oracle (a min-cost flow; the slowest row)\n"
-            "  --scale-profile            accept a profile measured for another expert shape,\n"
-            "                             scaling its expert times by expert bytes\n"
-            "  --model DIR                check that the trace was recorded for this checkpoint\n"
-            "  --force                    replace existing --csv, --metrics and plot files\n"
-            "  --out DIR                  write a result folder (new or empty): results.csv,\n"
-            "                             plots/, rows.json (exact rows) and manifest.json\n"
-            "                             (trace and profile hashes, grid, configuration)\n"
-            "  --shard K/N                with --out: replay only configurations i with\n"
-            "                             i mod N = K, numbered in the order of the table\n"
-            "                             (budget, then policy, then interval; then belady,\n"
-            "                             best-static and the oracle of that budget); the\n"
-            "                             interval choices, --layer-budgets and plots are\n"
-            "                             left to the merge\n"
-            "  merge DIR... --out DIR     join the shards (result folders or folders of them)\n"
-            "                             into what one --out run writes; refuses shards of\n"
-            "                             another trace, profile, grid, configuration or\n"
-            "                             revision, naming the field (docs/cluster.md)\n"
-            "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
-            "Hindsight rows: belady (full swap, evicting the farthest next use), best-static\n"
-            "(the top-B experts over the whole trace), oracle (a lower bound on every\n"
-            "policy's modelled time; its hit rate and moves are those of its schedule).\n");
+    fprintf(
+        f, "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
+           "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
+           "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
+           "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n"
+           "                [--out DIR [--shard K/N]]\n"
+           "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
+           "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
+           "through the same policy plugins the engine uses, for every policy, budget and\n"
+           "(policy-tide) interval, and prints per configuration: promotions, GB moved\n"
+           "(weights and activations), host rows, hit rate and, with a hardware profile\n"
+           "(config/profiles/), the modelled ms per denoising step and tokens/s.\n\n"
+           "  --policy tide,lru,static   policies (plugin names; x means policy-x)\n"
+           "  --budget 32,64,128         experts per MoE layer on the device (default: 1/4)\n"
+           "  --interval 1-32,auto       policy-tide intervals; auto = the policy's online\n"
+           "                             solver with this profile (default: 1 to the trace's\n"
+           "                             steps per block)\n"
+           "  --csv FILE                 also write the table as CSV\n"
+           "  --plot DIR                 write SVG plots: time against interval per budget,\n"
+           "                             hit rate against budget, expert heat maps\n"
+           "  --metrics FILE             one configuration only: the engine's per-layer JSON\n"
+           "                             Lines, for comparison with a live run\n"
+           "  --layer-budgets            also share each budget's memory (budget x layers)\n"
+           "                             unequally by greedy marginal gain, and replay it\n"
+           "  --no-hindsight             skip belady, best-static and the oracle\n"
+           "  --no-oracle                skip the oracle (a min-cost flow; the slowest row)\n"
+           "  --scale-profile            accept a profile measured for another expert shape,\n"
+           "                             scaling its expert times by expert bytes\n"
+           "  --model DIR                check that the trace was recorded for this checkpoint\n"
+           "  --force                    replace existing --csv, --metrics and plot files\n"
+           "  --out DIR                  write a result folder (new or empty): results.csv,\n"
+           "                             plots/, rows.json (exact rows) and manifest.json\n"
+           "                             (trace and profile hashes, grid, configuration)\n"
+           "  --shard K/N                with --out: replay only configurations i with\n"
+           "                             i mod N = K, numbered in the order of the table\n"
+           "                             (budget, then policy, then interval; then belady,\n"
+           "                             best-static and the oracle of that budget); the\n"
+           "                             interval choices, --layer-budgets and plots are\n"
+           "                             left to the merge\n"
+           "  merge DIR... --out DIR     join the shards (result folders or folders of them)\n"
+           "                             into what one --out run writes; refuses shards of\n"
+           "                             another trace, profile, grid, configuration or\n"
+           "                             revision, naming the field (docs/cluster.md)\n"
+           "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
+           "The profile's costs go to every policy (policy-cost, policy-hybrid and policy-warm\n"
+           "need them). After the table: per budget, the best policy and its ratio to the oracle.\n"
+           "Hindsight rows: belady (full swap, evicting the farthest next use), best-static\n"
+           "(the top-B experts over the whole trace), oracle (a lower bound on every\n"
+           "policy's modelled time; its hit rate and moves are those of its schedule).\n");
 }
 
 int sim_add_row(struct sim_cli *s, struct sim_row **out)
@@ -271,8 +273,9 @@ static int sim_setup(struct sim_cli *s)
     char what[600];
     snprintf(what, sizeof what, "the trace %s", s->trace_path);
     if ((rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
-                             s->t->max_tokens)) != TIDE_OK)
+                             s->t->max_tokens > 1 ? s->t->max_tokens : 1)) != TIDE_OK)
         return rc;
+    tide_cost_policy_costs(&s->cost, &s->pcost);
     if (s->have_prof && (h->hidden != s->prof.hidden || h->inter != s->prof.inter))
         tide_warn("profile %s is for hidden %u x inter %u; its expert times are scaled by %.3f "
                   "for the trace's hidden %u x inter %u (--scale-profile)",
@@ -316,6 +319,7 @@ static int sim_replay(struct sim_cli *s, const char *label, enum tide_sim_hindsi
         .opts = pl ? tide_config_section(s->c.cfg, pl->desc->name) : NULL,
         .budget = budget,
         .layer_budget = layer_budget,
+        .costs = s->have_prof ? &s->pcost : NULL,
     };
     struct tide_sim_result res;
     int rc = tide_sim_run(s->t, &cfg, &s->cost, metrics, &res);
@@ -544,6 +548,28 @@ static void sim_choose(struct sim_cli *s, int budget)
     free(li);
 }
 
+/* Per budget, the policy (a plugin, at its best interval) of least modelled
+ * time and its ratio to the oracle bound. */
+static void sim_print_best(const struct sim_cli *s, int budget)
+{
+    const struct sim_row *best = NULL;
+    for (int i = 0; i < s->n_rows; i++) {
+        const struct sim_row *r = &s->rows[i];
+        if (r->budget == budget && strncmp(r->policy, "policy-", 7) == 0 &&
+            (!best || r->c.us < best->c.us))
+            best = r;
+    }
+    if (!best || !s->have_prof)
+        return;
+    printf("budget %d: best policy %s%s%s: %.3f ms per step", budget, best->policy,
+           best->interval_n > 0 ? " at interval " : "", best->interval_n > 0 ? best->interval : "",
+           tide_sim_ms_per_step(s->t, &best->c));
+    const struct sim_row *o = sim_find(s, "oracle", budget);
+    if (o && o->c.us > 0)
+        printf(", %.3fx the oracle bound", best->c.us / o->c.us);
+    printf("\n");
+}
+
 static int sim_plots(struct sim_cli *s)
 {
     if (mkdir(s->plot, 0777) != 0 && errno != EEXIST) {
@@ -552,9 +578,21 @@ static int sim_plots(struct sim_cli *s)
     }
     char path[4200], title[256];
     int rc = TIDE_OK;
-    static const char *const refs[] = {"policy-lru", "policy-static", "belady", "best-static",
-                                       "oracle"};
-    double xs[SIM_MAX_LIST], ys[SIM_MAX_LIST], ref_y[8][2], ref_x[2];
+    /* Every other policy replayed, then the hindsight rows. */
+    const char *refs[24];
+    size_t n_refs = 0;
+    for (int i = 0; i < s->n_rows && n_refs < 19; i++) {
+        bool seen = !strcmp(s->rows[i].policy, "policy-tide");
+        for (size_t k = 0; k < n_refs && !seen; k++)
+            seen = !strcmp(refs[k], s->rows[i].policy);
+        if (!seen && !strncmp(s->rows[i].policy, "policy-", 7))
+            refs[n_refs++] = s->rows[i].policy;
+    }
+    const size_t n_plugins = n_refs;
+    static const char *const hindsight[] = {"belady", "best-static", "oracle"};
+    for (size_t k = 0; k < 3; k++)
+        refs[n_refs++] = hindsight[k];
+    double xs[SIM_MAX_LIST], ys[SIM_MAX_LIST], ref_y[24][2], ref_x[2];
     /* Modelled time against interval, one chart per budget. */
     for (int bi = 0; s->have_prof && bi < s->n_budget && rc == TIDE_OK; bi++) {
         const int b = s->budget[bi];
@@ -567,11 +605,11 @@ static int sim_plots(struct sim_cli *s)
             }
         if (!n)
             continue;
-        struct svg_series ser[8] = {{"policy-tide", xs, ys, n, false, true}};
+        struct svg_series ser[24] = {{"policy-tide", xs, ys, n, false, true}};
         int ns = 1;
         ref_x[0] = xs[0];
         ref_x[1] = xs[n - 1];
-        for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
+        for (size_t k = 0; k < n_refs; k++) {
             const struct sim_row *r = sim_find(s, refs[k], b);
             if (!r)
                 continue;
@@ -587,12 +625,13 @@ static int sim_plots(struct sim_cli *s)
     }
     /* Hit rate against budget. */
     if (rc == TIDE_OK && s->n_budget > 0) {
-        static const char *const pols[] = {"policy-tide", "policy-lru",  "policy-static",
-                                           "belady",      "best-static", "oracle"};
-        double hx[6][SIM_MAX_LIST], hy[6][SIM_MAX_LIST];
-        struct svg_series ser[6];
+        const char *pols[25] = {"policy-tide"};
+        for (size_t k = 0; k < n_refs; k++)
+            pols[k + 1] = refs[k];
+        double hx[25][SIM_MAX_LIST], hy[25][SIM_MAX_LIST];
+        struct svg_series ser[25];
         int ns = 0;
-        for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+        for (size_t k = 0; k < n_refs + 1; k++) {
             int n = 0;
             for (int bi = 0; bi < s->n_budget; bi++) {
                 /* policy-tide: its best interval by modelled time (or the first). */
@@ -610,7 +649,8 @@ static int sim_plots(struct sim_cli *s)
                 }
             }
             if (n)
-                ser[ns] = (struct svg_series){pols[k], hx[ns], hy[ns], n, k >= 3, true}, ns++;
+                ser[ns] = (struct svg_series){pols[k], hx[ns], hy[ns], n, k > n_plugins, true},
+                ns++;
         }
         snprintf(path, sizeof path, "%s/hitrate-budget.svg", s->plot);
         if (ns)
@@ -763,6 +803,8 @@ int sim_main(struct sim_cli *s)
     /* A shard lacks the other shards' rows: choices wait for the merge. */
     for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
         sim_choose(s, s->budget[bi]);
+    for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
+        sim_print_best(s, s->budget[bi]);
     if (s->layer_budgets && s->have_prof && !s->shard.count) {
         for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
             /* At the best global interval found for this budget (else the first). */

@@ -80,7 +80,7 @@ static int trace_info(const char *path, int max_d)
     }
     free(tot);
     printf("trace %s: format version %u, %lld bytes (%.2f bytes per assignment)\n", path,
-           TIDE_TRACE_VERSION, size, t->assignments ? (double)size / (double)t->assignments : 0);
+           h->version, size, t->assignments ? (double)size / (double)t->assignments : 0);
     printf("model: %s\n", h->model[0] ? h->model : "(not recorded)");
     printf("shape: %u MoE layers x %u experts, top-%u, hidden %u, inter %u (%.2f MiB per "
            "expert)\n",
@@ -93,6 +93,9 @@ static int trace_info(const char *path, int max_d)
            (unsigned long long)t->prompts, (unsigned long long)t->blocks,
            (unsigned long long)t->steps, t->blocks ? (double)t->steps / (double)t->blocks : 0,
            (unsigned long long)t->tokens_generated);
+    if (t->n_vecs)
+        printf("prompt vectors: %zu of %llu prompts (%u entries each)\n", t->n_vecs,
+               (unsigned long long)t->prompts, t->vec_dim);
     printf("layer forwards: prefill %llu, step %llu, kv %llu; assignments %llu\n",
            (unsigned long long)fw[0], (unsigned long long)fw[1], (unsigned long long)fw[2],
            (unsigned long long)t->assignments);

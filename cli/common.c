@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "generate.h"
 #include "tide/log.h"
+#include "tide/profile.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
 
@@ -70,8 +71,57 @@ int cli_setup(struct cli_ctx *c)
     return bad ? TIDE_E_CONFIG : TIDE_OK;
 }
 
+/* [policy] profile as the policies see it. */
+struct cli_costs {
+    struct tide_profile prof;
+    struct tide_cost cost;
+    struct tide_policy_costs abi;
+};
+
+int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out)
+{
+    *out = NULL;
+    const char *path = tide_opts_str(tide_config_section(c->cfg, "policy"), "profile");
+    if (*path && !c->costs) {
+        int rc;
+        if (!(c->costs = calloc(1, sizeof *c->costs)))
+            return TIDE_E_NOMEM;
+        /* Tables for the profile's own expert shape: the dispatcher refuses
+         * them for a model whose experts differ. Row counts of a step
+         * forward stay far below 1024; beyond, policies extrapolate. */
+        if ((rc = tide_profile_load(path, &c->costs->prof)) != TIDE_OK ||
+            (rc = tide_cost_init(&c->costs->cost, &c->costs->prof, c->costs->prof.hidden,
+                                 c->costs->prof.inter, false, path, 1024)) != TIDE_OK) {
+            free(c->costs);
+            c->costs = NULL;
+            return rc;
+        }
+        tide_cost_policy_costs(&c->costs->cost, &c->costs->abi);
+    }
+    if (c->costs)
+        *out = &c->costs->abi;
+    return TIDE_OK;
+}
+
+int cli_engine_open(struct cli_ctx *c, struct tide_engine **e)
+{
+    const struct tide_policy_costs *costs;
+    int rc = tide_engine_prepare(c->cfg, c->plugins, e);
+    if (rc == TIDE_OK)
+        rc = cli_policy_costs(c, &costs);
+    if (rc != TIDE_OK)
+        return rc;
+    if (costs)
+        tide_engine_set_policy_costs(*e, costs);
+    return tide_engine_load(*e, c->plugins);
+}
+
 void cli_teardown(struct cli_ctx *c)
 {
+    if (c->costs)
+        tide_cost_free(&c->costs->cost);
+    free(c->costs);
+    c->costs = NULL;
     tide_config_destroy(c->cfg);
     c->cfg = NULL;
     tide_plugins_free(c->plugins);

@@ -75,7 +75,8 @@ static int se_end_tokens(struct serve_engine *s)
 }
 
 int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
-                      struct serve_settings *settings, struct serve_engine **out)
+                      const struct tide_policy_costs *costs, struct serve_settings *settings,
+                      struct serve_engine **out)
 {
     *out = NULL;
     struct serve_engine *s = calloc(1, sizeof *s);
@@ -86,6 +87,7 @@ int serve_engine_open(const char *config_path, const char *const *sets, int n_se
         .config_path = config_path,
         .sets = sets,
         .n_sets = n_sets,
+        .policy_costs = costs,
     };
     int rc = tide_engine_open(&args, &s->e);
     if (rc != TIDE_OK)

@@ -41,10 +41,13 @@ struct serve_settings {
 };
 
 /* Open: plugins, configuration (file, then "section.key=value" overrides),
- * model. *settings receives the [serve] section (strings owned by the
- * engine). Errors are logged. Returns TIDE_OK or a status. */
+ * model; costs are those of [policy] profile (NULL: none; borrowed, must
+ * outlive the engine). *settings receives the [serve] section (strings owned
+ * by the engine). Errors are logged. Returns TIDE_OK or a status. */
+struct tide_policy_costs;
 int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
-                      struct serve_settings *settings, struct serve_engine **out);
+                      const struct tide_policy_costs *costs, struct serve_settings *settings,
+                      struct serve_engine **out);
 void serve_engine_close(struct serve_engine *e); /* NULL is a no-op; flushes telemetry */
 const struct serve_engine_info *serve_engine_info(const struct serve_engine *e);
 

@@ -35,6 +35,7 @@ struct sim_cli {
     struct tide_profile prof;
     bool have_prof;
     struct tide_cost cost;
+    struct tide_policy_costs pcost; /* cost as the policies see it (with a profile) */
     int budget[SIM_MAX_LIST], n_budget;
     int interval[SIM_MAX_LIST], n_interval; /* 0 = auto */
     const struct tide_plugin *pol[16];

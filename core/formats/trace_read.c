@@ -23,6 +23,8 @@ struct tide_trace_reader {
     int id_bytes;
     int32_t *ids; /* [cap] */
     size_t cap;
+    float *vec; /* [cap_vec] */
+    size_t cap_vec;
 };
 
 static uint32_t tr_u32(const uint8_t *p)
@@ -53,11 +55,12 @@ static int tr_header(struct tide_trace_reader *r)
     if (r->size < 16 || memcmp(r->map, TIDE_TRACE_MAGIC, 8))
         return tr_fail(r, "not a TIDE routing trace (bad magic)");
     uint32_t version = tr_u32(r->map + 8), len = tr_u32(r->map + 12);
-    if (version != TIDE_TRACE_VERSION) {
-        tide_error("trace %s: format version %u, this tide reads version %u", r->path, version,
-                   TIDE_TRACE_VERSION);
+    if (version < TIDE_TRACE_VERSION_MIN || version > TIDE_TRACE_VERSION) {
+        tide_error("trace %s: format version %u, this tide reads version %u or %u", r->path,
+                   version, TIDE_TRACE_VERSION_MIN, TIDE_TRACE_VERSION);
         return TIDE_E_FORMAT;
     }
+    r->h.version = version;
     if (len > r->size - 16)
         return tr_fail(r, "truncated header");
     json_error_t jerr;
@@ -227,6 +230,34 @@ int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record
         r->pos += 10 + cnt * (size_t)r->id_bytes;
         return 1;
     }
+    case TIDE_TREC_PROMPT_VEC: {
+        if (r->h.version < 2)
+            break; /* not a record of version 1 */
+        if (left < 5)
+            return tr_truncated(r, at, "prompt-vector");
+        rec->dim = tr_u32(p + 1);
+        if (rec->dim < 1 || rec->dim > (1u << 24)) {
+            tide_error("trace %s: prompt-vector record at byte %zu has %u entries (1..%u)", r->path,
+                       at, rec->dim, 1u << 24);
+            return TIDE_E_FORMAT;
+        }
+        if (rec->dim > (left - 5) / 4)
+            return tr_truncated(r, at, "prompt-vector");
+        if (rec->dim > r->cap_vec) {
+            float *v = realloc(r->vec, rec->dim * sizeof *v);
+            if (!v)
+                return TIDE_E_NOMEM;
+            r->vec = v;
+            r->cap_vec = rec->dim;
+        }
+        for (uint32_t i = 0; i < rec->dim; i++) {
+            uint32_t u = tr_u32(p + 5 + 4 * (size_t)i);
+            memcpy(&r->vec[i], &u, sizeof u);
+        }
+        rec->vec = r->vec;
+        r->pos += 5 + 4 * (size_t)rec->dim;
+        return 1;
+    }
     }
     tide_error("trace %s: unknown record type %u at byte %zu", r->path, p[0], at);
     return TIDE_E_FORMAT;
@@ -239,6 +270,7 @@ void tide_trace_reader_close(struct tide_trace_reader *r)
     if (r->map)
         munmap((void *)r->map, r->size);
     free(r->ids);
+    free(r->vec);
     free(r->model);
     free(r->path);
     free(r);

@@ -16,9 +16,10 @@ struct tide_trace_writer {
     char *path;
     char *tmp;
     uint32_t n_experts, top_k;
-    int id_bytes; /* 1 when n_experts <= 256, else 2 */
-    int err;      /* first write error */
-    uint8_t *buf; /* route payload scratch */
+    int id_bytes;     /* 1 when n_experts <= 256, else 2 */
+    uint32_t version; /* of the file: TIDE_TRACE_VERSION, or an appended file's own */
+    int err;          /* first write error */
+    uint8_t *buf;     /* route payload scratch */
     size_t cap;
 };
 
@@ -108,12 +109,14 @@ int tide_trace_writer_open(const char *path, bool append, bool overwrite,
     w->n_experts = h->n_experts;
     w->top_k = h->top_k;
     w->id_bytes = h->n_experts <= 256 ? 1 : 2;
+    w->version = TIDE_TRACE_VERSION;
     int rc = TIDE_OK;
     if (exists && append) {
         struct tide_trace_header old;
         struct tide_trace_reader *r;
         if ((rc = tide_trace_reader_open(path, &r)) == TIDE_OK) {
             old = *tide_trace_reader_header(r);
+            w->version = old.version;
             if (old.n_layers != h->n_layers || old.n_experts != h->n_experts ||
                 old.top_k != h->top_k || old.hidden != h->hidden || old.inter != h->inter) {
                 tide_error("trace %s records a model of %u MoE layers x %u experts (top-%u, "
@@ -167,6 +170,20 @@ int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t 
     tw_u8(w, TIDE_TREC_PROMPT);
     tw_u32(w, prompt_id);
     tw_u32(w, prompt_len);
+    return w->err ? TIDE_E_IO : TIDE_OK;
+}
+
+int tide_trace_prompt_vector(struct tide_trace_writer *w, const float *vec, uint32_t dim)
+{
+    if (w->version < 2)
+        return TIDE_OK;
+    tw_u8(w, TIDE_TREC_PROMPT_VEC);
+    tw_u32(w, dim);
+    for (uint32_t i = 0; i < dim; i++) {
+        uint32_t u;
+        memcpy(&u, &vec[i], sizeof u);
+        tw_u32(w, u);
+    }
     return w->err ? TIDE_E_IO : TIDE_OK;
 }
 
@@ -244,6 +261,11 @@ static int tw_sink_prompt(void *u, uint32_t id, uint32_t len)
     return tide_trace_prompt(u, id, len);
 }
 
+static int tw_sink_prompt_vector(void *u, const float *vec, uint32_t dim)
+{
+    return tide_trace_prompt_vector(u, vec, dim);
+}
+
 static int tw_sink_block(void *u, int32_t block, bool first)
 {
     return tide_trace_block(u, block, first);
@@ -266,5 +288,6 @@ struct tide_trace_sink tide_trace_writer_sink(struct tide_trace_writer *w)
                                     .prompt = tw_sink_prompt,
                                     .block = tw_sink_block,
                                     .step = tw_sink_step,
-                                    .route = tw_sink_route};
+                                    .route = tw_sink_route,
+                                    .prompt_vector = tw_sink_prompt_vector};
 }

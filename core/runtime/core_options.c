@@ -41,6 +41,10 @@ static const struct tide_option policy_options[] = {
      "device memory for routed experts across all MoE layers (e.g. 12GiB); the per-layer "
      "budget is derived from it; 0 = unset",
      NULL, NULL},
+    {"profile", TIDE_OPT_STRING, "",
+     "hardware profile (config/profiles/*.ini) whose modelled costs are handed to the policy; "
+     "cost-aware policies need one (tide sim uses --profile)",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -188,12 +188,23 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget)
     return TIDE_OK;
 }
 
+void tide_engine_set_policy_costs(struct tide_engine *e, const struct tide_policy_costs *c)
+{
+    e->costs = c;
+}
+
 int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, const char *policy,
                       int budget)
 {
     if (!e->moe || !tide_moe_get_shape(e->moe))
         return TIDE_OK; /* a dense model: nothing to place */
-    struct tide_moe_placement pl = {.budget = budget};
+    const struct tide_opts *g = tide_config_section(e->cfg, "generation");
+    struct tide_moe_placement pl = {
+        .budget = budget,
+        .block_length = (int)tide_opts_int(g, "block_length"),
+        .max_steps = (int)tide_opts_int(g, "steps"),
+        .costs = e->costs,
+    };
     if (budget < tide_moe_get_shape(e->moe)->n_experts) {
         e->policy_pl = tide_plugins_get(set, policy, TIDE_PLUGIN_POLICY, "[policy] plugin");
         if (!e->policy_pl)
@@ -337,6 +348,30 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_
     return TIDE_OK;
 }
 
+/* The prompt's vector, when the model gives one and the policy or the trace
+ * wants it: recorded in the trace and handed to the policy (prompt_begin). */
+static int engine_prompt_vector(struct tide_engine *e, const int32_t *prompt, int64_t n,
+                                const struct tide_trace_sink *trace)
+{
+    if (!e->moe || !tide_moe_get_shape(e->moe))
+        return TIDE_OK;
+    const bool want = tide_moe_wants_prompt(e->moe) || (trace && trace->prompt_vector);
+    float *vec = NULL;
+    int dim = 0, rc = TIDE_OK;
+    if (want && n > 0 && TIDE_OPS_HAS(e->mops, prompt_vector)) {
+        dim = e->mops->info(e->model)->hidden;
+        if (!(vec = malloc(sizeof *vec * (size_t)dim)))
+            return TIDE_E_NOMEM;
+        rc = e->mops->prompt_vector(e->model, prompt, n, vec);
+        if (rc == TIDE_OK && trace && trace->prompt_vector)
+            rc = trace->prompt_vector(trace->user, vec, (uint32_t)dim);
+    }
+    if (rc == TIDE_OK)
+        tide_moe_prompt_begin(e->moe, (uint32_t)n, vec, dim);
+    free(vec);
+    return rc;
+}
+
 int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
                              const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
@@ -348,6 +383,9 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
         if (rc != TIDE_OK)
             return rc;
     }
+    int rc = engine_prompt_vector(e, prompt, n, trace);
+    if (rc != TIDE_OK)
+        return rc;
     struct engine_gen g = {.e = e, .user = user, .metrics = metrics};
     const struct tide_gen_hooks hooks = {
         .user = &g,
@@ -359,7 +397,7 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
     };
     tide_moe_set_metrics(e->moe, metrics);
     tide_moe_set_trace(e->moe, trace);
-    int rc = tide_generate(e->mops, e->model, p, &e->ids, prompt, n, &hooks, out);
+    rc = tide_generate(e->mops, e->model, p, &e->ids, prompt, n, &hooks, out);
     tide_moe_finish(e->moe);
     tide_moe_set_metrics(e->moe, NULL);
     tide_moe_set_trace(e->moe, NULL);

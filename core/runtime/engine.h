@@ -47,6 +47,7 @@ struct tide_engine {
     int n_layer_total;
     char policy_name[128]; /* for tide_engine_get_info */
     char error[4096];      /* tide_engine_error */
+    const struct tide_policy_costs *costs; /* handed to policies; borrowed, may be NULL */
 };
 
 /* Phase 1: resolve the model plugin and checkpoint directory (generating the
@@ -58,6 +59,11 @@ int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_
 /* Phase 2: create the backends and dispatcher, open the model, and place the
  * experts as [policy] says. */
 int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set);
+
+/* The machine's modelled costs to hand to every policy placed from now on
+ * (the caller loads [policy] profile: the runtime does not read profiles).
+ * c must outlive the engine; NULL for none. Call before tide_engine_load. */
+void tide_engine_set_policy_costs(struct tide_engine *e, const struct tide_policy_costs *c);
 
 /* Re-place the experts: policy plugin name and budget (experts per MoE layer
  * on the device; >= n_experts means no offload). The policy's options come

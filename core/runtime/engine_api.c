@@ -167,6 +167,15 @@ int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **o
     }
     e->own_cfg = cfg;
     e->own_set = set;
+    if (a.policy_costs) {
+        tide_engine_set_policy_costs(e, a.policy_costs);
+    } else if (*tide_opts_str(tide_config_section(cfg, "policy"), "profile")) {
+        tide_error("[policy] profile = %s: the embedding API does not read hardware profiles; "
+                   "load it and pass tide_engine_args.policy_costs (the tide command does)",
+                   tide_opts_str(tide_config_section(cfg, "policy"), "profile"));
+        tide_engine_close(e);
+        return api_end(NULL, TIDE_E_CONFIG);
+    }
     e->block = (int)tide_opts_int(tide_config_section(cfg, "generation"), "block_length");
     if ((rc = tide_engine_load(e, set)) != TIDE_OK) {
         tide_engine_close(e);

@@ -403,6 +403,15 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
     int rc = moe_check_fits(moe, moe->budget);
     if (rc != TIDE_OK)
         return rc;
+    if (p->costs && p->costs->expert_bytes != tide_moe_expert_bytes(moe)) {
+        tide_error("[policy] profile: its costs are for experts of %llu bytes, but the model's "
+                   "experts have %llu bytes (hidden %d x inter %d); measure a profile for this "
+                   "model with `tide profile --hidden %d --inter %d`",
+                   (unsigned long long)p->costs->expert_bytes,
+                   (unsigned long long)tide_moe_expert_bytes(moe), moe->shape.hidden,
+                   moe->shape.inter, moe->shape.hidden, moe->shape.inter);
+        return TIDE_E_CONFIG;
+    }
     const struct tide_policy_shape shape = {
         .size = sizeof shape,
         .n_layers = moe->shape.n_layers,
@@ -411,6 +420,9 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
         .top_k = moe->shape.top_k,
         .expert_bytes = tide_moe_expert_bytes(moe),
         .budget = moe->budget,
+        .block_length = p->block_length,
+        .max_steps = p->max_steps,
+        .costs = p->costs,
     };
     moe->pops = p->ops;
     snprintf(moe->policy_name, sizeof moe->policy_name, "%s", p->name);
@@ -627,6 +639,17 @@ void tide_moe_finish(struct tide_moe *moe)
     moe->phase = PHASE_PREFILL;
     moe->block = 0;
     moe->step = 0;
+}
+
+void tide_moe_prompt_begin(struct tide_moe *moe, uint32_t prompt_len, const float *vec, int dim)
+{
+    if (moe->policy && TIDE_OPS_HAS(moe->pops, prompt_begin))
+        moe->pops->prompt_begin(moe->policy, prompt_len, vec, vec ? dim : 0);
+}
+
+bool tide_moe_wants_prompt(const struct tide_moe *moe)
+{
+    return moe->policy && TIDE_OPS_HAS(moe->pops, prompt_begin);
 }
 
 /* ---- forward ------------------------------------------------------------ */

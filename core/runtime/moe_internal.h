@@ -44,6 +44,9 @@ struct tide_moe_placement {
     const char *name;                  /* policy plugin name, for messages */
     const struct tide_opts *opts;      /* its section */
     int budget;                        /* device slots per MoE layer */
+    /* Handed to the policy in its shape (tide/policy.h); 0 / NULL when unknown. */
+    int block_length, max_steps;
+    const struct tide_policy_costs *costs; /* must outlive the configuration */
 };
 
 /* Create a dispatcher. host may be NULL when no configuration will offload.
@@ -70,6 +73,12 @@ int tide_moe_step_begin(struct tide_moe *moe, int block, int step);
 void tide_moe_step_end(struct tide_moe *moe);
 /* End of a generation: emits the pending phase. */
 void tide_moe_finish(struct tide_moe *moe);
+/* A generation of prompt_len tokens starts: tells the policy, with the
+ * prompt's vector vec[dim] (NULL, 0 when unknown). */
+void tide_moe_prompt_begin(struct tide_moe *moe, uint32_t prompt_len, const float *vec, int dim);
+/* True when the policy in place listens to prompt_begin (so a prompt vector
+ * is worth computing). */
+bool tide_moe_wants_prompt(const struct tide_moe *moe);
 
 /* Send the routing of every forward, and the block and step events, to s
  * (NULL: stop). s must stay valid until it is replaced. The first status a

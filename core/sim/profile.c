@@ -459,6 +459,22 @@ int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t h
     return TIDE_OK;
 }
 
+void tide_cost_policy_costs(const struct tide_cost *c, struct tide_policy_costs *out)
+{
+    *out = (struct tide_policy_costs){
+        .size = sizeof *out,
+        .expert_bytes = c->expert_bytes,
+        .overlap = c->p.overlap,
+        .promote_us = c->promote_us,
+        .act_down_us_row = c->down_us_row,
+        .act_up_us_row = c->up_us_row,
+        .latency_us = c->p.latency_us,
+        .n_rows = c->n_tab,
+        .device_us = c->dev_tab,
+        .host_us = c->host_tab,
+    };
+}
+
 void tide_cost_free(struct tide_cost *c)
 {
     if (!c)

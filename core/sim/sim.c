@@ -48,6 +48,7 @@ void tide_sim_trace_free(struct tide_sim_trace *t)
     free(t->ev);
     free(t->ids);
     free(t->cnt);
+    free(t->vecs);
     free(t->model);
     free(t->path);
     free(t);
@@ -85,7 +86,7 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
     }
     t->h = *h;
     t->h.model = t->model;
-    size_t ev_cap = 0, pair_cap = 0, cnt_cap = 0;
+    size_t ev_cap = 0, pair_cap = 0, cnt_cap = 0, vec_cap = 0, last_prompt = SIZE_MAX;
     uint32_t prompt_len = 0;
     bool first = false;
     int32_t step = -1;
@@ -99,7 +100,30 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
         struct sim_event *ev = &t->ev[t->n_ev++];
         memset(ev, 0, sizeof *ev);
         switch (rec.type) {
+        case TIDE_TREC_PROMPT_VEC:
+            /* Not an event of its own: it belongs to the prompt before it. */
+            t->n_ev--;
+            if (last_prompt == SIZE_MAX || t->ev[last_prompt].vec ||
+                (t->n_vecs && rec.dim != t->vec_dim)) {
+                tide_error("trace %s: a prompt-vector record %s", path,
+                           last_prompt == SIZE_MAX ? "before any prompt"
+                           : t->ev[last_prompt].vec
+                               ? "twice for one prompt"
+                               : "of another length than the trace's first one");
+                rc = TIDE_E_FORMAT;
+                goto done;
+            }
+            if (!sim_grow((void **)&t->vecs, &vec_cap, (t->n_vecs + 1) * rec.dim,
+                          sizeof *t->vecs)) {
+                rc = TIDE_E_NOMEM;
+                goto done;
+            }
+            memcpy(&t->vecs[t->n_vecs * rec.dim], rec.vec, sizeof *t->vecs * rec.dim);
+            t->vec_dim = rec.dim;
+            t->ev[last_prompt].vec = (uint32_t)++t->n_vecs;
+            break;
         case TIDE_TREC_PROMPT:
+            last_prompt = t->n_ev - 1;
             ev->type = SIM_EV_PROMPT;
             ev->a = (int32_t)rec.prompt_id;
             ev->b = rec.prompt_len;
@@ -289,6 +313,9 @@ static int sim_create_inst(struct sim *s, int budget, struct sim_inst *in)
         .top_k = s->K,
         .expert_bytes = s->t->h.expert_bytes,
         .budget = budget,
+        .block_length = (int)s->t->h.block_length,
+        .max_steps = (int)s->t->h.steps,
+        .costs = s->c->costs,
     };
     in->budget = budget;
     int rc;
@@ -531,6 +558,11 @@ int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c
             s.phase = TIDE_TRACE_PREFILL;
             s.block = 0;
             s.step = 0;
+            for (int i = 0; i < s.n_inst; i++) /* tide_moe_prompt_begin */
+                if (TIDE_OPS_HAS(s.inst[i].ops, prompt_begin))
+                    s.inst[i].ops->prompt_begin(
+                        s.inst[i].p, ev->b, ev->vec ? &t->vecs[(ev->vec - 1) * t->vec_dim] : NULL,
+                        ev->vec ? (int)t->vec_dim : 0);
             break;
         case SIM_EV_BLOCK:
             sim_flush(&s);

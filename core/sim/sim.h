@@ -40,6 +40,7 @@ struct sim_event {
     int32_t a;     /* PROMPT: prompt id; BLOCK: block; STEP: step; ROUTE: layer */
     uint32_t b;    /* PROMPT: prompt length; ROUTE: tokens */
     uint32_t fwd;  /* ROUTE: index into the layer's forward list */
+    uint32_t vec;  /* PROMPT: 1 + index of its prompt vector in vecs, 0 = none */
 };
 
 struct tide_sim_trace {
@@ -57,6 +58,9 @@ struct tide_sim_trace {
     uint64_t assignments;         /* token-expert assignments in all */
     uint64_t prompts, blocks, steps;
     uint64_t tokens_generated; /* sum over blocks of block_length, less prompt tails */
+    float *vecs;               /* [n_vecs][vec_dim] prompt vectors (trace version 2) */
+    size_t n_vecs;
+    uint32_t vec_dim;
 };
 
 /* Decode a trace file. Errors (foreign file, version, truncation, bad
@@ -73,12 +77,13 @@ enum tide_sim_hindsight {
 
 /* One configuration to replay. */
 struct tide_sim_config {
-    const char *label;                 /* for messages: "policy-tide", "belady" */
-    enum tide_sim_hindsight kind;      /* SIM_PLUGIN: ops and opts below */
-    const struct tide_policy_ops *ops; /* policy plugin */
-    const struct tide_opts *opts;      /* its option section */
-    int budget;                        /* experts per layer in device slots */
-    const int *layer_budget;           /* [n_layers] per-layer budgets, or NULL */
+    const char *label;                     /* for messages: "policy-tide", "belady" */
+    enum tide_sim_hindsight kind;          /* SIM_PLUGIN: ops and opts below */
+    const struct tide_policy_ops *ops;     /* policy plugin */
+    const struct tide_opts *opts;          /* its option section */
+    int budget;                            /* experts per layer in device slots */
+    const int *layer_budget;               /* [n_layers] per-layer budgets, or NULL */
+    const struct tide_policy_costs *costs; /* handed to the policy (the profile), or NULL */
 };
 
 /* Exact counters (those of the engine's metrics) plus modelled time. */

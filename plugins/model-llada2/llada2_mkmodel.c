@@ -63,6 +63,7 @@ static const struct mk_preset mk_presets[] = {
     /*             hidden   heads  head_dim     inter    experts groups        vocab vocab_target
      *                 layers kv_heads  rot_dim   moe_inter   top_k topk_grp        max_pos */
     {"tiny",           64,  4,  4,   2,  16,  8,  128,   32,  32, 4,  4,   2,      0,  4096,  480},
+    {"small",         512,  3,  8,   2,  64, 32, 1024,  256,  64, 8,  8,   4,      0,  4096,  480},
     {"llada2-mini",  2048, 20, 16,   4, 128, 64, 5120,  512, 256, 8,  8,   4, 157184, 32768, 2000},
     {"llada2-flash", 4096, 32, 32,   4, 128, 64, 9216, 1024, 256, 8,  8,   4, 157184, 32768, 2000},
 };
@@ -288,7 +289,7 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
         if (!strcmp(mk_presets[i].name, preset))
             p = &mk_presets[i];
     if (!p) {
-        tide_error("mkmodel: unknown preset '%s' (model-llada2 has tiny, llada2-mini, "
+        tide_error("mkmodel: unknown preset '%s' (model-llada2 has tiny, small, llada2-mini, "
                    "llada2-flash)",
                    preset);
         return TIDE_E_CONFIG;

@@ -493,3 +493,37 @@ int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t 
     }
     return rc;
 }
+
+/* The mean of the prompt's input embeddings, from the mapped checkpoint
+ * (the table was checked at open), accumulated in double so the result does
+ * not depend on the prompt's length beyond rounding to f32. */
+int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    const struct tide_view *v = tide_st_find(m->st, "model.word_embeddings.weight");
+    if (!v || n < 1) {
+        tide_error("model-llada2: prompt_vector of %lld tokens: %s", (long long)n,
+                   v ? "needs at least one token" : "the embedding table is missing");
+        return v ? TIDE_E_RANGE : TIDE_E_INVAL;
+    }
+    double *acc = calloc((size_t)c->hidden, sizeof *acc);
+    if (!acc)
+        return TIDE_E_NOMEM;
+    const uint16_t *table = v->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab) {
+            tide_error("model-llada2: prompt token id %d at position %lld is outside the "
+                       "vocabulary (vocab_size %d)",
+                       ids[i], (long long)i, c->vocab);
+            free(acc);
+            return TIDE_E_RANGE;
+        }
+        const uint16_t *row = table + (size_t)ids[i] * (size_t)c->hidden;
+        for (int j = 0; j < c->hidden; j++)
+            acc[j] += tide_bf16_to_f32(row[j]);
+    }
+    for (int j = 0; j < c->hidden; j++)
+        out[j] = (float)(acc[j] / (double)n);
+    free(acc);
+    return TIDE_OK;
+}

@@ -17,6 +17,7 @@ static const struct tide_model_ops llada2_ops = {
     .inspect = llada2_inspect,
     .mkmodel = llada2_mkmodel,
     .chat_template = llada2_chat,
+    .prompt_vector = llada2_prompt_vector,
 };
 
 static const struct tide_plugin_desc llada2_desc = {
@@ -26,7 +27,7 @@ static const struct tide_plugin_desc llada2_desc = {
     .name = "model-llada2",
     .version = "0.1.0",
     .summary = "LLaDA2.0 MoE diffusion LMs (llada2_moe): mini, flash; presets tiny, "
-               "llada2-mini, llada2-flash",
+               "small, llada2-mini, llada2-flash",
     .ops = &llada2_ops,
     .options = NULL,
     .probe = NULL,

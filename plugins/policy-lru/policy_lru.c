@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy-common/fullswap.h"
 #include "policy-common/initial.h"
 #include "policy-common/plan.h"
 #include "policy-common/rank.h"
@@ -85,9 +86,10 @@ static void lru_block_begin(struct tide_policy *p, int block, bool first_generat
 }
 
 /* The least recently used expert in held[] with no tokens this step, ties to
- * the lower id; -1 when every held expert is active. */
-static int32_t lru_victim(const uint8_t *held, const uint32_t *counts, const uint64_t *last, int n)
+ * the lower id; -1 when every held expert is active. ctx: last[n]. */
+static int32_t lru_victim(const void *ctx, const uint8_t *held, const uint32_t *counts, int n)
 {
+    const uint64_t *last = ctx;
     int32_t victim = -1;
     for (int e = 0; e < n; e++)
         if (held[e] && counts[e] == 0 && (victim < 0 || last[e] < last[victim]))
@@ -102,35 +104,12 @@ static int lru_plan(struct tide_policy *p, const struct tide_policy_view *v, str
         return n_res;
     const int n = p->shape.n_experts;
     size_t base = (size_t)v->layer * (size_t)n;
-    struct polc_rank *r = &p->rank[base];
-    uint8_t *held = &p->held[base];
     uint64_t *last = &p->last[base];
     uint64_t tick = ++p->clock[v->layer];
-    polc_rank_counts(v->counts, NULL, n, r);
-    int n_active = polc_rank_top_active(r, n, n);
-    int free_slots = p->shape.budget - n_res;
-    memcpy(held, v->resident, (size_t)n);
-    out->n_promote = 0;
-    for (int i = 0; i < n_active; i++) {
-        int32_t e = r[i].id, victim = -1;
-        if (held[e])
-            continue;
-        if (free_slots > 0) {
-            free_slots--;
-        } else {
-            victim = lru_victim(held, v->counts, last, n);
-            if (victim < 0)
-                break; /* every slot holds an active expert: the rest run on the host */
-            held[victim] = 0;
-        }
-        held[e] = 1;
-        out->promote[out->n_promote] = e;
-        out->evict[out->n_promote] = victim;
-        out->n_promote++;
-    }
-    for (int i = 0; i < n_active; i++)
-        last[r[i].id] = tick;
-    polc_place(&p->shape, v, out);
+    polc_full_swap(&p->shape, v, n_res, lru_victim, last, &p->rank[base], &p->held[base], out);
+    for (int e = 0; e < n; e++)
+        if (v->counts[e])
+            last[e] = tick;
     return TIDE_OK;
 }
 

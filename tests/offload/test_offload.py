@@ -5,14 +5,20 @@ MoE layer, top-4), on the CPU backend playing both the device and the host.
   lossless   tokens and every logit the decoder saw (FNV-1a hash) are
              bit-identical under no offload, policy-lru, policy-static and
              policy-tide (interval 1, 4, 32; also with prefetch) at budgets 1,
-             half and all, and budget 0 (every expert on the host).
+             half and all, and budget 0 (every expert on the host); and under
+             policy-lfu, policy-cost, policy-hybrid and policy-warm (with a
+             GPU-like profile written for the tiny expert shape, so they
+             promote and balance; policy-warm with a library recorded by a
+             first run) at budget 1 or half.
   telemetry  the JSON Lines metrics are consistent: per layer and phase,
              hit_rows + miss_rows == tokens * top_k; weight_bytes ==
              promotions * bytes per expert; act_bytes == miss_rows * hidden *
              6; per step, promotions <= budget... and the run's totals add up.
   bad_policy a policy returning an invalid plan is refused, naming the policy;
-             an unknown policy, a negative budget and budget + expert_memory
-             together are configuration errors (exit 2).
+             an unknown policy, a negative budget, budget + expert_memory
+             together, a cost-aware policy without [policy] profile or with
+             a profile of another expert shape are configuration errors
+             (exit 2); a missing profile file is a runtime error (exit 1).
 Usage: test_offload.py MODE PATH_TO_TIDE TEST_PLUGIN_DIR
 """
 import json
@@ -23,6 +29,8 @@ import sys
 import tempfile
 
 PROMPT = ",".join(str(7 + (i * 37) % 400) for i in range(40))
+H200 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config", "profiles",
+                    "h200-pcie5.ini")
 
 
 def tide(binary, args, env=None, check=True):
@@ -45,6 +53,35 @@ def setup(binary, tmp):
     return model, cfg
 
 
+# A GPU-like profile for the tiny model's experts (hidden 64, inter 32): the
+# device is much faster than the host and copies overlap, so the cost-aware
+# policies promote and balance. The numbers only steer placement.
+GPU_LIKE = """[profile]
+name = test-gpu-like
+[transfer]
+h2d_gbps = 2
+d2h_gbps = 2
+latency_us = 1
+overlap = true
+[expert]
+hidden = 64
+inter = 32
+[device]
+rows = 1, 64
+us = 2, 3
+[host]
+rows = 1, 64
+us = 20, 60
+"""
+
+
+def gpu_like_profile(tmp):
+    path = os.path.join(tmp, "gpu-like.ini")
+    with open(path, "w") as f:
+        f.write(GPU_LIKE)
+    return path
+
+
 def run_ids(binary, cfg, sets):
     args = ["--quiet", "run", "-c", cfg, "--ids", PROMPT, "--print-ids", "--logits-hash"]
     for s in sets:
@@ -64,6 +101,17 @@ def lossless(binary, tmp):
                           "policy-tide.interval=%d" % i])
         cases.append(["policy.plugin=policy-tide", "policy.budget=%d" % b,
                       "policy-tide.prefetch=true"])
+    prof = gpu_like_profile(tmp)
+    library = os.path.join(tmp, "library.trc")
+    run_ids(binary, cfg, ["policy.budget=-1", "output.trace=" + library])
+    for b in (1, 16):
+        cases.append(["policy.plugin=policy-lfu", "policy.budget=%d" % b])
+        cases.append(["policy.plugin=policy-cost", "policy.budget=%d" % b, "policy.profile=" + prof])
+    cases.append(["policy.plugin=policy-hybrid", "policy.budget=16", "policy.profile=" + prof])
+    cases.append(["policy.plugin=policy-hybrid", "policy.budget=1", "policy-hybrid.core=0.5",
+                  "policy-hybrid.interval=2"])
+    cases.append(["policy.plugin=policy-warm", "policy.budget=16", "policy.profile=" + prof,
+                  "policy-warm.library=" + library])
     failures = 0
     for sets in cases:
         got = run_ids(binary, cfg, sets)
@@ -83,10 +131,16 @@ def telemetry(binary, tmp):
     k, hidden = conf["num_experts_per_tok"], conf["hidden_size"]
     expert_bytes = 3 * hidden * conf["moe_intermediate_size"] * 2
     failures, checked = 0, 0
-    for sets in (["policy.plugin=policy-tide", "policy.budget=8", "policy-tide.interval=4"],
-                 ["policy.plugin=policy-lru", "policy.budget=8"],
-                 ["policy.plugin=policy-static", "policy.budget=8"],
-                 ["policy.plugin=policy-tide", "policy.budget=8", "policy-tide.prefetch=true"]):
+    prof = gpu_like_profile(tmp)
+    configs = (["policy.plugin=policy-tide", "policy.budget=8", "policy-tide.interval=4"],
+               ["policy.plugin=policy-lru", "policy.budget=8"],
+               ["policy.plugin=policy-static", "policy.budget=8"],
+               ["policy.plugin=policy-tide", "policy.budget=8", "policy-tide.prefetch=true"],
+               ["policy.plugin=policy-lfu", "policy.budget=8"],
+               ["policy.plugin=policy-cost", "policy.budget=8", "policy.profile=" + prof],
+               ["policy.plugin=policy-hybrid", "policy.budget=8", "policy.profile=" + prof],
+               ["policy.plugin=policy-warm", "policy.budget=8", "policy.profile=" + prof])
+    for sets in configs:
         path = os.path.join(tmp, "m.jsonl")
         if os.path.exists(path):
             os.remove(path)
@@ -126,7 +180,7 @@ def telemetry(binary, tmp):
                                                        "consistent" if not bad else "INCONSISTENT"))
         for b in bad[:5]:
             print("  ", b)
-    print("%d passed, %d failed" % (4 - failures, failures))
+    print("%d passed, %d failed" % (len(configs) - failures, failures))
     return 1 if failures else 0
 
 
@@ -146,6 +200,14 @@ def bad_policy(binary, tmp, plugin_dir):
           "--set", "policy-static.initial=popular", "--set",
           "policy-static.counts_file=" + os.path.join(tmp, "missing.txt")], 1,
          "missing.txt"),
+        (["--set", "policy.plugin=policy-cost", "--set", "policy.budget=4"], 2,
+         "policy-cost: needs the machine's modelled costs: set [policy] profile"),
+        (["--set", "policy.plugin=policy-cost", "--set", "policy.budget=4", "--set",
+          "policy.profile=" + H200], 2,
+         "[policy] profile: its costs are for experts of 6291456 bytes, but the model's experts "
+         "have 12288 bytes"),
+        (["--set", "policy.plugin=policy-cost", "--set", "policy.budget=4", "--set",
+          "policy.profile=" + os.path.join(tmp, "nope.ini")], 1, "nope.ini"),
     ]
     for args, code, msg in cases:
         r = tide(binary, ["run", "-c", cfg, "--ids", PROMPT] + args, env=env, check=False)

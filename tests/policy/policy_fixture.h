@@ -36,6 +36,9 @@ struct pf {
     uint8_t *place;    /* [n_experts] */
     int block;         /* current block, set by pf_block */
     char text[8192];   /* the last plan or residency as text */
+    /* Handed to create() in the shape when set before pf_create (0 / NULL: unknown). */
+    const struct tide_policy_costs *costs;
+    int max_steps, block_length;
 };
 
 /* Scan $TIDE_PLUGIN_DIR, find the policy plugin `name` and register its
@@ -67,6 +70,23 @@ bool pf_expect_ok(int rc, const char *file, int line, int *checks, int *failures
  * policy, a full-size ops table and exactly the blank-separated option names
  * (NULL for none); else prints what differs. */
 bool pf_desc_ok(const struct pf *f, const char *name, const char *options);
+
+/* pf_open with costs (and the shape's max_steps) handed to create(). */
+int pf_open_costs(struct pf *f, const char *plugin, const char *opts, int n_moe_layers,
+                  int n_experts, int budget, const struct tide_policy_costs *costs, int max_steps);
+
+/* Costs for tests: every expert takes dev_us on the device at any row
+ * count, host_us + host_us_row x rows on the host; a promotion promote_us;
+ * activations and latency free. The tables live in c (rows 0..63). */
+struct pf_costs {
+    struct tide_policy_costs c;
+    double dev[64], host[64];
+};
+void pf_costs_init(struct pf_costs *pc, bool overlap, double dev_us, double host_us,
+                   double host_us_row, double promote_us);
+
+/* A generation starts: calls prompt_begin (when the plugin has it). */
+void pf_prompt(struct pf *f, uint32_t prompt_len, const float *vec, int dim);
 
 /* Start a block: calls block_begin(block, first_generated). */
 void pf_block(struct pf *f, int block, bool first_generated);

@@ -8,8 +8,11 @@
  * and every active expert has a place. On top of that:
  *  - every policy is deterministic (two runs give the same plans);
  *  - policy-tide matches an independent model of the reference code;
- *  - policy-lru never leaves an idle resident while an active expert misses;
- *  - policy-static never promotes. */
+ *  - policy-lru and policy-lfu never leave an idle resident while an active
+ *    expert misses;
+ *  - policy-static never promotes.
+ * policy-cost, policy-hybrid and policy-warm get test costs (overlapped and
+ * serial) in their shape, and policy-warm prompt vectors (or none). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -131,6 +134,7 @@ struct variant {
     const char *opts; /* for pf_open */
     int interval;     /* policy-tide only, else 0 */
     bool every_step;  /* policy-tide only */
+    int costs;        /* 0: none; 1: overlapped, 2: serial test costs in the shape */
 };
 
 /* Run one random sequence; returns an FNV-1a hash of every plan text, or 0
@@ -141,7 +145,12 @@ static uint64_t run_sequence(const struct variant *v, int n, int budget, uint64_
     struct pf f;
     uint64_t hash = 1469598103934665603ull;
     rng_state = seed;
-    if (!PF_OPEN(&f, v->plugin, v->opts, LAYERS, n, budget)) {
+    struct pf_costs pc;
+    pf_costs_init(&pc, v->costs == 1, 10, 40, 2, 120);
+    if (!(v->costs
+              ? pf_expect_ok(pf_open_costs(&f, v->plugin, v->opts, LAYERS, n, budget, &pc.c, 16),
+                             __FILE__, __LINE__, &test_checks, &test_failures)
+              : PF_OPEN(&f, v->plugin, v->opts, LAYERS, n, budget))) {
         pf_close(&f);
         return 0;
     }
@@ -155,7 +164,13 @@ static uint64_t run_sequence(const struct variant *v, int n, int budget, uint64_
     const int tau = v->interval;
     bool ok = true;
     for (int b = 0; b < BLOCKS && ok; b++) {
-        pf_block(&f, b, b == 0);
+        if (b == 0 || (!tau && b == 2)) {
+            /* A generation starts (the second one: a new prompt for policies
+             * without a reference model), with a vector or without. */
+            float vec[4] = {(float)rng_below(3), (float)rng_below(3), 1, 0};
+            pf_prompt(&f, 8, rng_below(4) ? vec : NULL, 4);
+        }
+        pf_block(&f, b, b == 0 || (!tau && b == 2));
         int steps = 1 + rng_below(32);
         for (int s = 0; s < steps && ok; s++) {
             for (int l = 0; l < LAYERS && ok; l++) {
@@ -168,7 +183,8 @@ static uint64_t run_sequence(const struct variant *v, int n, int budget, uint64_
                                   ref_res[l], ref, sizeof ref);
                 if (!strncmp(t, "INVALID", 7) || !strncmp(t, "ERROR", 5) ||
                     (tau && strcmp(t, ref)) ||
-                    (!strcmp(v->plugin, "policy-lru") && !lru_full_swap_holds(&f, l, counts)) ||
+                    ((!strcmp(v->plugin, "policy-lru") || !strcmp(v->plugin, "policy-lfu")) &&
+                     !lru_full_swap_holds(&f, l, counts)) ||
                     (!strcmp(v->plugin, "policy-static") && strncmp(t, "P[]", 3))) {
                     fprintf(stderr,
                             "%s [%s] n %d B %d block %d step %d layer %d:\n"
@@ -189,13 +205,22 @@ static uint64_t run_sequence(const struct variant *v, int n, int budget, uint64_
 static void test_random_sequences(void)
 {
     static const struct variant variants[] = {
-        {"policy-tide", "interval=1 first_block_every_step=false", 1, false},
-        {"policy-tide", "interval=2 first_block_every_step=true", 2, true},
-        {"policy-tide", "interval=3 first_block_every_step=false", 3, false},
-        {"policy-tide", "interval=4 first_block_every_step=true", 4, true},
-        {"policy-tide", "interval=32 first_block_every_step=false", 32, false},
-        {"policy-lru", NULL, 0, false},
-        {"policy-static", NULL, 0, false},
+        {"policy-tide", "interval=1 first_block_every_step=false", 1, false, 0},
+        {"policy-tide", "interval=2 first_block_every_step=true", 2, true, 0},
+        {"policy-tide", "interval=3 first_block_every_step=false", 3, false, 0},
+        {"policy-tide", "interval=4 first_block_every_step=true", 4, true, 0},
+        {"policy-tide", "interval=32 first_block_every_step=false", 32, false, 0},
+        {"policy-lru", NULL, 0, false, 0},
+        {"policy-static", NULL, 0, false, 0},
+        {"policy-lfu", NULL, 0, false, 0},
+        {"policy-lfu", "decay=1 score=hits", 0, false, 0},
+        {"policy-cost", NULL, 0, false, 1},
+        {"policy-cost", "alpha=1 carry=0 hysteresis=0 balance=false", 0, false, 2},
+        {"policy-hybrid", "core=0.5 interval=2", 0, false, 0},
+        {"policy-hybrid", "window=2", 0, false, 1},
+        {"policy-hybrid", "core_start=1 first_block_every_step=false", 0, false, 2},
+        {"policy-warm", NULL, 0, false, 1},
+        {"policy-warm", "neighbours=2 max_prompts=1", 0, false, 2},
     };
     static const int sizes[] = {5, 16, 33};
     int runs = 0;
@@ -212,7 +237,7 @@ static void test_random_sequences(void)
                     runs++;
                 }
         }
-    CHECK_EQ_INT(runs, 7 * 3 * 6 * 4);
+    CHECK_EQ_INT(runs, (int)(sizeof variants / sizeof variants[0]) * 3 * 6 * 4);
 }
 
 int main(void)

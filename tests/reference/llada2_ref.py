@@ -733,8 +733,8 @@ def read_trace_routes(path):
     if raw[:8] != b"TIDETRC\0":
         raise RefError(f"{path}: not a TIDE trace")
     version, jlen = struct.unpack_from("<II", raw, 8)
-    if version != 1:
-        raise RefError(f"{path}: trace version {version}, expected 1")
+    if version not in (1, 2):
+        raise RefError(f"{path}: trace version {version}, expected 1 or 2")
     head = json.loads(raw[16 : 16 + jlen])
     k, nexp = head["top_k"], head["n_experts"]
     width = 1 if nexp <= 256 else 2
@@ -745,6 +745,9 @@ def read_trace_routes(path):
         typ = raw[pos]
         if typ in sizes:
             pos += 1 + sizes[typ]
+            continue
+        if typ == 5 and version >= 2:  # the prompt's vector: u32 dim, dim f32
+            pos += 5 + 4 * struct.unpack_from("<I", raw, pos + 1)[0]
             continue
         if typ != 4:
             raise RefError(f"{path}: unknown record type {typ} at byte {pos}")

@@ -8,10 +8,15 @@ through the same policy and must give exactly the same per-layer, per-phase
 counters (tokens, active, hit_rows, miss_rows, promotions, evictions,
 weight_bytes, act_bytes), line for line.
 
-  tide, tide_prefetch, tide_first, lru, static   `tide run`, one prompt with a
-                                                  prefilled block
-  bench                                           `tide bench`, three prompts in
+  tide, tide_prefetch, tide_first, lru, static,  `tide run`, one prompt with a
+  lfu, cost, hybrid                               prefilled block (cost and hybrid
+                                                  with [policy] profile = a
+                                                  device-fast profile, which
+                                                  tide sim gets as --profile)
+  bench, bench_warm                               `tide bench`, three prompts in
                                                   one trace, state carried over
+                                                  (policy-warm: its library grows
+                                                  from the prompts' vectors)
   cli      trace info/synth/counts and sim on a synthetic trace: the sweep,
            CSV, plots (well-formed SVG), --layer-budgets, --interval auto,
            and clear errors for a truncated or foreign trace, a profile of
@@ -84,8 +89,21 @@ def compare(live, sim, offloads=True):
     return bad
 
 
+def fast_device_profile(tmp):
+    """A profile for the tiny experts (hidden 64, inter 32) with a device ten
+    times faster than the host and overlapped copies, so that the cost-aware
+    policies promote and balance."""
+    path = os.path.join(tmp, "fast-device.ini")
+    with open(path, "w") as f:
+        f.write("[profile]\nname = fast-device\n[transfer]\nh2d_gbps = 4\nd2h_gbps = 4\n"
+                "latency_us = 2\noverlap = true\n[expert]\nhidden = 64\ninter = 32\n"
+                "[device]\nrows = 1, 32\nus = 1, 2\n[host]\nrows = 1, 32\nus = 10, 40\n")
+    return path
+
+
 def golden(binary, tmp, mode):
     _, cfg = setup(binary, tmp)
+    prof = fast_device_profile(tmp)
     sets = {
         "tide": ["policy.plugin=policy-tide", "policy-tide.interval=3"],
         "tide_prefetch": ["policy.plugin=policy-tide", "policy-tide.interval=2",
@@ -94,6 +112,9 @@ def golden(binary, tmp, mode):
                        "policy-tide.first_block_every_step=false"],
         "lru": ["policy.plugin=policy-lru"],
         "static": ["policy.plugin=policy-static"],
+        "lfu": ["policy.plugin=policy-lfu", "policy-lfu.decay=0.8"],
+        "cost": ["policy.plugin=policy-cost", "policy.profile=" + prof],
+        "hybrid": ["policy.plugin=policy-hybrid", "policy.profile=" + prof],
     }[mode]
     trace, live, sim = (os.path.join(tmp, n) for n in ("t.trc", "live.jsonl", "sim.jsonl"))
     args = ["--quiet", "run", "-c", cfg, "--ids", PROMPT, "--set", "policy.budget=8",
@@ -105,7 +126,10 @@ def golden(binary, tmp, mode):
     sargs = ["--quiet", "sim", "--trace", trace, "-c", cfg, "--policy", policy, "--budget", "8",
              "--metrics", sim, "--no-hindsight"]
     for s in sets[1:]:
-        sargs += ["--set", s]
+        if s.startswith("policy.profile="):
+            sargs += ["--profile", s.split("=", 1)[1]]
+        else:
+            sargs += ["--set", s]
     iv = [s.split("=")[1] for s in sets if s.startswith("policy-tide.interval")]
     if iv:
         sargs += ["--interval", iv[0]]
@@ -113,16 +137,19 @@ def golden(binary, tmp, mode):
     return 1 if compare(live, sim, mode != "static") else 0
 
 
-def bench(binary, tmp):
+def bench(binary, tmp, policy="lru"):
     _, cfg = setup(binary, tmp)
+    extra = []
+    if policy == "warm":
+        extra = ["--set", "policy.profile=" + fast_device_profile(tmp)]
     prompts = os.path.join(tmp, "prompts.txt")
     with open(prompts, "w") as f:
         f.write("# three prompts\nthe tide comes in\n" + "long " * 40 + "prompt\nshort\n")
     out = os.path.join(tmp, "bench")
     trace = os.path.join(tmp, "b.trc")
-    tide(binary, ["--quiet", "bench", "-c", cfg, "--policies", "lru", "--budgets", "8",
+    tide(binary, ["--quiet", "bench", "-c", cfg, "--policies", policy, "--budgets", "8",
                   "--prompts", prompts, "--out", out, "--set", "bench.baseline=false",
-                  "--set", "output.trace=" + trace])
+                  "--set", "output.trace=" + trace] + extra)
     runs = os.listdir(out)
     metrics = [os.path.join(out, runs[0], m) for m in os.listdir(os.path.join(out, runs[0]))
                if m.startswith("metrics-")]
@@ -135,12 +162,13 @@ def bench(binary, tmp):
               manifest.get("interrupted"), manifest.get("rows"))
         return 1
     info = tide(binary, ["trace", "info", trace]).stdout
-    if "prompts 3," not in info:
-        print("the trace should hold three prompts:\n" + info)
+    if "prompts 3," not in info or "prompt vectors: 3 of 3 prompts" not in info:
+        print("the trace should hold three prompts with their vectors:\n" + info)
         return 1
     sim = os.path.join(tmp, "sim.jsonl")
-    tide(binary, ["--quiet", "sim", "--trace", trace, "-c", cfg, "--policy", "lru", "--budget",
-                  "8", "--metrics", sim, "--no-hindsight"])
+    sargs = ["--profile", extra[1].split("=", 1)[1]] if extra else []
+    tide(binary, ["--quiet", "sim", "--trace", trace, "-c", cfg, "--policy", policy, "--budget",
+                  "8", "--metrics", sim, "--no-hindsight"] + sargs)
     return 1 if compare(metrics[0], sim) else 0
 
 
@@ -263,6 +291,8 @@ def main():
     try:
         if mode == "bench":
             rc = bench(binary, tmp)
+        elif mode == "bench_warm":
+            rc = bench(binary, tmp, "warm")
         elif mode == "cli":
             rc = cli(binary, tmp, profiles)
         else:

@@ -61,6 +61,8 @@ extern "C" {
 struct tide_engine; /* opaque */
 
 /* How to open an engine. Zero every field you do not set. */
+struct tide_policy_costs;
+
 struct tide_engine_args {
     uint32_t size;           /* sizeof(struct tide_engine_args) */
     const char *config_path; /* INI file, or NULL for the built-in defaults */
@@ -70,6 +72,12 @@ struct tide_engine_args {
     const char *plugin_path; /* ':'-separated plugin folders searched before the default
                                 ones (next to the executable, next to libtide, the install
                                 prefix, TIDE_PLUGIN_PATH); or NULL */
+    /* --- appended --- */
+    /* The machine's modelled costs for the cost-aware policies (tide/policy.h),
+     * borrowed: it must outlive the engine. The runtime does not read hardware
+     * profiles; the tide command loads [policy] profile and passes it here. An
+     * engine whose config sets [policy] profile without this is refused. */
+    const struct tide_policy_costs *policy_costs;
 };
 
 /* Open an engine: find the plugins, build the configuration, resolve the

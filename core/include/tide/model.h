@@ -89,6 +89,13 @@ struct tide_model_ops {
      * dir, without opening it; dir may be NULL (the plugin's default).
      * NULL when the model has none. The string belongs to the plugin. */
     const char *(*chat_template)(const char *dir);
+    /* The prompt's vector: the mean over ids[n] of the model's input
+     * embeddings, f32, written to out[info->hidden]. Reads the host copy of
+     * the checkpoint (no backend work, no KV cache change), so it may be
+     * called any time after open. Used to key prompt-similarity placement
+     * (tide/policy.h prompt_begin). Returns TIDE_OK, or TIDE_E_RANGE for an
+     * id outside the vocabulary or n < 1 (logged). */
+    int (*prompt_vector)(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))

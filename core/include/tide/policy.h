@@ -24,6 +24,31 @@ extern "C" {
 
 struct tide_policy; /* instance */
 
+/* The modelled costs of this machine (a hardware profile, docs/profiles.md)
+ * as plain numbers, for policies that weigh a promotion against host work.
+ * Times are microseconds for the expert shape of the policy's model. The
+ * cost model they come from, per MoE layer and forward:
+ *   serial:  t = D + W + L + A_down + H + A_up
+ *   overlap: t = max(D, W + A_up, L + A_down + H + A_up)
+ * with D, H the device and host expert times (the tables below), W =
+ * promotions x promote_us, A_down / A_up = host rows x act_*_us_row, and L =
+ * 2 x latency_us when any row runs on the host. The tables cover every row
+ * count a plan can see (a step forward's tokens); beyond them a policy
+ * extrapolates linearly from the last two entries. Owned by the core, valid
+ * until the policy is destroyed. */
+struct tide_policy_costs {
+    uint32_t size;           /* sizeof(struct tide_policy_costs) */
+    uint64_t expert_bytes;   /* the expert the numbers are for (the shape's expert_bytes) */
+    bool overlap;            /* copies, host experts and device experts run concurrently */
+    double promote_us;       /* one promotion: expert_bytes / host-to-device bandwidth */
+    double act_down_us_row;  /* one host row's input to the host */
+    double act_up_us_row;    /* its result back to the device */
+    double latency_us;       /* fixed cost of each activation copy (one each way) */
+    int n_rows;              /* the tables cover rows 0 .. n_rows-1, n_rows >= 2 */
+    const double *device_us; /* [n_rows] one expert with r rows on the device; [0] = 0 */
+    const double *host_us;   /* [n_rows] one expert with r rows on the host; [0] = 0 */
+};
+
 struct tide_policy_shape {
     uint32_t size;    /* sizeof(struct tide_policy_shape) */
     int n_layers;     /* all layers */
@@ -32,7 +57,17 @@ struct tide_policy_shape {
     int top_k;
     uint64_t expert_bytes; /* bytes moved by one promotion */
     int budget;            /* device slots per MoE layer, 0 .. n_experts */
+    /* ---- Appended: read only when `size` covers them (TIDE_SHAPE_HAS). ---- */
+    int block_length; /* tokens per diffusion block; 0 when unknown */
+    int max_steps;    /* most denoising steps per block; 0 when unknown */
+    /* The machine's modelled costs: [policy] profile in the engine, the
+     * --profile of `tide sim`; NULL when none was given. */
+    const struct tide_policy_costs *costs;
 };
+
+/* True when shape s (from a core of any age) has the field. */
+#define TIDE_SHAPE_HAS(s, field)                                                                   \
+    ((s)->size >= offsetof(struct tide_policy_shape, field) + sizeof((s)->field))
 
 enum tide_place {
     TIDE_PLACE_DEVICE = 0, /* run on the device backend (must be resident) */
@@ -88,6 +123,11 @@ struct tide_policy_ops {
      * overlap the earlier layers' compute. Returns TIDE_OK or a status. */
     int (*step_begin)(struct tide_policy *p, int block, int step, const uint8_t *const *resident,
                       struct tide_prefetch *out);
+    /* A generation starts (before its prefill): prompt_len tokens, and
+     * vec[dim] the prompt's vector (the mean of its input embeddings, from
+     * the model's prompt_vector slot or the trace), or vec NULL and dim 0
+     * when the model or the trace gives none. vec is valid during the call. */
+    void (*prompt_begin)(struct tide_policy *p, uint32_t prompt_len, const float *vec, int dim);
 };
 
 #define TIDE_POLICY_OPS_MIN_SIZE (offsetof(struct tide_policy_ops, plan) + sizeof(void (*)(void)))

@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tide/policy.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,6 +116,10 @@ static inline double tide_cost_host(const struct tide_cost *c, uint32_t rows)
     return (int64_t)rows < c->n_tab ? c->host_tab[rows]
                                     : c->scale * tide_profile_curve_us(&c->p.host, rows);
 }
+
+/* The policy ABI's view of c (struct tide_policy_costs, tide/policy.h):
+ * plain numbers, the tables pointing into c (so c must outlive it). */
+void tide_cost_policy_costs(const struct tide_cost *c, struct tide_policy_costs *out);
 
 /* What placement produced in one MoE layer for one forward. */
 struct tide_layer_work {

@@ -2,7 +2,8 @@
  * generation, recorded once and replayed by `tide sim` through any policy,
  * budget and hardware profile (placement never changes routing).
  *
- * File format (version 1, little-endian), documented in docs/trace-format.md:
+ * File format (version 2, little-endian; version 1 files are read too),
+ * documented in docs/trace-format.md:
  *   header: magic "TIDETRC\0", u32 version, u32 json_len, JSON metadata
  *           (model shape, generation parameters), padded to 8 bytes;
  *   records: u8 type, then a type-specific payload (see the doc). A file may
@@ -18,7 +19,8 @@
 extern "C" {
 #endif
 
-#define TIDE_TRACE_VERSION 1u
+#define TIDE_TRACE_VERSION     2u /* written */
+#define TIDE_TRACE_VERSION_MIN 1u /* oldest read: version 1 has no prompt-vector records */
 
 /* Phases of a forward, as the dispatcher sees them. */
 enum tide_trace_phase {
@@ -40,6 +42,7 @@ struct tide_trace_header {
     uint32_t steps;
     double threshold;
     const char *model; /* checkpoint directory or a synthetic label */
+    uint32_t version;  /* reader: the file's format version; ignored by the writer */
 };
 
 /* The events a trace records, as callbacks. The MoE dispatcher emits them
@@ -57,6 +60,9 @@ struct tide_trace_sink {
     /* The routing of one MoE layer in one forward: n tokens, top_k ids each. */
     int (*route)(void *user, enum tide_trace_phase phase, uint32_t layer, uint32_t n,
                  const int32_t *ids);
+    /* Optional (may be NULL): the vector of the prompt just announced (the
+     * mean of its input embeddings, tide/model.h prompt_vector), vec[dim]. */
+    int (*prompt_vector)(void *user, const float *vec, uint32_t dim);
 };
 
 /* ---- Reading ---- */
@@ -68,6 +74,7 @@ enum tide_trace_rec {
     TIDE_TREC_BLOCK = 2,  /* i32 block, u8 first_generated */
     TIDE_TREC_STEP = 3,   /* i32 step */
     TIDE_TREC_ROUTE = 4, /* u8 phase, u32 layer, u32 n, n*top_k ids (u8, or u16 if > 256 experts) */
+    TIDE_TREC_PROMPT_VEC = 5, /* version 2: u32 dim, dim f32: the vector of the last prompt */
 };
 
 /* One record. ids points into the reader's buffer, valid until the next call. */
@@ -81,6 +88,8 @@ struct tide_trace_record {
     uint32_t layer;
     uint32_t n;         /* tokens */
     const int32_t *ids; /* [n * top_k] */
+    uint32_t dim;       /* PROMPT_VEC: entries of vec */
+    const float *vec;   /* PROMPT_VEC: [dim], valid until the next call */
 };
 
 struct tide_trace_reader;

@@ -24,6 +24,10 @@ int tide_trace_writer_open(const char *path, bool append, bool overwrite,
                            const struct tide_trace_header *h, struct tide_trace_writer **out);
 /* A new prompt: its id (free-form, e.g. the index in a prompt file) and length. */
 int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
+/* The vector of the prompt just written (tide_trace_prompt), vec[dim].
+ * Appending to a version-1 file writes nothing (that format has no such
+ * record). */
+int tide_trace_prompt_vector(struct tide_trace_writer *w, const float *vec, uint32_t dim);
 /* Block `block` (0 = first generated) starts. */
 int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
 /* Denoising step `step` of the current block starts. */
