@@ -170,6 +170,7 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         (rc = engine_backend(e, e->host_pl, TIDE_ROLE_HOST, &e->host)) != TIDE_OK ||
         (rc = tide_moe_create(&e->dev, &e->host, &e->moe)) != TIDE_OK)
         return rc;
+    const struct tide_opts *mo = tide_config_section(e->cfg, "model");
     const struct tide_model_args ma = {
         .size = sizeof ma,
         .dir = e->model_dir,
@@ -177,11 +178,13 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         .dev = &e->dev,
         .moe = e->moe,
         .block = (int)tide_opts_int(tide_config_section(e->cfg, "generation"), "block_length"),
+        .load_flags = (tide_opts_bool(mo, "mmap") ? 0u : TIDE_ST_READ) |
+                      (tide_opts_bool(mo, "mlock") ? TIDE_ST_MLOCK : 0u),
     };
     if ((rc = e->mops->open(&ma, &e->model)) != TIDE_OK)
         return rc;
-    if (tide_opts_bool(tide_config_section(e->cfg, "model"), "check_weights") &&
-        (rc = tide_weights_check(e->model_dir)) != TIDE_OK)
+    if (tide_opts_bool(mo, "check_weights") &&
+        (rc = tide_weights_check(e->model_dir, tide_opts_bool(mo, "remember_check"))) != TIDE_OK)
         return rc;
     const struct tide_model_info *info = e->mops->info(e->model);
     if ((rc = engine_lookup(e, info->mask_token, true, &e->ids.mask)) != TIDE_OK ||
