@@ -135,15 +135,10 @@ static double time_tokens(struct bench_run *r, int n, double seconds, bool batch
     const struct tide_expert **ex = malloc(sizeof *ex * (size_t)E);
     int64_t *off = malloc(sizeof *off * (size_t)(E + 1));
     double *samples = malloc(sizeof *samples * 4096), *cpu = malloc(sizeof *cpu * 4096);
-    if (!rows || !dst || !ex || !off || !samples || !cpu) {
-        free(cpu);
-        free(rows);
-        free(dst);
-        free(ex);
-        free(off);
-        free(samples);
-        return -1.0;
-    }
+    int ns = 0;
+    double t_end = 0.0, result = -1.0;
+    if (!rows || !dst || !ex || !off || !samples || !cpu)
+        goto out;
     off[0] = 0;
     for (int e = 0; e < E; e++) {
         for (int i = 0; i < n; i++) {
@@ -153,8 +148,6 @@ static double time_tokens(struct bench_run *r, int n, double seconds, bool batch
         ex[e] = r->experts[e];
         off[e + 1] = off[e] + n;
     }
-    int ns = 0;
-    double t_end = 0.0, result = -1.0;
     for (int cycle = -1; ns < 4096; cycle++) {
         double t0 = now_s(), c0 = roof_cpu_now();
         if (batch) {

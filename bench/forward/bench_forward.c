@@ -116,7 +116,8 @@ struct bf_run {
     int32_t mask;
     float *logits; /* [L, V] */
     int32_t *rows;
-    double fwd_s, prob_s; /* summed over timed steps */
+    double fwd_s, prob_s;     /* summed over timed steps */
+    double fwd_cpu, prob_cpu; /* CPU seconds of the forwards (all threads), probabilities */
     int64_t forwards, rows_out;
 };
 
@@ -131,13 +132,13 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
         for (int i = 0; i < L; i++)
             if (r->canvas[r->b0 + i] == r->mask)
                 r->rows[n++] = i;
-        double t0 = roof_now();
+        double t0 = roof_now(), c0 = roof_cpu_now();
         int rc = use_rows ? r->mo->forward_rows(r->e->model, r->canvas + r->b0, L, r->b0, r->rows,
                                                 n, r->logits)
                           : r->mo->forward(r->e->model, r->canvas + r->b0, L, r->b0, r->logits);
         if (rc)
             return rc;
-        double t1 = roof_now();
+        double t1 = roof_now(), c1 = roof_cpu_now();
         int best_row = -1;
         int32_t best_id = 0;
         double best_p = -1;
@@ -155,10 +156,12 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
                 best_row = r->rows[j];
             }
         }
-        double t2 = roof_now();
+        double t2 = roof_now(), c2 = roof_cpu_now();
         r->canvas[r->b0 + best_row] = best_id;
         if (timed) {
             r->fwd_s += t1 - t0;
+            r->fwd_cpu += c1 - c0;
+            r->prob_cpu += c2 - c1;
             r->prob_s += t2 - t1;
             r->forwards++;
             r->rows_out += n;
@@ -192,51 +195,72 @@ static int bf_setup(const struct bf_cfg *c, struct tide_plugin_set **set, struct
     return TIDE_OK;
 }
 
+/* The limits a roofline is drawn with: STREAM triad GB/s and peak GFLOP/s,
+ * measured in wall time, and per CPU-second x threads. */
+struct bf_limits {
+    double triad, bf16, f32;
+    double triad_cpu, bf16_cpu, f32_cpu;
+};
+
 /* Roofline seconds of a phase: the memory or the arithmetic bound. */
 static double bf_roof(double bytes, double flops, double flops_f32, double triad, double bf16,
-                      double f32)
+                      double f32, bool *mem)
 {
     double tm = bytes / (triad * 1e9);
     double tc = (bf16 > 0 ? flops / (bf16 * 1e9) : 0) + (f32 > 0 ? flops_f32 / (f32 * 1e9) : 0);
+    *mem = tm >= tc;
     return tm > tc ? tm : tc;
 }
 
+/* One line of the table: wall time and its roofline, CPU time and its. */
+static void bf_line(const char *name, double ms, double cpu_ms, double gb, double gf, double gf32,
+                    const struct bf_limits *lim, double *roof_sum, double *cpu_roof_sum)
+{
+    bool mem, mem_c;
+    const double roof =
+        1e3 * bf_roof(gb * 1e9, gf * 1e9, gf32 * 1e9, lim->triad, lim->bf16, lim->f32, &mem);
+    const double roof_c = 1e3 * bf_roof(gb * 1e9, gf * 1e9, gf32 * 1e9, lim->triad_cpu,
+                                        lim->bf16_cpu, lim->f32_cpu, &mem_c);
+    *roof_sum += roof;
+    *cpu_roof_sum += roof_c;
+    if (roof <= 0) {
+        printf("%-16s %8.2f %8s %9s %8s %8s %8s | %8.2f %8s %8s\n", name, ms, "-", "-", "-", "-",
+               "-", cpu_ms, "-", "-");
+        return;
+    }
+    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f\n", name, ms, gb, gf + gf32,
+           roof, mem ? "memory" : "compute", roof / ms, cpu_ms, roof_c, roof_c / cpu_ms);
+}
+
 static void bf_report(const struct bf_run *r, const struct tide_phase_stats *ph, int n_ph,
-                      double triad, double bf16, double f32)
+                      const struct bf_limits *lim, int threads)
 {
     const double nf = (double)r->forwards;
-    double sum_s = 0, roof_total = 0, bytes_total = 0, flops_total = 0;
-    printf("\n%-16s %9s %9s %10s %9s %12s %9s\n", "phase", "ms/fwd", "GB/fwd", "GFLOP/fwd",
-           "roof ms", "bound", "achieved");
+    double sum_s = 0, roof = 0, roof_c = 0, bytes = 0, flops = 0;
+    printf("\n%-16s %8s %8s %9s %8s %8s %8s | %8s %8s %8s\n", "phase", "ms/fwd", "GB/fwd",
+           "GFLOP/fwd", "roof ms", "bound", "achieved", "cpu ms", "roof ms", "achieved");
     for (int i = 0; i < n_ph; i++) {
-        const double ms = 1e3 * ph[i].seconds / nf, gb = (double)ph[i].bytes / nf / 1e9;
-        const double gf = (double)ph[i].flops / nf / 1e9, gf32 = (double)ph[i].flops_f32 / nf / 1e9;
-        const double roof = 1e3 * bf_roof(gb * 1e9, gf * 1e9, gf32 * 1e9, triad, bf16, f32);
-        const bool mem = gb / triad >= gf / (bf16 > 0 ? bf16 : 1) + gf32 / (f32 > 0 ? f32 : 1);
+        const double gb = (double)ph[i].bytes / nf / 1e9, gf = (double)ph[i].flops / nf / 1e9;
+        const double gf32 = (double)ph[i].flops_f32 / nf / 1e9;
         sum_s += ph[i].seconds;
-        roof_total += roof;
-        bytes_total += gb;
-        flops_total += gf + gf32;
-        if (roof > 0)
-            printf("%-16s %9.2f %9.3f %10.2f %9.2f %12s %9.2f\n", ph[i].name, ms, gb, gf + gf32,
-                   roof, mem ? "memory" : "compute", roof / ms);
-        else
-            printf("%-16s %9.2f %9s %10s %9s %12s %9s\n", ph[i].name, ms, "-", "-", "-", "-", "-");
+        bytes += gb;
+        flops += gf + gf32;
+        bf_line(ph[i].name, 1e3 * ph[i].seconds / nf, 1e3 * ph[i].cpu_seconds / threads / nf, gb,
+                gf, gf32, lim, &roof, &roof_c);
     }
-    /* Probabilities: the logits of the masked rows are read once (memory bound). */
-    const double prob_ms = 1e3 * r->prob_s / nf;
+    /* Probabilities: the logits of the masked rows are read once (memory
+     * bound); one thread, so its CPU time is not divided. */
+    const double prob_ms = 1e3 * r->prob_s / nf, prob_cpu = 1e3 * r->prob_cpu / nf;
     const double prob_gb = (double)r->rows_out * r->V * 4.0 / nf / 1e9;
-    const double prob_roof = 1e3 * prob_gb / triad;
-    printf("%-16s %9.2f %9.3f %10s %9.2f %12s %9.2f\n", "probabilities", prob_ms, prob_gb, "-",
-           prob_roof, "memory", prob_roof / prob_ms);
-    const double fwd_ms = 1e3 * r->fwd_s / nf;
-    roof_total += prob_roof;
-    bytes_total += prob_gb;
-    printf("%-16s %9.2f %9.3f %10.2f %9.2f %12s %9.2f\n", "whole step", fwd_ms + prob_ms,
-           bytes_total, flops_total, roof_total, "", roof_total / (fwd_ms + prob_ms));
-    printf("# phases sum to %.2f ms of the %.2f ms forward (the rest: profiling syncs, "
-           "the dispatcher's bookkeeping)\n",
-           1e3 * sum_s / nf, fwd_ms);
+    bf_line("probabilities", prob_ms, prob_cpu, prob_gb, 0, 0, lim, &roof, &roof_c);
+    bytes += prob_gb;
+    const double step_ms = 1e3 * r->fwd_s / nf + prob_ms;
+    const double step_cpu = 1e3 * r->fwd_cpu / threads / nf + prob_cpu;
+    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f\n", "whole step", step_ms,
+           bytes, flops, roof, "", roof / step_ms, step_cpu, roof_c, roof_c / step_cpu);
+    printf("# phases sum to %.2f ms of the %.2f ms forward; the right-hand columns use CPU time "
+           "(/ threads) and limits per CPU-second\n",
+           1e3 * sum_s / nf, 1e3 * r->fwd_s / nf);
 }
 
 int main(int argc, char **argv)
@@ -282,15 +306,20 @@ int main(int argc, char **argv)
         rc = r.mo->forward(r.e->model, r.canvas + b * c.block, c.block, b * c.block, NULL);
     if (!rc)
         rc = bf_block(&r, &c, false, use_rows); /* warm-up */
-    double triad0 = roof_triad_run(&tr);
-    const double bf16 = roof_peak(threads, true), f32 = roof_peak(threads, false);
+    struct bf_limits lim;
+    double triad0_cpu, triad1_cpu;
+    const double triad0 = roof_triad_run2(&tr, &triad0_cpu);
+    lim.bf16 = roof_peak2(threads, true, &lim.bf16_cpu);
+    lim.f32 = roof_peak2(threads, false, &lim.f32_cpu);
     if (!rc && prof)
         rc = r.mo->profile(r.e->model, true);
     for (int rep = 0; rep < c.repeats && !rc; rep++)
         rc = bf_block(&r, &c, true, use_rows);
     if (rc)
         goto done;
-    const double triad1 = roof_triad_run(&tr), triad = (triad0 + triad1) / 2;
+    const double triad1 = roof_triad_run2(&tr, &triad1_cpu);
+    lim.triad = (triad0 + triad1) / 2;
+    lim.triad_cpu = (triad0_cpu + triad1_cpu) / 2;
     printf("# bench-forward: %s: %d layers (%d MoE x %d experts, top-%d), vocab %d\n", c.model,
            info->n_layers, info->n_moe_layers, info->n_experts, info->top_k, r.V);
     printf("# %s\n", r.e->dev.ops->describe ? r.e->dev.ops->describe(r.e->dev.bk) : "");
@@ -301,14 +330,21 @@ int main(int argc, char **argv)
            c.plain_probs ? "plain (libm exp, double)" : "tide_greedy_pick");
     printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
            "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
-           threads, triad, triad0, triad1, bf16, f32);
+           threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);
+    printf("# per CPU-second x threads: triad %.1f GB/s, peak bf16 %.0f GFLOP/s, f32 %.0f "
+           "GFLOP/s\n",
+           lim.triad_cpu, lim.bf16_cpu, lim.f32_cpu);
     printf("# ms per forward: %.2f (probabilities %.2f more)\n", 1e3 * r.fwd_s / r.forwards,
            1e3 * r.prob_s / r.forwards);
+    printf("# CPU ms per forward / threads: %.2f (time on a core, not waiting for one: on a "
+           "machine shared with other jobs, an estimate of the idle machine's ms per forward, "
+           "low by the time threads sit idle in serial parts)\n",
+           1e3 * r.fwd_cpu / threads / r.forwards);
     if (prof) {
         struct tide_phase_stats ph[BF_MAX_PHASES];
         int n = 0;
         if (!(rc = r.mo->profile_read(r.e->model, ph, BF_MAX_PHASES, &n))) {
-            bf_report(&r, ph, n < BF_MAX_PHASES ? n : BF_MAX_PHASES, triad, bf16, f32);
+            bf_report(&r, ph, n < BF_MAX_PHASES ? n : BF_MAX_PHASES, &lim, threads);
             for (int i = 0; i < n && i < BF_MAX_PHASES; i++)
                 if (!strcmp(ph[i].name, "routed experts") && ph[i].calls && info->expert_bytes)
                     printf("# routed experts: %.1f distinct experts per MoE layer and forward\n",

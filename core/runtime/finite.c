@@ -78,47 +78,31 @@ static uint32_t fin_max32(const uint32_t *p, size_t n, uint32_t mask)
 /* Bytes per vectorised step: 4 x 32. */
 #define FIN_STEP 128
 
-FIN_AVX2 static uint32_t fin_max16_avx2(const uint16_t *p, size_t n, uint16_t mask)
-{
-    const __m256i m = _mm256_set1_epi16((short)mask);
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + FIN_STEP / 2 <= n; i += FIN_STEP / 2) {
-        const __m256i *v = (const __m256i *)(p + i);
-        a = _mm256_max_epu16(a, _mm256_and_si256(_mm256_loadu_si256(v), m));
-        b = _mm256_max_epu16(b, _mm256_and_si256(_mm256_loadu_si256(v + 1), m));
-        c = _mm256_max_epu16(c, _mm256_and_si256(_mm256_loadu_si256(v + 2), m));
-        d = _mm256_max_epu16(d, _mm256_and_si256(_mm256_loadu_si256(v + 3), m));
+/* The largest (p[i] & mask) over n elements of W bits, 4 x 32 bytes a step. */
+#define FIN_MAX_AVX2(W, T)                                                                         \
+    FIN_AVX2 static uint32_t fin_max##W##_avx2(const T *p, size_t n, T mask)                       \
+    {                                                                                              \
+        const __m256i m = _mm256_set1_epi##W((int)mask);                                           \
+        __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;                                   \
+        size_t i = 0;                                                                              \
+        for (; i + FIN_STEP / sizeof(T) <= n; i += FIN_STEP / sizeof(T)) {                         \
+            const __m256i *v = (const __m256i *)(p + i);                                           \
+            a = _mm256_max_epu##W(a, _mm256_and_si256(_mm256_loadu_si256(v), m));                  \
+            b = _mm256_max_epu##W(b, _mm256_and_si256(_mm256_loadu_si256(v + 1), m));              \
+            c = _mm256_max_epu##W(c, _mm256_and_si256(_mm256_loadu_si256(v + 2), m));              \
+            d = _mm256_max_epu##W(d, _mm256_and_si256(_mm256_loadu_si256(v + 3), m));              \
+        }                                                                                          \
+        a = _mm256_max_epu##W(_mm256_max_epu##W(a, b), _mm256_max_epu##W(c, d));                   \
+        T lanes[32 / sizeof(T)];                                                                   \
+        _mm256_storeu_si256((__m256i *)lanes, a);                                                  \
+        uint32_t mx = fin_max##W(p + i, n - i, mask);                                              \
+        for (size_t l = 0; l < 32 / sizeof(T); l++)                                                \
+            mx = lanes[l] > mx ? lanes[l] : mx;                                                    \
+        return mx;                                                                                 \
     }
-    a = _mm256_max_epu16(_mm256_max_epu16(a, b), _mm256_max_epu16(c, d));
-    uint16_t lanes[16];
-    _mm256_storeu_si256((__m256i *)lanes, a);
-    uint32_t mx = fin_max16(p + i, n - i, mask);
-    for (int l = 0; l < 16; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
-    return mx;
-}
 
-FIN_AVX2 static uint32_t fin_max32_avx2(const uint32_t *p, size_t n, uint32_t mask)
-{
-    const __m256i m = _mm256_set1_epi32((int)mask);
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + FIN_STEP / 4 <= n; i += FIN_STEP / 4) {
-        const __m256i *v = (const __m256i *)(p + i);
-        a = _mm256_max_epu32(a, _mm256_and_si256(_mm256_loadu_si256(v), m));
-        b = _mm256_max_epu32(b, _mm256_and_si256(_mm256_loadu_si256(v + 1), m));
-        c = _mm256_max_epu32(c, _mm256_and_si256(_mm256_loadu_si256(v + 2), m));
-        d = _mm256_max_epu32(d, _mm256_and_si256(_mm256_loadu_si256(v + 3), m));
-    }
-    a = _mm256_max_epu32(_mm256_max_epu32(a, b), _mm256_max_epu32(c, d));
-    uint32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, a);
-    uint32_t mx = fin_max32(p + i, n - i, mask);
-    for (int l = 0; l < 8; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
-    return mx;
-}
+FIN_MAX_AVX2(16, uint16_t)
+FIN_MAX_AVX2(32, uint32_t)
 
 static bool fin_have_avx2(void)
 {

@@ -148,40 +148,55 @@ PROBS_TARGET static inline __m512d probs_hi_pd(__m512 a)
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
 }
 
+/* One vector of 16 logits at v0 into the lanes: s += exp(x - m) where x does
+ * not exceed the lane's maximum, else s = s * exp(m - x) + 1 and m = x. */
+PROBS_TARGET static inline void probs_vec(__m512 xv, int64_t v0, __m512 *m, __m512i *best,
+                                          __m512d s[2])
+{
+    const __mmask16 up = _mm512_cmp_ps_mask(xv, *m, _CMP_GT_OQ);
+    const __m512 e = probs_exp16(_mm512_sub_ps(xv, *m));
+    __m512d keep[2] = {_mm512_add_pd(s[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e))),
+                       _mm512_add_pd(s[1], probs_hi_pd(e))};
+    if (__builtin_expect(up != 0, 0)) { /* rare after the first vectors */
+        const __m512 g = probs_exp16(_mm512_sub_ps(*m, xv));
+        const __m512d one = _mm512_set1_pd(1.0);
+        const __m512d grow[2] = {
+            _mm512_add_pd(_mm512_mul_pd(s[0], _mm512_cvtps_pd(_mm512_castps512_ps256(g))), one),
+            _mm512_add_pd(_mm512_mul_pd(s[1], probs_hi_pd(g)), one)};
+        keep[0] = _mm512_mask_mov_pd(keep[0], (__mmask8)up, grow[0]);
+        keep[1] = _mm512_mask_mov_pd(keep[1], (__mmask8)(up >> 8), grow[1]);
+        *m = _mm512_mask_mov_ps(*m, up, xv);
+        const __m512i lane =
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        *best = _mm512_mask_mov_epi32(*best, up,
+                                      _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)v0)));
+    }
+    s[0] = keep[0];
+    s[1] = keep[1];
+}
+
 PROBS_TARGET static void probs_avx512(const float *x, int64_t V, int64_t exclude, int32_t *id,
                                       double *prob)
 {
     __m512 m = _mm512_set1_ps(-FLT_MAX);
     __m512i best = _mm512_set1_epi32(INT32_MAX);
     __m512d s[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int64_t v0 = 0; v0 < V; v0 += PROBS_LANES) {
-        __mmask16 in =
-            V - v0 >= PROBS_LANES ? (__mmask16)0xffff : (__mmask16)((1u << (V - v0)) - 1u);
-        if (exclude >= v0 && exclude < v0 + PROBS_LANES)
-            in &= (__mmask16) ~(1u << (exclude - v0));
-        const __m512 xv = _mm512_mask_loadu_ps(ninf, in, x + v0);
-        const __mmask16 up = _mm512_cmp_ps_mask(xv, m, _CMP_GT_OQ);
-        /* Lanes that keep their maximum: s += exp(x - m). */
-        const __m512 e = probs_exp16(_mm512_sub_ps(xv, m));
-        __m512d keep[2] = {s[0], s[1]};
-        keep[0] = _mm512_add_pd(keep[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        keep[1] = _mm512_add_pd(keep[1], probs_hi_pd(e));
-        if (up) { /* rare after the first vectors: s = s * exp(m - x) + 1 */
-            const __m512 g = probs_exp16(_mm512_sub_ps(m, xv));
-            const __m512d one = _mm512_set1_pd(1.0);
-            const __m512d grow[2] = {
-                _mm512_add_pd(_mm512_mul_pd(s[0], _mm512_cvtps_pd(_mm512_castps512_ps256(g))), one),
-                _mm512_add_pd(_mm512_mul_pd(s[1], probs_hi_pd(g)), one)};
-            keep[0] = _mm512_mask_mov_pd(keep[0], (__mmask8)up, grow[0]);
-            keep[1] = _mm512_mask_mov_pd(keep[1], (__mmask8)(up >> 8), grow[1]);
-            m = _mm512_mask_mov_ps(m, up, xv);
-            best = _mm512_mask_mov_epi32(best, up,
-                                         _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)v0)));
-        }
-        s[0] = keep[0];
-        s[1] = keep[1];
+    /* The vector holding `exclude` and the partial last one are loaded with
+     * those lanes at -inf (which adds exp(-inf) = 0 and never wins). */
+    const int64_t ex0 = exclude >= 0 ? exclude / PROBS_LANES * PROBS_LANES : -1;
+    const int64_t full = V / PROBS_LANES * PROBS_LANES;
+    for (int64_t v0 = 0; v0 < full; v0 += PROBS_LANES) {
+        __m512 xv = _mm512_loadu_ps(x + v0);
+        if (__builtin_expect(v0 == ex0, 0))
+            xv = _mm512_mask_mov_ps(xv, (__mmask16)(1u << (exclude - v0)), ninf);
+        probs_vec(xv, v0, &m, &best, s);
+    }
+    if (full < V) {
+        __mmask16 in = (__mmask16)((1u << (V - full)) - 1u);
+        if (ex0 == full)
+            in &= (__mmask16) ~(1u << (exclude - full));
+        probs_vec(_mm512_mask_loadu_ps(ninf, in, x + full), full, &m, &best, s);
     }
     struct probs_lanes st;
     _mm512_storeu_ps(st.m, m);

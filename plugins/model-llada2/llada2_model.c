@@ -45,7 +45,7 @@ static const char *const llada2_phase_names[LLADA2_N_PHASES] = {
 struct llada2_prof {
     bool on;
     int cur;  /* the phase being timed; LLADA2_N_PHASES: none */
-    double t; /* when it started */
+    double t, cpu; /* when it started: wall and process CPU clocks */
     struct tide_phase_stats ph[LLADA2_N_PHASES];
     unsigned char *seen; /* [n_experts] scratch for counting distinct experts */
 };
@@ -377,10 +377,10 @@ const struct tide_model_info *llada2_info(const struct tide_model *m)
 
 /* ---- phase profiling ---------------------------------------------------- */
 
-static double llada2_now(void)
+static double llada2_clock(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -392,13 +392,16 @@ static int llada2_phase(struct tide_model *m, int next)
     if (!p->on)
         return TIDE_OK;
     int rc = ops_of(m)->sync(m->dev.bk);
-    const double t = llada2_now();
-    if (p->cur < LLADA2_N_PHASES)
+    const double t = llada2_clock(CLOCK_MONOTONIC), cpu = llada2_clock(CLOCK_PROCESS_CPUTIME_ID);
+    if (p->cur < LLADA2_N_PHASES) {
         p->ph[p->cur].seconds += t - p->t;
+        p->ph[p->cur].cpu_seconds += cpu - p->cpu;
+    }
     if (next < LLADA2_N_PHASES)
         p->ph[next].calls++;
     p->cur = next;
     p->t = t;
+    p->cpu = cpu;
     return rc;
 }
 
@@ -429,7 +432,8 @@ int llada2_profile(struct tide_model *m, bool on)
         p->ph[i].name = llada2_phase_names[i];
     p->on = on;
     p->cur = LLADA2_N_PHASES; /* between forwards: not timed */
-    p->t = llada2_now();
+    p->t = llada2_clock(CLOCK_MONOTONIC);
+    p->cpu = llada2_clock(CLOCK_PROCESS_CPUTIME_ID);
     return TIDE_OK;
 }
 

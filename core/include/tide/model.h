@@ -70,6 +70,7 @@ struct tide_phase_stats {
     const char *name;   /* "attention", "routed experts", ...; owned by the plugin */
     uint64_t calls;     /* times the phase ran (per layer and forward) */
     double seconds;     /* wall time */
+    double cpu_seconds; /* CPU time of the process (all threads) during the phase */
     uint64_t bytes;     /* weights (and K/V cache) read, counting each matrix once per call */
     uint64_t flops;     /* in bf16 matmuls, 2 per multiply-add */
     uint64_t flops_f32; /* in f32 arithmetic (attention scores and mixing) */
