@@ -18,6 +18,10 @@
  *
  * Usage: bench-expert-ffn [--backend NAME] [--threads N] [--mib MiB] [--hidden H]
  *                         [--inter I] [--seconds S] [--reps R] [--tokens 1,4,8,32,64]
+ *                         [--huge 0|1]
+ * --huge 1 puts the weights in transparent huge pages (2 MiB), as the
+ * checkpoint is with [model] mmap = false; by default they are in 4 KiB
+ * pages, as a mapped checkpoint is.
  * Plugins are found as by `tide` (next to the binary, TIDE_PLUGIN_PATH), or
  * in $TIDE_PLUGIN_DIR when set. */
 #define _POSIX_C_SOURCE 200809L
@@ -27,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/roofline.h"
@@ -43,6 +48,7 @@
 
 struct bench_cfg {
     const char *backend;
+    int huge;    /* raw weights in transparent huge pages (as [model] mmap = false gives) */
     int threads; /* 0 = all cores */
     int mib;     /* weights cycled through */
     int hidden, inter;
@@ -288,7 +294,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--backend NAME] [--threads N] [--mib MiB] [--hidden H] [--inter I] "
-            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64]\n",
+            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64] [--huge 0|1]\n",
             argv0);
     return 2;
 }
@@ -309,6 +315,8 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
             bc->hidden = atoi(v);
         else if (!strcmp(argv[i], "--inter"))
             bc->inter = atoi(v);
+        else if (!strcmp(argv[i], "--huge"))
+            bc->huge = atoi(v);
         else if (!strcmp(argv[i], "--seconds"))
             bc->seconds = atof(v);
         else if (!strcmp(argv[i], "--reps"))
@@ -387,7 +395,16 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
 int main(int argc, char **argv)
 {
     roof_openmp_env(argv); /* the OpenMP defaults `tide` runs with */
-    struct bench_cfg bc = {"backend-cpu-onednn", 0, 384, 2048, 512, 0.5, 3, {1, 4, 8, 32, 64}, 5};
+    struct bench_cfg bc = {
+        .backend = "backend-cpu-onednn",
+        .mib = 384,
+        .hidden = 2048,
+        .inter = 512,
+        .seconds = 0.5,
+        .reps = 3,
+        .tokens = {1, 4, 8, 32, 64},
+        .n_tokens = 5,
+    };
     if (parse_args(argc, argv, &bc))
         return usage(argv[0]);
     struct tide_plugin_set *set = NULL;
@@ -408,7 +425,11 @@ int main(int argc, char **argv)
     const size_t expert_bytes = (size_t)3 * (size_t)bc.hidden * (size_t)bc.inter * 2;
     int n_experts = (int)(((size_t)bc.mib << 20) / expert_bytes);
     n_experts = n_experts < 2 ? 2 : n_experts;
-    uint16_t *raw = malloc(expert_bytes * (size_t)n_experts);
+    const size_t raw_bytes =
+        (expert_bytes * (size_t)n_experts + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    uint16_t *raw = aligned_alloc(2u << 20, raw_bytes);
+    if (raw && bc.huge)
+        madvise(raw, raw_bytes, MADV_HUGEPAGE);
     struct bench_run runs[BENCH_MAX_LAYOUTS];
     memset(runs, 0, sizeof runs);
     int n_runs = 0, rc = raw ? TIDE_OK : TIDE_E_NOMEM;
