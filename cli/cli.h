@@ -69,15 +69,27 @@ struct tide_trace_sink;
  * (close it with tide_trace_writer_close) and *sink its events. */
 int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
                    bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink);
+struct tide_engine_info;
+struct tide_offload_stats;
 /* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */
-void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
-                               double seconds, int64_t tokens);
+void cli_print_offload_summary(const struct tide_engine_info *info,
+                               const struct tide_offload_stats *t, double seconds, int64_t tokens);
+
+/* Create root if needed, then a new folder root/YYYYmmdd-HHMMSS<suffix>
+ * (with -1, -2, ... when taken) whose path goes into dir. `what` names the
+ * setting in messages. Returns TIDE_OK or TIDE_E_IO (logged). */
+int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir,
+                      size_t len);
 
 /* The CPU's model name from /proc/cpuinfo into buf ("unknown" when absent). */
 void cli_cpu_model(char *buf, size_t len);
 
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
+
+/* True when any of argv[from..argc) is -h or --help (commands with
+ * subcommands answer it wherever it appears). */
+bool cli_wants_help(int argc, char **argv, int from);
 
 int cmd_plugins(int argc, char **argv);
 int cmd_config(int argc, char **argv);
@@ -90,5 +102,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -9,20 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "bench_shard.h"
 #include "cli.h"
 #include "engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
-
-#ifndef TIDE_GIT_REVISION
-#define TIDE_GIT_REVISION "unknown"
-#endif
 
 #define BENCH_MAX_LIST 64
 
@@ -30,7 +23,10 @@ static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
                "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
-               "                  [--max-prompts N] [--repeats N] [--out DIR]\n\n"
+               "                  [--max-prompts N] [--repeats N] [--out DIR]\n"
+               "                  [--shard K/N] [--baseline DIR]\n"
+               "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
+               "       tide bench merge DIR... --out DIR\n\n"
                "Runs the prompt set under every combination of policy, budget and (for\n"
                "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
                "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
@@ -46,8 +42,31 @@ static void bench_usage(FILE *f)
                "  --intervals 1,4,32           policy-tide refresh intervals\n"
                "  --prompts FILE               one prompt per line, '#' comments\n"
                "  --max-prompts N, --repeats N, --out DIR\n\n"
-               "example:\n"
-               "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n");
+               "Splitting the sweep over processes or machines (docs/cluster.md):\n"
+               "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
+               "                     from 0 in the order above (policy, then budget, then\n"
+               "                     interval; the baseline is not numbered: every shard runs\n"
+               "                     it for its token check). Writes DIR/YYYYmmdd-HHMMSS-shard-\n"
+               "                     K-of-N; only shard 0 records [output] trace.\n"
+               "  --baseline DIR     take the baseline (its row, metrics and tokens) from an\n"
+               "                     earlier result folder of the same code, checkpoint,\n"
+               "                     prompts and settings instead of running it\n"
+               "  --emit-slurm N     do not run: write a folder under DIR with submit.sh, a\n"
+               "                     job array running this command as N shards\n"
+               "                     (shards.sbatch) and a merge job that runs after them\n"
+               "                     (merge.sbatch); --partition, --gres (e.g. gpu:1) and\n"
+               "                     --time (e.g. 2:00:00) go into the shard jobs' #SBATCH\n"
+               "                     lines\n"
+               "  merge DIR... --out DIR\n"
+               "                     join shards (result folders, or folders holding them)\n"
+               "                     into DIR exactly as one run would have written it; refuses\n"
+               "                     shards of another grid, configuration, checkpoint or\n"
+               "                     revision (naming the field), and reports missing shards\n\n"
+               "examples:\n"
+               "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n"
+               "  tide bench -c my.ini --shard 1/4 --out runs/shards   # one of 4 processes\n"
+               "  tide bench merge runs/shards --out runs/merged\n"
+               "  tide bench -c my.ini --emit-slurm 8 --gres gpu:1 --time 4:00:00 --out runs\n");
 }
 
 /* Split "a,b,c" into at most max trimmed items (pointers into buf). */
@@ -125,51 +144,17 @@ static uint64_t bench_hash(const int32_t *ids, int64_t n)
     return h;
 }
 
-static int bench_mkdirs(const char *root, char *dir, size_t len)
+/* manifest.json: provenance, then what the sweep recorded for merging
+ * (cli/bench_shard.h). */
+static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts,
+                          const json_t *sweep)
 {
-    if (mkdir(root, 0777) != 0 && errno != EEXIST) {
-        tide_error("[bench] out = %s: cannot create it: %s", root, strerror(errno));
-        return TIDE_E_IO;
-    }
-    time_t now = time(NULL);
-    struct tm tm;
-    localtime_r(&now, &tm);
-    char stamp[32];
-    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    for (int i = 0; i < 100; i++) {
-        if (i)
-            snprintf(dir, len, "%s/%s-%d", root, stamp, i);
-        else
-            snprintf(dir, len, "%s/%s", root, stamp);
-        if (mkdir(dir, 0777) == 0)
-            return TIDE_OK;
-        if (errno != EEXIST)
-            break;
-    }
-    tide_error("[bench] cannot create a results folder under %s: %s", root, strerror(errno));
-    return TIDE_E_IO;
-}
-
-static int bench_manifest(const char *dir, const struct tide_engine *e, const char *prompts)
-{
-    char path[4400], cpu[256], date[64], pcre[64] = "?";
+    char path[4400], pcre[64] = "?";
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    cli_cpu_model(cpu, sizeof cpu);
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     pcre2_config(PCRE2_CONFIG_VERSION, pcre);
-    struct utsname un;
-    uname(&un);
-    json_t *m = json_object();
-    json_object_set_new(m, "tide_version", json_string(TIDE_VERSION_STRING));
-    json_object_set_new(m, "git_revision", json_string(TIDE_GIT_REVISION));
-    json_object_set_new(m, "date", json_string(date));
-    json_object_set_new(m, "host", json_string(un.nodename));
-    json_object_set_new(m, "kernel", json_string(un.release));
-    json_object_set_new(m, "cpu", json_string(cpu));
-    json_object_set_new(m, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+    json_t *m = cli_manifest_new("bench");
+    if (!m)
+        return TIDE_E_NOMEM;
     json_object_set_new(
         m, "device_backend",
         json_string(e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name));
@@ -182,6 +167,8 @@ static int bench_manifest(const char *dir, const struct tide_engine *e, const ch
     json_object_set_new(lib, "jansson", json_string(JANSSON_VERSION));
     json_object_set_new(lib, "pcre2", json_string(pcre));
     json_object_set_new(m, "libraries", lib);
+    if (sweep)
+        json_object_update(m, (json_t *)sweep);
     int rc = json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(m);
     if (rc) {
@@ -252,7 +239,7 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
                                                      .trace = rep == 0 && b->trace ? &b->trace_sink
                                                                                    : NULL,
                                                      .prompt_id = (uint32_t)i};
-            rc = tide_engine_generate(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
+            rc = tide_engine_generate_ids(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
             if (rc == TIDE_OK) {
                 r->tokens += res.n;
                 r->steps += res.steps;
@@ -303,7 +290,10 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "merge"))
+        return cmd_bench_merge(argc - 1, argv + 1);
     struct cli_ctx c = {0};
+    struct bench_shard_args sa = {0};
     static const char *flags[][2] = {
         {"--policies", "bench.policies="},
         {"--budgets", "bench.budgets="},
@@ -317,8 +307,13 @@ int cmd_bench(int argc, char **argv)
     int n_owned = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_common_arg(&c, argc, argv, &i);
-        if (r < 0)
+        if (r == 0)
+            r = bench_shard_arg(&sa, argc, argv, &i);
+        if (r < 0) {
+            for (int k = 0; k < n_owned; k++)
+                free(owned[k]);
             return CLI_EXIT_USAGE;
+        }
         if (r > 0)
             continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -348,11 +343,14 @@ int cmd_bench(int argc, char **argv)
         }
     }
     struct bench b = {.c = &c};
+    struct bench_shard_run run = {0};
     struct bench_row *rows = NULL;
     char *lists[3] = {NULL, NULL, NULL};
     int n_rows = 0;
     int rc = cli_setup(&c);
-    if (rc != TIDE_OK)
+    if (rc == TIDE_OK && sa.emit_slurm)
+        rc = bench_emit_slurm(&c, &sa, argc, argv);
+    if (rc != TIDE_OK || sa.emit_slurm)
         goto done;
     const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
     tide_engine_gen_params(c.cfg, &b.gp);
@@ -404,16 +402,32 @@ int cmd_bench(int argc, char **argv)
             goto done;
         }
     }
-    if ((rc = bench_mkdirs(tide_opts_str(bo, "out"), b.dir, sizeof b.dir)) != TIDE_OK)
-        goto done;
     b.want = calloc((size_t)b.prompts.n, sizeof *b.want);
     rows = calloc((size_t)(np * nb * ni + 1), sizeof *rows);
     if (!b.want || !rows) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
+    const bool baseline = tide_opts_bool(bo, "baseline");
+    const struct bench_grid grid = {names, np,       budgets,        nb,          intervals,
+                                    ni,    baseline, b.prompts.line, b.prompts.n, b.repeats};
+    char suffix[64];
+    bench_shard_suffix(&sa, suffix, sizeof suffix);
+    if ((rc = bench_shard_begin(&run, &sa, c.cfg, b.e, &grid, b.want)) != TIDE_OK ||
+        (rc = cli_mkdir_stamped(tide_opts_str(bo, "out"), suffix, "[bench] out", b.dir,
+                                sizeof b.dir)) != TIDE_OK)
+        goto done;
+    char path[4400];
+    /* The configuration the sweep starts from (it sets policy-tide's interval). */
+    snprintf(path, sizeof path, "%s/config.ini", b.dir);
+    FILE *ini = fopen(path, "w");
+    if (ini) {
+        tide_config_print(c.cfg, ini, NULL);
+        fclose(ini);
+    }
     const struct tide_opts *oo = tide_config_section(c.cfg, "output");
-    if (*tide_opts_str(oo, "trace") &&
+    /* Routing does not depend on placement: shard 0 records it for all. */
+    if (*tide_opts_str(oo, "trace") && sa.shard.index == 0 &&
         (rc = cli_trace_open(b.e, &b.gp, tide_opts_str(oo, "trace"),
                              tide_opts_bool(oo, "overwrite"), &b.trace, &b.trace_sink)) != TIDE_OK)
         goto done;
@@ -424,13 +438,15 @@ int cmd_bench(int argc, char **argv)
     printf("%-16s %8s %6s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval", "budget",
            "hit rate", "host rows", "promoted", "weights GB", "acts GB", "tokens", "time s",
            "tok/s", "same");
-    const bool baseline = tide_opts_bool(bo, "baseline");
+    long config = 0; /* index in the grid, for --shard */
     for (int p = -1; p < np && rc == TIDE_OK; p++) {
-        if (p < 0 && !baseline)
+        if (p < 0 && (!baseline || run.baseline_line))
             continue;
         bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
         for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
             for (int ii = 0; ii < (tide_pol ? ni : 1) && rc == TIDE_OK; ii++) {
+                if (p >= 0 && !cli_shard_mine(&sa.shard, config++))
+                    continue;
                 struct bench_row *r = &rows[n_rows];
                 int budget = p < 0 ? sh->n_experts : budgets[bi];
                 snprintf(r->policy, sizeof r->policy, "%s",
@@ -458,7 +474,8 @@ int cmd_bench(int argc, char **argv)
                     if (rc == TIDE_OK)
                         rc = trc;
                 }
-                if (rc != TIDE_OK)
+                if (rc != TIDE_OK ||
+                    (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
                     break;
                 bench_print_row(stdout, r, false);
                 fflush(stdout);
@@ -466,7 +483,6 @@ int cmd_bench(int argc, char **argv)
             }
         }
     }
-    char path[4400];
     snprintf(path, sizeof path, "%s/results.csv", b.dir);
     FILE *csv = fopen(path, "w");
     if (!csv) {
@@ -477,26 +493,24 @@ int cmd_bench(int argc, char **argv)
         fprintf(csv, "policy,interval,budget,tokens,steps,seconds,hit_rate,hit_rows,miss_rows,"
                      "promotions,evictions,weight_bytes,act_bytes,host_seconds,device_seconds,"
                      "tokens_per_second,same_tokens\n");
+        if (run.baseline_line)
+            fputs(run.baseline_line, csv);
         for (int i = 0; i < n_rows; i++)
             bench_print_row(csv, &rows[i], true);
         fclose(csv);
     }
-    snprintf(path, sizeof path, "%s/config.ini", b.dir);
-    FILE *ini = fopen(path, "w");
-    if (ini) {
-        tide_config_print(c.cfg, ini, NULL);
-        fclose(ini);
-    }
-    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"));
+    /* Bit-identical tokens are guaranteed when one plugin computes both the
+     * device and the host experts; across two backends (cuBLAS and oneDNN)
+     * float summation orders differ, so a mismatch is reported, not fatal. */
+    const bool strict = !strcmp(b.e->dev.name, b.e->host.name);
+    int mrc = bench_manifest(
+        b.dir, b.e, tide_opts_str(bo, "prompts"),
+        bench_shard_end(&run, b.dir, b.want, b.prompts.n, strict, rc == TIDE_E_INTERRUPTED));
     if (rc == TIDE_OK)
         rc = mrc;
     bool all_same = true;
     for (int i = 0; i < n_rows; i++)
         all_same &= rows[i].same;
-    /* Bit-identical tokens are guaranteed when one plugin computes both the
-     * device and the host experts; across two backends (cuBLAS and oneDNN)
-     * float summation orders differ, so a mismatch is reported, not fatal. */
-    const bool strict = !strcmp(b.e->dev.name, b.e->host.name);
     if (rc == TIDE_OK && !all_same && strict) {
         tide_error("bench: some configurations generated different tokens than the baseline "
                    "(column 'same'); placement must be lossless");
@@ -509,6 +523,7 @@ int cmd_bench(int argc, char **argv)
     if (n_rows)
         tide_info("bench: %d configurations written to %s/results.csv", n_rows, b.dir);
 done:
+    bench_shard_run_free(&run);
     tide_trace_writer_close(b.trace, false);
     for (int k = 0; k < n_owned; k++)
         free(owned[k]);

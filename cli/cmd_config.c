@@ -18,7 +18,7 @@ static void config_usage(FILE *f)
 
 int cmd_config(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    if (argc < 2 || cli_wants_help(argc, argv, 1)) {
         config_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }

@@ -1,13 +1,19 @@
 /* `tide run`: generate from a prompt, streaming committed text block by
- * block, with progress on stderr and a summary at the end. */
+ * block, with progress on stderr and a summary at the end.
+ *
+ * Written on the public embedding API (tide/engine.h), so that API is
+ * exercised by every run. What it takes from the internals is narrow and
+ * CLI-only: the [output] section of the engine's config (which files this
+ * command writes) and tide_engine_set_outputs, which hands the metrics file
+ * and the trace writer's sink to the dispatcher. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "engine.h"
+#include "tide/engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
@@ -42,106 +48,91 @@ static void run_usage(FILE *f)
 }
 
 struct run_state {
-    const struct tide_engine *e;
     bool stream;   /* print text as blocks complete */
     bool progress; /* progress line on stderr */
     bool tty;
-    size_t printed;    /* bytes of decoded text already printed */
+    size_t printed;    /* bytes of text already printed */
     int64_t committed; /* tokens committed so far */
-    double t0;
-    int n_blocks;  /* blocks to decode */
-    bool hashing;  /* --logits-hash */
-    uint64_t hash; /* FNV-1a over the bytes of every step's logits */
-    FILE *dump;    /* --dump-logits, or NULL */
+    bool hashing;      /* --logits-hash */
+    uint64_t hash;     /* FNV-1a over the bytes of every step's logits */
+    FILE *dump;        /* --dump-logits, or NULL */
     bool dump_failed;
 };
 
-static void run_step_logits(void *user, int64_t block, int step, const float *logits, int rows,
-                            int vocab)
+static void run_on_logits(void *user, const struct tide_logits_event *ev)
 {
     struct run_state *s = user;
     if (s->hashing) {
-        const unsigned char *p = (const unsigned char *)logits;
-        const size_t bytes = (size_t)rows * (size_t)vocab * sizeof *logits;
+        const unsigned char *p = (const unsigned char *)ev->logits;
+        const size_t bytes = (size_t)ev->rows * (size_t)ev->vocab * sizeof *ev->logits;
         uint64_t h = s->hash;
         for (size_t i = 0; i < bytes; i++)
             h = (h ^ p[i]) * 0x100000001b3ull;
         s->hash = h;
     }
     if (s->dump) {
-        const int32_t head[4] = {(int32_t)block, step, rows, vocab};
+        const size_t cells = (size_t)ev->rows * (size_t)ev->vocab;
+        const int32_t head[4] = {(int32_t)ev->block, ev->step, ev->rows, ev->vocab};
         if (fwrite(head, sizeof head, 1, s->dump) != 1 ||
-            fwrite(logits, sizeof *logits, (size_t)rows * vocab, s->dump) != (size_t)rows * vocab)
+            fwrite(ev->logits, sizeof *ev->logits, cells, s->dump) != cells)
             s->dump_failed = true;
     }
 }
 
-static double run_now(void)
+static int run_on_start(void *user, const struct tide_start_event *ev)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    tide_info("prompt: %lld tokens; generating up to %lld tokens in blocks of %d (%d steps, "
+              "threshold %g%s)",
+              (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length, ev->steps,
+              ev->threshold, ev->recompute ? ", full recompute" : "");
+    return 0;
 }
 
-/* Decode ids that the tokenizer knows; synthetic checkpoints may have a
- * vocabulary larger than their tokenizer, and such ids have no text. */
-static int run_decode(const struct tide_engine *e, const int32_t *ids, int64_t n, char **text,
-                      size_t *len, int64_t *unknown)
-{
-    int32_t *known = malloc(sizeof *known * (size_t)(n ? n : 1));
-    if (!known)
-        return TIDE_E_NOMEM;
-    int64_t k = 0, u = 0;
-    const int32_t size = tide_tokenizer_size(e->tok);
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] >= 0 && ids[i] < size && tide_tokenizer_piece(e->tok, ids[i]))
-            known[k++] = ids[i];
-        else
-            u++;
-    }
-    int rc = tide_tokenizer_decode(e->tok, known, (size_t)k, text, len);
-    free(known);
-    if (unknown)
-        *unknown = u;
-    return rc;
-}
-
-static void run_step_end(void *user, int block, int step, int committed, int remaining)
+static int run_on_step(void *user, const struct tide_step_event *ev)
 {
     struct run_state *s = user;
-    s->committed += committed;
+    s->committed = ev->tokens;
     if (!s->progress || !s->tty)
-        return;
-    double dt = run_now() - s->t0;
+        return 0;
     fprintf(stderr, "\r\033[K[block %d/%d step %d] %lld tokens, %.1f tok/s, %d masks left",
-            block + 1, s->n_blocks, step + 1, (long long)s->committed,
-            dt > 0 ? (double)s->committed / dt : 0.0, remaining);
+            ev->block + 1, ev->n_blocks, ev->step + 1, (long long)s->committed,
+            ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0, ev->remaining);
     fflush(stderr);
+    return 0;
 }
 
-static void run_block_end(void *user, int block, const int32_t *gen, int64_t n)
+static int run_on_block(void *user, const struct tide_block_event *ev)
 {
     struct run_state *s = user;
     if (s->progress) {
-        double dt = run_now() - s->t0;
         if (s->tty)
             fprintf(stderr, "\r\033[K");
         else
-            fprintf(stderr, "[block %d/%d] %lld tokens, %.1f tok/s\n", block + 1, s->n_blocks,
-                    (long long)s->committed, dt > 0 ? (double)s->committed / dt : 0.0);
+            fprintf(stderr, "[block %d/%d] %lld tokens, %.1f tok/s\n", ev->block + 1, ev->n_blocks,
+                    (long long)s->committed,
+                    ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0);
     }
-    if (!s->stream)
-        return;
-    char *text;
-    size_t len;
-    if (run_decode(s->e, gen, n, &text, &len, NULL) != TIDE_OK)
-        return;
-    if (len > s->printed) {
-        fwrite(text + s->printed, 1, len - s->printed, stdout);
+    if (s->stream && ev->delta_len) {
+        fwrite(ev->delta, 1, ev->delta_len, stdout);
         fflush(stdout);
-        s->printed = len;
+        s->printed += ev->delta_len;
     }
-    free(text);
+    return 0;
+}
+
+/* Open --dump-logits F as F.tmp; refuses an existing F. */
+static int run_dump_open(const char *path, char *tmp, size_t len, FILE **f)
+{
+    if (access(path, F_OK) == 0) {
+        tide_error("--dump-logits %s: the file exists; refusing to replace it", path);
+        return TIDE_E_CONFIG;
+    }
+    snprintf(tmp, len, "%s.tmp", path);
+    if (!(*f = fopen(tmp, "wb"))) {
+        tide_error("--dump-logits: cannot create %s", tmp);
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
 }
 
 int cmd_run(int argc, char **argv)
@@ -190,79 +181,66 @@ int cmd_run(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n_ids = 0;
     struct tide_engine *e = NULL;
-    struct tide_gen_result res = {0};
-    FILE *metrics = NULL;
+    struct tide_result *res = NULL;
+    FILE *metrics = NULL, *dump = NULL;
     const char *metrics_path = NULL;
+    char dump_tmp[4200];
     struct tide_trace_writer *trace = NULL;
     struct tide_trace_sink trace_sink;
-    int rc = cli_setup(&c);
-    if (rc != TIDE_OK)
-        goto done;
+    struct run_state st = {.hashing = logits_hash, .hash = 0xcbf29ce484222325ull};
+    int rc = TIDE_OK;
+    /* What the command line holds is checked before the model loads. */
     if (prompt_file) {
         size_t len;
         if ((rc = cli_read_file(prompt_file, &file_text, &len)) != TIDE_OK)
             goto done;
         prompt = file_text;
     }
-    struct tide_gen_params gp;
-    tide_engine_gen_params(c.cfg, &gp);
-    const struct tide_opts *go = tide_config_section(c.cfg, "generation");
-    const struct tide_opts *oo = tide_config_section(c.cfg, "output");
-    chat = chat || tide_opts_bool(go, "chat");
-    if ((rc = tide_engine_prepare(c.cfg, c.plugins, &e)) != TIDE_OK ||
-        (rc = tide_engine_load(e, c.plugins)) != TIDE_OK)
+    if (ids_text && (rc = cli_parse_ids(ids_text, "--ids", &ids, &n_ids)) != TIDE_OK)
         goto done;
-    if (ids_text)
-        rc = cli_parse_ids(ids_text, "--ids", &ids, &n_ids);
-    else
-        rc = tide_engine_encode(e, prompt, chat, &ids, &n_ids);
-    if (rc != TIDE_OK || (rc = tide_engine_reserve(e, (int64_t)n_ids, &gp)) != TIDE_OK)
+    const struct tide_engine_args args = {
+        .size = sizeof args,
+        .config_path = c.config_path,
+        .sets = c.sets,
+        .n_sets = c.n_sets,
+    };
+    if ((rc = tide_engine_open(&args, &e)) != TIDE_OK)
         goto done;
-    cli_catch_interrupt();
+    /* The CLI's own outputs (files it writes) come from [output]; the engine
+     * only hands their sinks to the dispatcher. */
+    const struct tide_opts *oo = tide_config_section(e->cfg, "output");
     if ((rc = cli_output_open(oo, "metrics", &metrics, &metrics_path)) != TIDE_OK)
         goto done;
-    if (*tide_opts_str(oo, "trace") &&
-        (rc = cli_trace_open(e, &gp, tide_opts_str(oo, "trace"), tide_opts_bool(oo, "overwrite"),
-                             &trace, &trace_sink)) != TIDE_OK)
-        goto done;
-    FILE *dump = NULL;
-    char dump_tmp[4200];
-    if (dump_path) {
-        if (access(dump_path, F_OK) == 0) {
-            tide_error("--dump-logits %s: the file exists; refusing to replace it", dump_path);
-            rc = TIDE_E_CONFIG;
+    if (*tide_opts_str(oo, "trace")) {
+        struct tide_gen_params gp;
+        tide_engine_gen_params(e->cfg, &gp);
+        if ((rc = cli_trace_open(e, &gp, tide_opts_str(oo, "trace"),
+                                 tide_opts_bool(oo, "overwrite"), &trace, &trace_sink)) != TIDE_OK)
             goto done;
-        }
-        snprintf(dump_tmp, sizeof dump_tmp, "%s.tmp", dump_path);
-        if (!(dump = fopen(dump_tmp, "wb"))) {
-            tide_error("--dump-logits: cannot create %s", dump_tmp);
-            rc = TIDE_E_IO;
-            goto done;
-        }
     }
-    struct run_state st = {
-        .hashing = logits_hash,
-        .hash = 0xcbf29ce484222325ull,
-        .dump = dump,
-        .e = e,
-        .stream = tide_opts_bool(oo, "stream") && !print_ids,
-        .progress = tide_opts_bool(oo, "progress") && tide_log_get_level() >= TIDE_LOG_INFO,
-        .tty = isatty(STDERR_FILENO),
-        .t0 = run_now(),
-        .n_blocks = (int)(tide_gen_ctx((int64_t)n_ids, &gp) / gp.block - (int64_t)n_ids / gp.block),
-    };
-    const struct tide_gen_hooks hooks = {
-        .user = &st,
-        .step_end = run_step_end,
-        .step_logits = run_step_logits,
-        .block_end = run_block_end,
-    };
-    tide_info("prompt: %zu tokens; generating up to %lld tokens in blocks of %d (%d steps, "
-              "threshold %g%s)",
-              n_ids, (long long)gp.gen_length, gp.block, gp.steps, gp.threshold,
-              gp.recompute ? ", full recompute" : "");
-    struct tide_engine_outputs outs = {.metrics = metrics, .trace = trace ? &trace_sink : NULL};
-    rc = tide_engine_generate(e, &gp, ids, (int64_t)n_ids, &hooks, &outs, &res);
+    if (dump_path && (rc = run_dump_open(dump_path, dump_tmp, sizeof dump_tmp, &dump)) != TIDE_OK)
+        goto done;
+    st.dump = dump;
+    st.stream = tide_opts_bool(oo, "stream") && !print_ids;
+    st.progress = tide_opts_bool(oo, "progress") && tide_log_get_level() >= TIDE_LOG_INFO;
+    st.tty = isatty(STDERR_FILENO);
+    struct tide_request req;
+    tide_request_init(&req);
+    req.prompt = prompt;
+    req.prompt_ids = ids;
+    req.n_prompt_ids = n_ids;
+    req.chat = chat ? 1 : -1;
+    req.user = &st;
+    req.on_start = run_on_start;
+    req.on_step = run_on_step;
+    req.on_block = run_on_block;
+    req.on_logits = logits_hash || dump ? run_on_logits : NULL;
+    const struct tide_engine_outputs outs = {.metrics = metrics,
+                                             .trace = trace ? &trace_sink : NULL};
+    tide_engine_set_outputs(e, &outs);
+    cli_catch_interrupt();
+    rc = tide_engine_generate(e, &req, &res);
+    tide_engine_set_outputs(e, NULL);
     if (trace) {
         int trc = tide_trace_writer_close(trace, rc == TIDE_OK);
         trace = NULL;
@@ -275,6 +253,7 @@ int cmd_run(int argc, char **argv)
     metrics = NULL;
     if (dump) {
         bool ok = fclose(dump) == 0 && !st.dump_failed && rc == TIDE_OK;
+        dump = NULL;
         if (ok && rename(dump_tmp, dump_path) != 0)
             ok = false;
         if (!ok) {
@@ -285,54 +264,53 @@ int cmd_run(int argc, char **argv)
             }
         }
     }
+    /* The block events hold back an unfinished UTF-8 sequence at the end. */
+    if (st.stream && rc == TIDE_OK && res->text_len > st.printed) {
+        fwrite(res->text + st.printed, 1, res->text_len - st.printed, stdout);
+        st.printed = res->text_len;
+    }
     if (st.stream && st.printed)
         printf("\n");
     if (rc != TIDE_OK)
         goto done;
     if (print_ids) {
-        for (int64_t i = 0; i < res.n; i++)
-            printf("%s%d", i ? "," : "", res.ids[i]);
+        for (int64_t i = 0; i < res->n_ids; i++)
+            printf("%s%d", i ? "," : "", res->ids[i]);
         printf("\n");
     } else if (!st.stream) {
-        char *text;
-        size_t len;
-        if (run_decode(e, res.ids, res.n, &text, &len, NULL) == TIDE_OK) {
-            fwrite(text, 1, len, stdout);
-            printf("\n");
-            free(text);
-        }
+        fwrite(res->text, 1, res->text_len, stdout);
+        printf("\n");
     }
     if (logits_hash)
         printf("logits-fnv1a64 %016llx\n", (unsigned long long)st.hash);
-    int64_t unknown = 0;
-    char *text = NULL;
-    size_t len;
-    if (run_decode(e, res.ids, res.n, &text, &len, &unknown) == TIDE_OK)
-        free(text);
-    struct tide_moe_counters tot;
-    tide_moe_totals(e->moe, &tot);
+    struct tide_engine_info info = {.size = sizeof info};
+    tide_engine_get_info(e, &info);
     tide_info("done: %lld tokens in %d blocks, %lld steps (%.2f tokens per step), %lld "
               "forwards, %.2f s (prefill %.2f s), %.2f tok/s%s",
-              (long long)res.n, res.blocks, (long long)res.steps,
-              res.steps ? (double)res.n / (double)res.steps : 0.0, (long long)res.forwards,
-              res.seconds, res.prefill_seconds, res.seconds > 0 ? (double)res.n / res.seconds : 0.0,
-              res.stopped ? ", stopped at end-of-text" : "");
+              (long long)res->n_ids, res->blocks, (long long)res->steps,
+              res->steps ? (double)res->n_ids / (double)res->steps : 0.0, (long long)res->forwards,
+              res->seconds, res->prefill_seconds,
+              res->seconds > 0 ? (double)res->n_ids / res->seconds : 0.0,
+              res->stopped ? ", stopped at end-of-text" : "");
     if (tide_log_get_level() >= TIDE_LOG_INFO)
-        cli_print_offload_summary(e, &tot, res.seconds, res.n);
-    if (unknown)
+        cli_print_offload_summary(&info, &res->offload, res->seconds, res->n_ids);
+    if (res->unknown_ids)
         tide_warn("%lld generated ids have no text in %s/tokenizer.json (a synthetic checkpoint's "
                   "vocabulary is larger than its tokenizer)",
-                  (long long)unknown, e->model_dir);
+                  (long long)res->unknown_ids, info.model);
 done:
     if (metrics)
         cli_output_close(metrics, metrics_path, false);
     tide_trace_writer_close(trace, false);
+    if (dump) {
+        fclose(dump);
+        remove(dump_tmp);
+    }
     if (rc == TIDE_E_INTERRUPTED)
         tide_warn("interrupted");
-    free(res.ids);
+    tide_result_free(res);
     free(ids);
     free(file_text);
     tide_engine_close(e);
-    cli_teardown(&c);
     return cli_exit_code(rc);
 }

@@ -15,11 +15,10 @@
 #include "cli.h"
 #include "engine.h"
 #include "sim.h"
+#include "sim_cli.h"
 #include "svgplot.h"
 #include "tide/log.h"
 #include "tide/status.h"
-
-#define SIM_MAX_LIST 256
 
 static void sim_usage(FILE *f)
 {
@@ -27,7 +26,9 @@ static void sim_usage(FILE *f)
             "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
             "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
             "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
-            "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n\n"
+            "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n"
+            "                [--out DIR [--shard K/N]]\n"
+            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
             "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
             "through the same policy plugins the engine uses, for every policy, budget and\n"
             "(policy-tide) interval, and prints per configuration: promotions, GB moved\n"
@@ -51,43 +52,26 @@ static void sim_usage(FILE *f)
             "                             scaling its expert times by expert bytes\n"
             "  --model DIR                check that the trace was recorded for this checkpoint\n"
             "  --force                    replace existing --csv, --metrics and plot files\n"
+            "  --out DIR                  write a result folder (new or empty): results.csv,\n"
+            "                             plots/, rows.json (exact rows) and manifest.json\n"
+            "                             (trace and profile hashes, grid, configuration)\n"
+            "  --shard K/N                with --out: replay only configurations i with\n"
+            "                             i mod N = K, numbered in the order of the table\n"
+            "                             (budget, then policy, then interval; then belady,\n"
+            "                             best-static and the oracle of that budget); the\n"
+            "                             interval choices, --layer-budgets and plots are\n"
+            "                             left to the merge\n"
+            "  merge DIR... --out DIR     join the shards (result folders or folders of them)\n"
+            "                             into what one --out run writes; refuses shards of\n"
+            "                             another trace, profile, grid, configuration or\n"
+            "                             revision, naming the field (docs/cluster.md)\n"
             "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
             "Hindsight rows: belady (full swap, evicting the farthest next use), best-static\n"
             "(the top-B experts over the whole trace), oracle (a lower bound on every\n"
             "policy's modelled time; its hit rate and moves are those of its schedule).\n");
 }
 
-struct sim_row {
-    char policy[32];
-    char interval[16];
-    int budget;     /* -1: per-layer budgets */
-    int interval_n; /* policy-tide's interval; 0 auto; -1 none */
-    struct tide_sim_counters c;
-    double *layer_us; /* [L], policy-tide rows */
-    bool bound;       /* the oracle: us is a lower bound */
-    bool no_counters; /* the oracle without a schedule: counters unknown */
-    double seconds;
-};
-
-struct sim_cli {
-    struct cli_ctx c;
-    const char *trace_path, *profile_path, *csv, *plot, *metrics, *model_dir;
-    char policies[512], budgets[512], intervals[512];
-    bool hindsight, oracle, layer_budgets, scale, force;
-    struct tide_sim_trace *t;
-    struct tide_profile prof;
-    bool have_prof;
-    struct tide_cost cost;
-    int budget[SIM_MAX_LIST], n_budget;
-    int interval[SIM_MAX_LIST], n_interval; /* 0 = auto */
-    const struct tide_plugin *pol[16];
-    int n_pol;
-    struct sim_row *rows;
-    int n_rows, cap_rows;
-    int L, E;
-};
-
-static int sim_add_row(struct sim_cli *s, struct sim_row **out)
+int sim_add_row(struct sim_cli *s, struct sim_row **out)
 {
     if (s->n_rows == s->cap_rows) {
         int n = s->cap_rows ? 2 * s->cap_rows : 64;
@@ -185,6 +169,8 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_common_arg(&s->c, argc, argv, &i);
+        if (r == 0)
+            r = sim_shard_arg(s, argc, argv, &i);
         if (r < 0)
             return TIDE_E_CONFIG;
         if (r > 0)
@@ -699,9 +685,11 @@ static int sim_plots(struct sim_cli *s)
     return rc;
 }
 
-static int sim_main(struct sim_cli *s)
+int sim_main(struct sim_cli *s)
 {
     int rc = sim_setup(s);
+    if (rc == TIDE_OK)
+        rc = sim_out_begin(s);
     if (rc != TIDE_OK)
         return rc;
     const struct tide_trace_header *h = &s->t->h;
@@ -738,6 +726,8 @@ static int sim_main(struct sim_cli *s)
                     rc = TIDE_E_INTERRUPTED;
                     break;
                 }
+                if (!sim_take(s, pl->desc->name, b, is_tide ? s->interval[k] : -1, &rc))
+                    continue;
                 if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
                     break;
                 rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
@@ -749,10 +739,12 @@ static int sim_main(struct sim_cli *s)
             }
         }
         if (rc == TIDE_OK && s->hindsight && b < s->E) {
-            if ((rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL)) == TIDE_OK)
+            if (sim_take(s, "belady", b, -1, &rc))
+                rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL);
+            if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc))
                 rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
         }
-        if (rc == TIDE_OK && s->oracle && b < s->E)
+        if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc))
             rc = sim_oracle_row(s, b);
     }
     if (mf && sim_finish(mf, mtmp, s->metrics, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK)
@@ -768,9 +760,10 @@ static int sim_main(struct sim_cli *s)
                 sim_print_row(s, &s->rows[i], o ? o->c.us : 0);
     }
     printf("\n");
-    for (int bi = 0; bi < s->n_budget; bi++)
+    /* A shard lacks the other shards' rows: choices wait for the merge. */
+    for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
         sim_choose(s, s->budget[bi]);
-    if (s->layer_budgets && s->have_prof) {
+    if (s->layer_budgets && s->have_prof && !s->shard.count) {
         for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
             /* At the best global interval found for this budget (else the first). */
             const struct sim_row *best = NULL;
@@ -815,8 +808,21 @@ static int sim_main(struct sim_cli *s)
     return rc;
 }
 
+void sim_cli_free(struct sim_cli *s)
+{
+    for (int i = 0; i < s->n_rows; i++)
+        free(s->rows[i].layer_us);
+    free(s->rows);
+    tide_cost_free(&s->cost);
+    tide_sim_trace_free(s->t);
+    cli_teardown(&s->c);
+    sim_out_free(s->o);
+}
+
 int cmd_sim(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "merge"))
+        return cmd_sim_merge(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             sim_usage(stdout);
@@ -829,11 +835,7 @@ int cmd_sim(int argc, char **argv)
         rc = cli_setup(&s.c);
     if (rc == TIDE_OK)
         rc = sim_main(&s);
-    for (int i = 0; i < s.n_rows; i++)
-        free(s.rows[i].layer_us);
-    free(s.rows);
-    tide_cost_free(&s.cost);
-    tide_sim_trace_free(s.t);
-    cli_teardown(&s.c);
+    rc = sim_out_end(&s, rc);
+    sim_cli_free(&s);
     return cli_exit_code(rc);
 }

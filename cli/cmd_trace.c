@@ -346,7 +346,7 @@ static int trace_synth(int argc, char **argv)
 
 int cmd_trace(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    if (argc < 2 || cli_wants_help(argc, argv, 1)) {
         trace_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -233,22 +235,19 @@ int cli_output_close(FILE *f, const char *path, bool keep)
     return TIDE_OK;
 }
 
-void cli_print_offload_summary(const struct tide_engine *e, const struct tide_moe_counters *t,
-                               double seconds, int64_t tokens)
+void cli_print_offload_summary(const struct tide_engine_info *info,
+                               const struct tide_offload_stats *t, double seconds, int64_t tokens)
 {
-    const uint64_t rows = t->hit_rows + t->miss_rows;
-    const int budget = tide_moe_budget(e->moe);
-    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
-    if (!sh)
+    if (!info->n_moe_layers)
         return;
     fprintf(stderr,
             "\n%-14s %8s %9s %10s %10s %12s %12s %10s %9s\n"
             "%-14s %8d %8.2f%% %10llu %10llu %12.4f %12.4f %10.3f %9.2f\n",
             "policy", "budget", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
-            "host s", "tok/s", budget >= sh->n_experts ? "(no offload)" : e->policy_pl->desc->name,
-            budget, rows ? 100.0 * (double)t->hit_rows / (double)rows : 0.0,
-            (unsigned long long)t->miss_rows, (unsigned long long)t->promotions,
-            (double)t->weight_bytes / 1e9, (double)t->act_bytes / 1e9, t->host_seconds,
+            "host s", "tok/s", info->budget >= info->n_experts ? "(no offload)" : info->policy,
+            info->budget, 100.0 * t->hit_rate, (unsigned long long)t->miss_rows,
+            (unsigned long long)t->promotions, (double)t->weight_bytes / 1e9,
+            (double)t->act_bytes / 1e9, t->host_seconds,
             seconds > 0 ? (double)tokens / seconds : 0.0);
 }
 
@@ -283,4 +282,37 @@ int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p,
     if (rc == TIDE_OK)
         *sink = tide_trace_writer_sink(*w);
     return rc;
+}
+
+int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir, size_t len)
+{
+    if (mkdir(root, 0777) != 0 && errno != EEXIST) {
+        tide_error("%s = %s: cannot create it: %s", what, root, strerror(errno));
+        return TIDE_E_IO;
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int i = 0; i < 100; i++) {
+        if (i)
+            snprintf(dir, len, "%s/%s%s-%d", root, stamp, suffix, i);
+        else
+            snprintf(dir, len, "%s/%s%s", root, stamp, suffix);
+        if (mkdir(dir, 0777) == 0)
+            return TIDE_OK;
+        if (errno != EEXIST)
+            break;
+    }
+    tide_error("%s: cannot create a results folder under %s: %s", what, root, strerror(errno));
+    return TIDE_E_IO;
+}
+
+bool cli_wants_help(int argc, char **argv, int from)
+{
+    for (int i = from; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return true;
+    return false;
 }

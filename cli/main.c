@@ -20,6 +20,7 @@ struct cli_command {
 
 static const struct cli_command commands[] = {
     {"run", cmd_run, "generate text from a prompt (block diffusion)"},
+    {"serve", cmd_serve, "answer OpenAI-style HTTP requests (completions, chat, streaming)"},
     {"bench", cmd_bench, "compare placement policies, budgets and intervals on a prompt set"},
     {"sim", cmd_sim, "replay a routing trace through policies, budgets and hardware profiles"},
     {"trace", cmd_trace, "summarise (trace info) or synthesise (trace synth) routing traces"},

@@ -24,8 +24,19 @@ tide_need_packages() {
 
 # ocl-icd-opencl-dev: oneDNN 2.6's CMake package requires OpenCL's.
 # g++: CMake links CUDA modules with the C++ compiler when nvcc is present.
+# python3-venv, python3-pytest: the Python package's tests (tests/python) pip-install
+# it into a venv of the build folder and run its pytest suite there.
+# libmicrohttpd-dev: `tide serve`; curl: its tests (tests/serve).
 tide_need_packages cmake make gcc g++ pkg-config libinih-dev libjansson-dev libpcre2-dev \
-    libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy
+    libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy python3-venv python3-pytest \
+    libmicrohttpd-dev curl
+# The Slurm test (tests/cluster/slurm_test.sh) starts a one-node cluster on
+# localhost; only for the test suite, only where installing needs no password
+# (the test installs them itself when run alone, and is skipped without them).
+if [ "${TIDE_SETUP_TESTS:-0}" = 1 ] && { [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; }; then
+    tide_need_packages slurm-wlm munge ||
+        echo "setup: slurm-wlm and munge could not be installed; the Slurm test will be skipped" >&2
+fi
 # Fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime.
 if [[ "${TIDE_CMAKE_ARGS:-}" == *TIDE_FUZZ=ON* ]]; then
     tide_need_packages clang libclang-rt-14-dev

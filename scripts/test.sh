@@ -3,6 +3,7 @@
 # (e.g. -L unit, -R config). TIDE_CMAKE_ARGS="-DTIDE_SANITIZE=ON" with
 # TIDE_BUILD_DIR=build-asan runs it under ASan/UBSan.
 set -euo pipefail
+TIDE_SETUP_TESTS=1 # setup.sh also installs what tests need (Slurm for tests/cluster)
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$TIDE_BUILD_DIR"
 # LeakSanitizer (GCC 12) crashes scanning oneDNN's thread-local storage when

@@ -37,7 +37,8 @@ struct tide_opts {
     char *summary;
     const struct tide_option *table;
     int n;
-    struct cfg_value *vals; /* [n] */
+    struct cfg_value *vals;         /* [n] */
+    struct tide_config *standalone; /* the config to free with it (tide_opts_create), or NULL */
 };
 
 struct tide_config {
@@ -535,27 +536,9 @@ static void cfg_free_lines(char **lines, int n)
     free(lines);
 }
 
-/* Read the file into lines and reject lines inih would silently cut. */
-static int cfg_read_lines(struct cfg_parse *ps)
+/* Read the INI text of f into lines and reject lines inih would silently cut. */
+static int cfg_read_stream(struct cfg_parse *ps, FILE *f)
 {
-    /* O_NONBLOCK: a FIFO given as the config file must not block the open. */
-    int fd = open(ps->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb;
-    if (fd < 0) {
-        tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
-        return TIDE_E_CONFIG;
-    }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        tide_error("config: %s is not a regular file", ps->path);
-        close(fd);
-        return TIDE_E_CONFIG;
-    }
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
-        close(fd);
-        return TIDE_E_CONFIG;
-    }
     int cap = 0, rc = TIDE_OK;
     char *line = NULL;
     size_t lcap = 0;
@@ -607,39 +590,184 @@ static int cfg_read_lines(struct cfg_parse *ps)
         rc = TIDE_E_CONFIG;
     }
     free(line);
+    return rc;
+}
+
+/* Read the file into lines (cfg_read_stream). */
+static int cfg_read_lines(struct cfg_parse *ps)
+{
+    /* O_NONBLOCK: a FIFO given as the config file must not block the open. */
+    int fd = open(ps->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) {
+        tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
+        return TIDE_E_CONFIG;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        tide_error("config: %s is not a regular file", ps->path);
+        close(fd);
+        return TIDE_E_CONFIG;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        tide_error("config: cannot open %s: %s", ps->path, strerror(errno));
+        close(fd);
+        return TIDE_E_CONFIG;
+    }
+    int rc = cfg_read_stream(ps, f);
     fclose(f);
     return rc;
 }
 
-int tide_config_load_file(struct tide_config *cfg, const char *path)
+/* A key may be set once per source: forget which lines set what, so a later
+ * file or text may override an earlier one. */
+static void cfg_forget_lines(struct tide_config *cfg)
 {
-    struct cfg_parse ps = {.cfg = cfg, .path = path};
-    int rc = cfg_read_lines(&ps);
-    if (rc != TIDE_OK) {
-        cfg_free_lines(ps.lines, ps.n_lines);
-        return rc == TIDE_E_NOMEM ? rc : TIDE_E_CONFIG;
+    for (int s = 0; s < cfg->n_sec; s++)
+        for (int i = 0; i < cfg->sec[s].n; i++)
+            cfg->sec[s].vals[i].line = 0;
+}
+
+/* After the lines were read: run inih (parse(), on the same text) and report
+ * what it returned. Frees the lines. */
+static int cfg_parse_ini(struct cfg_parse *ps, int read_rc, int (*parse)(struct cfg_parse *ps))
+{
+    if (read_rc != TIDE_OK || ps->errors) {
+        cfg_free_lines(ps->lines, ps->n_lines);
+        return read_rc == TIDE_E_NOMEM ? read_rc : TIDE_E_CONFIG;
     }
-    if (ps.errors) {
-        cfg_free_lines(ps.lines, ps.n_lines);
-        return TIDE_E_CONFIG;
-    }
-    int r = ini_parse(path, cfg_ini_handler, &ps);
-    cfg_free_lines(ps.lines, ps.n_lines);
+    int r = parse(ps);
+    cfg_free_lines(ps->lines, ps->n_lines);
     if (r < 0) {
-        tide_error("config: cannot read %s%s", path, r == -2 ? ": out of memory" : "");
+        tide_error("config: cannot read %s%s", ps->path, r == -2 ? ": out of memory" : "");
         return TIDE_E_CONFIG;
     }
     /* Debian's inih returns the first line it could not parse as a positive number. */
     if (r > 0) {
         tide_error("%s:%d: syntax error: expected '[section]', 'key = value' or a ';' comment",
-                   path, r);
+                   ps->path, r);
         return TIDE_E_CONFIG;
     }
-    if (ps.errors)
-        return TIDE_E_CONFIG;
+    return ps->errors ? TIDE_E_CONFIG : TIDE_OK;
+}
+
+static int cfg_ini_parse_path(struct cfg_parse *ps)
+{
+    return ini_parse(ps->path, cfg_ini_handler, ps);
+}
+
+int tide_config_load_file(struct tide_config *cfg, const char *path)
+{
+    struct cfg_parse ps = {.cfg = cfg, .path = path};
+    cfg_forget_lines(cfg);
+    int rc = cfg_parse_ini(&ps, cfg_read_lines(&ps), cfg_ini_parse_path);
+    if (rc != TIDE_OK)
+        return rc;
     free(cfg->path);
     cfg->path = cfg_strdup(path);
     return TIDE_OK;
+}
+
+/* INI text for tide_config_load_text, read through memory streams. */
+struct cfg_text {
+    struct cfg_parse ps;
+    const char *text;
+    size_t len;
+};
+
+static int cfg_ini_parse_text(struct cfg_parse *ps)
+{
+    const struct cfg_text *t = (const struct cfg_text *)ps;
+    return ini_parse_string(t->text, cfg_ini_handler, ps);
+}
+
+int tide_config_load_text(struct tide_config *cfg, const char *name, const char *text)
+{
+    struct cfg_text t = {.ps = {.cfg = cfg, .path = name}, .text = text, .len = strlen(text)};
+    if (!t.len)
+        return TIDE_OK; /* fmemopen refuses an empty buffer; there is nothing to parse */
+    cfg_forget_lines(cfg);
+    FILE *f = fmemopen((void *)text, t.len, "r");
+    if (!f)
+        return TIDE_E_NOMEM;
+    int rc = cfg_read_stream(&t.ps, f);
+    fclose(f);
+    return cfg_parse_ini(&t.ps, rc, cfg_ini_parse_text);
+}
+
+struct tide_config *tide_config_clone(const struct tide_config *cfg)
+{
+    struct tide_config *c = tide_config_create();
+    if (!c)
+        return NULL;
+    c->sec = calloc((size_t)(cfg->n_sec ? cfg->n_sec : 1), sizeof *c->sec);
+    if (!c->sec || (cfg->path && !(c->path = cfg_strdup(cfg->path))))
+        goto fail;
+    for (int s = 0; s < cfg->n_sec; s++) {
+        const struct tide_opts *o = &cfg->sec[s];
+        struct tide_opts *d = &c->sec[s];
+        c->n_sec++;
+        d->table = o->table;
+        d->n = o->n;
+        d->section = cfg_strdup(o->section);
+        d->owner = cfg_strdup(o->owner);
+        d->summary = cfg_strdup(o->summary);
+        d->vals = calloc((size_t)(o->n ? o->n : 1), sizeof *d->vals);
+        if (!d->section || !d->owner || !d->summary || !d->vals)
+            goto fail;
+        for (int i = 0; i < o->n; i++) {
+            d->vals[i] = o->vals[i];
+            if (!(d->vals[i].text = cfg_strdup(o->vals[i].text)))
+                goto fail;
+        }
+    }
+    return c;
+fail:
+    tide_config_destroy(c);
+    return NULL;
+}
+
+const char *tide_config_get_text(const struct tide_config *cfg, const char *section,
+                                 const char *key)
+{
+    const struct tide_opts *o = cfg_find(cfg, section);
+    int i = o ? cfg_key_index(o, key) : -1;
+    return i >= 0 ? o->vals[i].text : NULL;
+}
+
+int tide_opts_create(const char *section, const struct tide_option *table, const char *const *sets,
+                     int n_sets, struct tide_opts **out)
+{
+    *out = NULL;
+    struct tide_config *cfg = tide_config_create();
+    if (!cfg)
+        return TIDE_E_NOMEM;
+    int rc = tide_config_add_section(cfg, section, table, section, "");
+    for (int i = 0; rc == TIDE_OK && i < n_sets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        char key[128];
+        if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key) {
+            tide_error("[%s]: '%s' is not key=value", section, sets[i]);
+            rc = TIDE_E_CONFIG;
+            break;
+        }
+        memcpy(key, sets[i], (size_t)(eq - sets[i]));
+        key[eq - sets[i]] = 0;
+        rc = tide_config_set_value(cfg, section, key, eq + 1, "tide_opts_create");
+    }
+    if (rc != TIDE_OK) {
+        tide_config_destroy(cfg);
+        return rc;
+    }
+    cfg->sec[0].standalone = cfg;
+    *out = &cfg->sec[0];
+    return TIDE_OK;
+}
+
+void tide_opts_destroy(struct tide_opts *o)
+{
+    if (o && o->standalone)
+        tide_config_destroy(o->standalone);
 }
 
 int tide_config_set(struct tide_config *cfg, const char *assignment)

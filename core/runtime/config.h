@@ -25,6 +25,20 @@ int tide_config_add_section(struct tide_config *cfg, const char *name,
  * "FILE:LINE: ..."; all are reported, then TIDE_E_CONFIG is returned. */
 int tide_config_load_file(struct tide_config *cfg, const char *path);
 
+/* Parse INI text (NUL-terminated) like a file; name stands for the file in
+ * messages and origins ("<config text>:3"). A key may be set once per file or
+ * text; a later file or text may override an earlier one. */
+int tide_config_load_text(struct tide_config *cfg, const char *name, const char *text);
+
+/* A deep copy (values, origins; option tables are shared, static storage).
+ * NULL when out of memory. */
+struct tide_config *tide_config_clone(const struct tide_config *cfg);
+
+/* The value of section.key as written, or NULL when there is no such option.
+ * Owned by the config; valid until the value changes. */
+const char *tide_config_get_text(const struct tide_config *cfg, const char *section,
+                                 const char *key);
+
 /* Apply one "section.key=value" override (origin "--set"). */
 int tide_config_set(struct tide_config *cfg, const char *assignment);
 

@@ -59,21 +59,49 @@ static const struct tide_option policy_options[] = {
 };
 
 static const struct tide_option generation_options[] = {
-    {"gen_length", TIDE_OPT_INT, "128", "tokens to generate (rounded up to whole blocks)", NULL,
+    {"gen_length", TIDE_OPT_INT, "128",
+     "most tokens to generate; the output is cut after the first EOS (docs/decoding.md)", NULL,
      "[1,]"},
     {"block_length", TIDE_OPT_INT, "32", "tokens per diffusion block", NULL, "[1,4096]"},
-    {"steps", TIDE_OPT_INT, "32", "most denoising steps per block", NULL, "[1,4096]"},
+    {"steps", TIDE_OPT_INT, "32",
+     "denoising steps per block, capped at gen_length / minimal_topk as in the official "
+     "generate()",
+     NULL, "[1,4096]"},
+    {"minimal_topk", TIDE_OPT_INT, "1",
+     "steps = min(steps, gen_length / minimal_topk) (the official generate()'s minimal_topk)", NULL,
+     "[1,]"},
     {"threshold", TIDE_OPT_FLOAT, "0.95",
-     "commit every masked position whose probability exceeds this (at least one per step)", NULL,
-     "(0,1]"},
-    {"temperature", TIDE_OPT_FLOAT, "0", "0 = greedy (argmax); > 0 samples from softmax(l/T)", NULL,
-     "[0,]"},
-    {"top_k", TIDE_OPT_INT, "0", "sample among the k most likely tokens; 0 = all", NULL, "[0,]"},
-    {"top_p", TIDE_OPT_FLOAT, "1", "nucleus sampling mass", NULL, "(0,1]"},
+     "commit every masked position whose probability exceeds this; if fewer than the step's "
+     "scheduled count do, commit the most confident instead",
+     NULL, "(0,1]"},
+    {"temperature", TIDE_OPT_FLOAT, "0",
+     "0 = argmax (lowest id on ties); > 0 samples from softmax(logits / T) with TIDE's seeded "
+     "RNG",
+     NULL, "[0,]"},
+    {"top_k", TIDE_OPT_INT, "0",
+     "keep the tokens whose logit is at least the k-th largest (ties kept); 0 = all", NULL, "[0,]"},
+    {"top_p", TIDE_OPT_FLOAT, "1",
+     "keep the smallest set of most likely tokens whose probability exceeds this (applied after "
+     "top_k); 1 = all",
+     NULL, "[0,1]"},
     {"seed", TIDE_OPT_INT, "0", "random seed for sampling", NULL, NULL},
+    {"eos_early_stop", TIDE_OPT_BOOL, "false",
+     "stop inside a block as soon as a committed EOS has no mask before it (the official "
+     "eos_early_stop); the tokens returned are the same, fewer forwards run",
+     NULL, NULL},
+    {"stop_tokens", TIDE_OPT_STRING, "",
+     "tokens that also end generation as EOS does, comma-separated token strings (e.g. "
+     "<|role_end|>); empty = EOS only, as the official generate()",
+     NULL, NULL},
+    {"mask_in_argmax", TIDE_OPT_BOOL, "true",
+     "the mask token competes in the argmax and softmax, as in the official generate(); false "
+     "leaves it out (it can then never be chosen)",
+     NULL, NULL},
     {"chat", TIDE_OPT_BOOL, "false", "wrap the prompt in the model's chat template", NULL, NULL},
     {"recompute", TIDE_OPT_BOOL, "false",
-     "debug: recompute the whole prefix every step instead of using the KV cache", NULL, NULL},
+     "recompute the whole prefix every step instead of using the KV cache: exactly the "
+     "official generate()'s forwards (slow; for verification)",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -115,6 +143,29 @@ static const struct tide_option bench_options[] = {
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
+static const struct tide_option serve_options[] = {
+    {"host", TIDE_OPT_STRING, "127.0.0.1",
+     "address `tide serve` listens on; anything but loopback exposes the model to the network",
+     NULL, NULL},
+    {"port", TIDE_OPT_INT, "8080", "TCP port of `tide serve`; 0 = any free port (logged)", NULL,
+     "[0,65535]"},
+    {"max_queue", TIDE_OPT_INT, "64",
+     "requests that may wait for the one worker; more get 503 with Retry-After", NULL, "[1,]"},
+    {"max_body", TIDE_OPT_SIZE, "1MiB", "largest request body taken; larger ones get 413", NULL,
+     "[64,]"},
+    {"api_key", TIDE_OPT_STRING, "",
+     "require 'Authorization: Bearer KEY' (every route but /health); empty: the TIDE_API_KEY "
+     "environment variable, if set, else no key",
+     NULL, NULL},
+    {"model_name", TIDE_OPT_STRING, "",
+     "model name in answers and /v1/models; empty = the checkpoint folder's name", NULL, NULL},
+    {"max_connections", TIDE_OPT_INT, "256", "open HTTP connections at most", NULL, "[1,65536]"},
+    {"shutdown_timeout", TIDE_OPT_FLOAT, "10",
+     "on SIGINT/SIGTERM, seconds the running request may take to finish before it is cancelled",
+     NULL, "[0,]"},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
 int tide_core_register_sections(struct tide_config *cfg)
 {
     static const struct {
@@ -128,6 +179,7 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"generation", generation_options, "Block-diffusion decoding."},
         {"output", output_options, "What is printed and recorded."},
         {"bench", bench_options, "Sweeps run by `tide bench`."},
+        {"serve", serve_options, "The HTTP server `tide serve` (docs/serving.md)."},
     };
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
         int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core", secs[i].summary);

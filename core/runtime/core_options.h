@@ -5,7 +5,8 @@
 #include "config.h"
 #include "loader.h"
 
-/* Register [model], [backend], [policy], [generation] and [output]. */
+/* Register [model], [backend], [policy], [generation], [output], [bench] and
+ * [serve]. */
 int tide_core_register_sections(struct tide_config *cfg);
 
 /* Register one section per plugin in the set, named after the plugin. */

@@ -49,6 +49,47 @@ static int engine_lookup(struct tide_engine *e, const char *name, bool required,
     return TIDE_OK;
 }
 
+/* [generation] stop_tokens: token strings, comma-separated, each of which must
+ * be in the tokenizer. The official generate() stops only at EOS. */
+static int engine_stop_tokens(struct tide_engine *e)
+{
+    const struct tide_opts *go = tide_config_section(e->cfg, "generation");
+    const char *list = tide_opts_str(go, "stop_tokens");
+    e->ids.n_stop = 0;
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        char name[256];
+        if (!len || len >= sizeof name) {
+            tide_error("[generation] stop_tokens (%s): %s item in '%s'",
+                       tide_opts_origin(go, "stop_tokens"), len ? "an overlong" : "an empty", list);
+            return TIDE_E_CONFIG;
+        }
+        memcpy(name, p, len);
+        name[len] = 0;
+        int32_t id = tide_tokenizer_id(e->tok, name);
+        if (id < 0) {
+            tide_error("[generation] stop_tokens (%s): %s/tokenizer.json has no token '%s'",
+                       tide_opts_origin(go, "stop_tokens"), e->model_dir, name);
+            return TIDE_E_CONFIG;
+        }
+        if (e->ids.n_stop == TIDE_GEN_MAX_STOP) {
+            tide_error("[generation] stop_tokens (%s): at most %d tokens",
+                       tide_opts_origin(go, "stop_tokens"), TIDE_GEN_MAX_STOP);
+            return TIDE_E_CONFIG;
+        }
+        e->ids.stop[e->ids.n_stop++] = id;
+        p = comma ? comma + 1 : p + len;
+    }
+    return TIDE_OK;
+}
+
 int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_set *set,
                         struct tide_engine **out)
 {
@@ -63,6 +104,13 @@ int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_
     if (!e->model_pl)
         goto fail;
     e->mops = e->model_pl->desc->ops;
+    /* A policy named in the configuration must exist even when the budget
+     * leaves it unused (budget = -1): a typo must not pass silently. The
+     * default name is required only once it is used (tide_engine_place). */
+    const struct tide_opts *po = tide_config_section(cfg, "policy");
+    if (strcmp(tide_opts_origin(po, "plugin"), "default") &&
+        !tide_plugins_get(set, tide_opts_str(po, "plugin"), TIDE_PLUGIN_POLICY, "[policy] plugin"))
+        goto fail;
     if ((rc = engine_model_dir(e, mo)) != TIDE_OK)
         goto fail;
     char path[4200];
@@ -189,7 +237,7 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
     const struct tide_model_info *info = e->mops->info(e->model);
     if ((rc = engine_lookup(e, info->mask_token, true, &e->ids.mask)) != TIDE_OK ||
         (rc = engine_lookup(e, info->eos_token, true, &e->ids.eos)) != TIDE_OK ||
-        (rc = engine_lookup(e, info->stop_token, false, &e->ids.stop)) != TIDE_OK)
+        (rc = engine_stop_tokens(e)) != TIDE_OK)
         return rc;
     if (tide_tokenizer_size(e->tok) > info->vocab_size) {
         tide_error("%s/tokenizer.json has %d tokens but the model's vocab_size is %d", e->model_dir,
@@ -285,16 +333,16 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_
         .inter = (uint32_t)sh->inter,
         .expert_bytes = tide_moe_expert_bytes(e->moe),
         .block_length = (uint32_t)p->block,
-        .steps = (uint32_t)p->steps,
+        .steps = (uint32_t)tide_gen_steps(p),
         .threshold = p->threshold,
         .model = e->model_dir,
     };
     return TIDE_OK;
 }
 
-int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
-                         const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
-                         const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
+int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
+                             const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+                             const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
 {
     FILE *metrics = outputs ? outputs->metrics : NULL;
     const struct tide_trace_sink *trace = outputs ? outputs->trace : NULL;
@@ -343,6 +391,10 @@ void tide_engine_close(struct tide_engine *e)
     if (e->host.bk)
         e->host.ops->destroy(e->host.bk);
     tide_tokenizer_free(e->tok);
+    /* The plugins' code goes last: everything above may call into it. */
+    tide_config_destroy(e->own_cfg);
+    tide_plugins_free(e->own_set);
+    free(e->layer_total);
     free(e);
 }
 
@@ -358,6 +410,9 @@ void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_param
         .top_k = (int)tide_opts_int(g, "top_k"),
         .top_p = tide_opts_float(g, "top_p"),
         .seed = (uint64_t)tide_opts_int(g, "seed"),
+        .minimal_topk = (int)tide_opts_int(g, "minimal_topk"),
+        .eos_early_stop = tide_opts_bool(g, "eos_early_stop"),
+        .mask_in_argmax = tide_opts_bool(g, "mask_in_argmax"),
         .recompute = tide_opts_bool(g, "recompute"),
     };
 }

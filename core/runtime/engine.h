@@ -1,16 +1,29 @@
 /* An engine: the plugins, backends, dispatcher, model and tokenizer named by
- * a configuration, opened in two phases. Core-internal; used by `tide run`,
- * `tide forward` and `tide bench`. */
-#ifndef TIDE_ENGINE_H
-#define TIDE_ENGINE_H
+ * a configuration, opened in two phases. The runtime side of the public
+ * embedding API (tide/engine.h, engine_api.c), whose opaque struct
+ * tide_engine this is; `tide bench`, `tide forward` and `tide sim` use the
+ * phases directly (a borrowed config, re-placing experts between runs). */
+#ifndef TIDE_ENGINE_INTERNAL_H
+#define TIDE_ENGINE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "generate.h"
 #include "loader.h"
 #include "moe_internal.h"
+#include "tide/engine.h"
 #include "tide/model.h"
 #include "tide/tokenizer.h"
 #include "tide/trace.h"
+
+/* Where a generation's telemetry goes; any member may be NULL. */
+struct tide_engine_outputs {
+    FILE *metrics;                       /* JSON Lines */
+    const struct tide_trace_sink *trace; /* routing events (e.g. a trace writer's sink) */
+    uint32_t prompt_id;                  /* recorded in the trace */
+};
 
 struct tide_engine {
     const struct tide_config *cfg; /* borrowed */
@@ -21,8 +34,19 @@ struct tide_engine {
     struct tide_moe *moe;
     struct tide_model *model;
     struct tide_tokenizer *tok;
-    struct tide_gen_tokens ids; /* mask, eos, stop */
+    struct tide_gen_tokens ids; /* mask, eos, [generation] stop_tokens */
     char model_dir[4096];
+    /* Set by tide_engine_open (engine_api.c) only. */
+    struct tide_config *own_cfg;               /* owned; cfg points to it */
+    struct tide_plugin_set *own_set;           /* owned; freed after the model and backends */
+    int block;                                 /* [generation] block_length the model opened with */
+    const struct tide_engine_outputs *outputs; /* borrowed, for tide_engine_generate */
+    atomic_int cancel;                         /* tide_engine_cancel: stop before the next step */
+    struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
+    struct tide_moe_counters *layer_total;     /* [n_moe_layers] the same per MoE layer */
+    int n_layer_total;
+    char policy_name[128]; /* for tide_engine_get_info */
+    char error[4096];      /* tide_engine_error */
 };
 
 /* Phase 1: resolve the model plugin and checkpoint directory (generating the
@@ -44,18 +68,18 @@ int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, 
 /* The budget [policy] asks for: budget, or derived from expert_memory, or all. */
 int tide_engine_config_budget(const struct tide_engine *e, int *budget);
 
-/* Where a generation's telemetry goes; any member may be NULL. */
-struct tide_engine_outputs {
-    FILE *metrics;                       /* JSON Lines */
-    const struct tide_trace_sink *trace; /* routing events (e.g. a trace writer's sink) */
-    uint32_t prompt_id;                  /* recorded in the trace */
-};
-
 /* Generate with the engine's hooks (dispatcher events, metrics, trace) in
- * front of the caller's. out may be NULL. */
-int tide_engine_generate(struct tide_engine *e, const struct tide_gen_params *p,
-                         const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
-                         const struct tide_engine_outputs *outputs, struct tide_gen_result *result);
+ * front of the caller's. outputs may be NULL. (The public
+ * tide_engine_generate wraps this with requests, text and counters.) */
+int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
+                             const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+                             const struct tide_engine_outputs *outputs,
+                             struct tide_gen_result *result);
+
+/* Telemetry for the following tide_engine_generate calls (the public one):
+ * metrics lines and routing events. o is borrowed until replaced; NULL
+ * stops. For `tide run`, whose outputs are files the CLI layer writes. */
+void tide_engine_set_outputs(struct tide_engine *e, const struct tide_engine_outputs *o);
 
 /* The header of a routing trace of this engine's model under p (strings
  * borrowed from the engine). TIDE_E_CONFIG when the model has no MoE layer. */
@@ -66,7 +90,8 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_
  * activations); checks the prompt against the model's context first. */
 int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct tide_gen_params *p);
 
-void tide_engine_close(struct tide_engine *e); /* NULL is a no-op */
+/* tide_engine_close (tide/engine.h) closes both kinds of engine: the model,
+ * dispatcher, backends and tokenizer, then what tide_engine_open owns. */
 
 /* Fill generation parameters from [generation]. */
 void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_params *p);

@@ -1,8 +1,25 @@
-/* Block diffusion (LLaDA2.0 generate): the canvas is the prompt followed by
- * masks, in whole blocks. Blocks fully covered by the prompt are prefilled
- * into the KV cache; each later block is denoised step by step, committing
- * every position whose probability exceeds the threshold (at least the
- * scheduled count), then run once more to write its final K/V. */
+/* Block diffusion as the official LLaDA2.0 generate() does it
+ * (modeling_llada2_moe.py). docs/decoding.md lists every rule with the line
+ * it follows; the rules are named R1..R17 there and below.
+ *
+ * The canvas is the prompt followed by masks, in whole blocks (R3, R4).
+ * Decoding starts at the block holding the prompt's tail (R5); each block runs
+ * up to min(steps, gen_length / minimal_topk) denoising steps (R1) on one
+ * transfer schedule (R2), ends early when no mask is left before a step (R7),
+ * and commits by threshold or by schedule (R10, R11). Generation stops after a
+ * block holding EOS (R14), or inside one with eos_early_stop (R13); the output
+ * is at most gen_length tokens, cut after the first EOS (R17).
+ *
+ * Where TIDE departs on purpose (docs/decoding.md, "Departures"): finished
+ * blocks live in the model's KV cache, exact under the block-causal mask, so
+ * the whole prompt blocks are prefilled and a finished block is run once more
+ * for its final K/V when another block follows (recompute = true runs exactly
+ * the official forwards instead); temperature 0 is argmax rather than a draw;
+ * draws use TIDE's own seeded RNG; stop_tokens and mask_in_argmax = false are
+ * options, off by default.
+ *
+ * The per-position rule (gen_sample) and the per-step rule (gen_commit_count)
+ * are the seam for another model's decoding algorithm. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -35,16 +52,30 @@ static double gen_now(void)
 
 int64_t tide_gen_ctx(int64_t prompt_len, const struct tide_gen_params *p)
 {
-    int64_t total = prompt_len + p->gen_length;
+    int64_t total = prompt_len + p->gen_length; /* R3 */
     return (total + p->block - 1) / p->block * p->block;
+}
+
+int tide_gen_steps(const struct tide_gen_params *p)
+{
+    /* R1: steps = min(steps, gen_length // minimal_topk) */
+    const int64_t cap = p->minimal_topk > 0 ? p->gen_length / p->minimal_topk : 0;
+    return cap < p->steps ? (int)cap : p->steps;
 }
 
 int tide_gen_check(const struct tide_gen_params *p, int64_t prompt_len, int64_t max_ctx)
 {
-    if (p->block < 1 || p->steps < 1 || p->gen_length < 1 || !(p->threshold > 0) ||
-        p->threshold > 1) {
-        tide_error("generation: block_length, steps and gen_length must be >= 1 and threshold "
-                   "in (0,1]");
+    if (p->block < 1 || p->steps < 1 || p->gen_length < 1 || p->minimal_topk < 1 ||
+        !(p->threshold > 0) || p->threshold > 1) {
+        tide_error("generation: block_length, steps, gen_length and minimal_topk must be >= 1 "
+                   "and threshold in (0,1]");
+        return TIDE_E_CONFIG;
+    }
+    if (tide_gen_steps(p) < 1) {
+        /* The official code would run no step and return gen_length mask tokens. */
+        tide_error("generation: minimal_topk (%d) is larger than gen_length (%lld), so "
+                   "steps = gen_length / minimal_topk is 0 and nothing would be decoded",
+                   p->minimal_topk, (long long)p->gen_length);
         return TIDE_E_CONFIG;
     }
     if (prompt_len < 1) {
@@ -62,7 +93,10 @@ int tide_gen_check(const struct tide_gen_params *p, int64_t prompt_len, int64_t 
     return TIDE_OK;
 }
 
-/* xoshiro256** seeded through splitmix64. */
+/* ---- random numbers ------------------------------------------------------ */
+
+/* xoshiro256** seeded through splitmix64 (tests/reference/llada2_ref.py has
+ * the same generator, so sampled runs can be checked there). */
 struct gen_rng {
     uint64_t s[4];
 };
@@ -82,6 +116,7 @@ static void rng_seed(struct gen_rng *r, uint64_t seed)
     }
 }
 
+/* Uniform in [0, 1), 53 bits. */
 static double rng_uniform(struct gen_rng *r)
 {
     uint64_t *s = r->s;
@@ -95,65 +130,210 @@ static double rng_uniform(struct gen_rng *r)
     return (double)(out >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* ---- one position: logits -> token and confidence (R9) -------------------- */
+
+/* The official _sample_with_temperature_topk_topp, as parameters. */
+struct gen_sampler {
+    double temperature; /* logits are divided by it when > 0 and != 1 */
+    bool greedy;        /* temperature 0: argmax (lowest id on ties) instead of a draw */
+    int top_k;          /* 0 = off */
+    double top_p;       /* >= 1 = off */
+    int32_t skip;       /* a token left out of everything (mask_in_argmax = false), or -1 */
+    bool plain;         /* argmax with no top-k or top-p: read the logits as they are */
+};
+
 struct gen_cand {
-    double p;
+    double s;
     int32_t id;
 };
 
+/* Scratch for one row, [vocab] each. */
+struct gen_scratch {
+    double *s;            /* the filtered logits; -inf = removed */
+    double *tmp;          /* quickselect */
+    struct gen_cand *ord; /* top-p order */
+};
+
+/* The row kernels below are the hot loops over the vocabulary: each is a
+ * plain reduction so that it can be vectorised on its own. */
+
+/* Largest logit and its first (lowest) id; skip is left out (-1: none). */
+static float gen_row_max(const float *l, int V, int32_t skip, int32_t *arg)
+{
+    float mx = -INFINITY;
+    int32_t best = -1;
+    for (int v = 0; v < V; v++)
+        if (v != skip && (best < 0 || l[v] > mx)) {
+            mx = l[v];
+            best = v;
+        }
+    *arg = best;
+    return mx;
+}
+
+/* sum over v of exp(l[v] - mx), in double, in id order. */
+static double gen_row_sumexp(const float *l, int V, int32_t skip, float mx)
+{
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        if (v != skip)
+            sum += exp((double)l[v] - (double)mx);
+    return sum;
+}
+
+/* The same two over filtered logits (-inf entries contribute nothing). */
+static double gen_srow_max(const double *s, int V, int32_t *arg)
+{
+    double mx = -INFINITY;
+    int32_t best = -1;
+    for (int v = 0; v < V; v++)
+        if (s[v] > mx) {
+            mx = s[v];
+            best = v;
+        }
+    *arg = best;
+    return mx;
+}
+
+static double gen_srow_sumexp(const double *s, int V, double mx)
+{
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        if (s[v] > -INFINITY)
+            sum += exp(s[v] - mx);
+    return sum;
+}
+
+/* The k-th largest of a[0..n) (k in [1, n]), counting repeats; a is reordered. */
+static double gen_kth_largest(double *a, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    const int want = k - 1;
+    while (lo < hi) {
+        const double pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot)
+                i++;
+            while (a[j] < pivot)
+                j--;
+            if (i <= j) {
+                double t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return pivot; /* a[j+1 .. i-1] all equal the pivot */
+    }
+    return a[want];
+}
+
+/* R9.3, _top_k_logits: keep the logits >= the k-th largest (ties kept). */
+static void gen_top_k(double *s, int V, int k, double *tmp)
+{
+    if (k <= 0 || k >= V)
+        return;
+    memcpy(tmp, s, sizeof *tmp * (size_t)V);
+    const double kth = gen_kth_largest(tmp, V, k);
+    for (int v = 0; v < V; v++)
+        if (s[v] < kth)
+            s[v] = -INFINITY;
+}
+
+/* Descending value, then ascending id (torch.sort leaves the order of ties
+ * unspecified; this one is fixed). */
 static int cand_desc(const void *a, const void *b)
 {
     const struct gen_cand *x = a, *y = b;
-    if (x->p != y->p)
-        return x->p < y->p ? 1 : -1;
-    return x->id - y->id;
+    if (x->s != y->s)
+        return x->s < y->s ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Pick a token for one position and its confidence. The mask token is never
- * a candidate. Greedy: argmax (lowest id on ties), confidence = its softmax
- * probability in double. Sampling: softmax(l/T), top-k, top-p, then draw. */
-static int32_t gen_pick(const float *logits, int V, int32_t mask, const struct tide_gen_params *p,
-                        struct gen_rng *rng, struct gen_cand *scratch, double *conf)
+/* R9.4, _top_p_logits: sort descending, softmax, cumulative sum; keep the
+ * first token and every token whose preceding cumulative mass is <= p, i.e.
+ * the smallest prefix whose mass exceeds p. */
+static void gen_top_p(double *s, int V, double p, struct gen_cand *ord)
 {
-    int32_t best = -1;
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++)
-        if (v != mask && (best < 0 || logits[v] > mx)) {
-            mx = logits[v];
-            best = v;
-        }
-    const double T = p->temperature > 0 ? p->temperature : 1.0;
-    double sum = 0;
-    for (int v = 0; v < V; v++)
-        if (v != mask)
-            sum += exp(((double)logits[v] - (double)mx) / T);
-    if (p->temperature <= 0) {
-        *conf = 1.0 / sum;
-        return best;
-    }
+    if (p >= 1.0)
+        return;
     int n = 0;
     for (int v = 0; v < V; v++)
-        if (v != mask)
-            scratch[n++] = (struct gen_cand){exp(((double)logits[v] - (double)mx) / T) / sum, v};
-    qsort(scratch, (size_t)n, sizeof *scratch, cand_desc);
-    if (p->top_k > 0 && p->top_k < n)
-        n = p->top_k;
-    double mass = 0;
-    int keep = 0;
-    while (keep < n) {
-        mass += scratch[keep++].p;
-        if (mass >= p->top_p)
+        if (s[v] > -INFINITY)
+            ord[n++] = (struct gen_cand){s[v], v};
+    qsort(ord, (size_t)n, sizeof *ord, cand_desc);
+    const double mx = ord[0].s;
+    double z = 0;
+    for (int j = 0; j < n; j++)
+        z += exp(ord[j].s - mx);
+    double cum = 0;
+    int j = 0;
+    while (j < n) {
+        cum += exp(ord[j].s - mx) / z;
+        j++;
+        if (cum > p)
             break;
     }
-    double r = rng_uniform(rng) * mass, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += scratch[i].p;
-        if (r < acc || i == keep - 1) {
-            *conf = scratch[i].p / mass;
-            return scratch[i].id;
+    for (; j < n; j++)
+        s[ord[j].id] = -INFINITY;
+}
+
+/* R9: the token for one position and its confidence, the probability of that
+ * token under the scaled and filtered distribution. Greedy: argmax; else a
+ * draw u * Z against the running sum in id order. */
+static int32_t gen_sample(const float *logits, int V, const struct gen_sampler *sp,
+                          struct gen_rng *rng, struct gen_scratch *sc, double *conf)
+{
+    int32_t best;
+    if (sp->plain) {
+        const float mx = gen_row_max(logits, V, sp->skip, &best);
+        *conf = 1.0 / gen_row_sumexp(logits, V, sp->skip, mx);
+        return best;
+    }
+    double *s = sc->s;
+    const bool scale = sp->temperature > 0 && sp->temperature != 1.0;
+    for (int v = 0; v < V; v++)
+        s[v] = scale ? (double)logits[v] / sp->temperature : (double)logits[v];
+    if (sp->skip >= 0)
+        s[sp->skip] = -INFINITY;
+    gen_top_k(s, V, sp->top_k, sc->tmp);
+    gen_top_p(s, V, sp->top_p, sc->ord);
+    const double mx = gen_srow_max(s, V, &best);
+    const double z = gen_srow_sumexp(s, V, mx);
+    if (sp->greedy) {
+        *conf = 1.0 / z;
+        return best;
+    }
+    const double r = rng_uniform(rng) * z;
+    double acc = 0;
+    int32_t last = best;
+    for (int v = 0; v < V; v++) {
+        if (!(s[v] > -INFINITY))
+            continue;
+        const double e = exp(s[v] - mx);
+        acc += e;
+        last = v;
+        if (r < acc) {
+            *conf = e / z;
+            return v;
         }
     }
-    *conf = 0;
-    return best;
+    *conf = exp(s[last] - mx) / z;
+    return last;
+}
+
+/* ---- one step: which positions to commit (R2, R10, R11) ------------------ */
+
+/* R2, _get_num_transfer_tokens: step s of a block commits L / steps tokens,
+ * one more in the first L % steps steps (0 for every step past L). */
+static int gen_schedule(int L, int steps, int s)
+{
+    return L / steps + (s < L % steps ? 1 : 0);
 }
 
 struct gen_pos {
@@ -169,6 +349,74 @@ static int pos_desc(const void *a, const void *b)
     return x->pos - y->pos;
 }
 
+/* R10/R11: cand[0..n) are the masked positions with their confidence. Sorts
+ * them by confidence (descending; lower position on ties, where torch.topk
+ * leaves the order unspecified) and returns how many of the first to commit:
+ * all those strictly above the threshold when there are at least n_sched of
+ * them (with n_sched 0 that may be none), else min(n_sched, n). */
+static int gen_commit_count(struct gen_pos *cand, int n, int n_sched, double threshold)
+{
+    int over = 0;
+    for (int i = 0; i < n; i++)
+        over += cand[i].conf > threshold;
+    qsort(cand, (size_t)n, sizeof *cand, pos_desc);
+    if (over >= n_sched)
+        return over;
+    return n_sched < n ? n_sched : n;
+}
+
+/* ---- stopping and the output (R13, R14, R17) ----------------------------- */
+
+static bool gen_is_stop(const struct tide_gen_tokens *t, int32_t id)
+{
+    if (id == t->eos)
+        return true;
+    for (int i = 0; i < t->n_stop; i++)
+        if (id == t->stop[i])
+            return true;
+    return false;
+}
+
+/* The first position in [from, to) holding EOS or a stop token, or -1. */
+static int64_t gen_find_stop(const int32_t *canvas, int64_t from, int64_t to,
+                             const struct tide_gen_tokens *t)
+{
+    for (int64_t i = from; i < to; i++)
+        if (gen_is_stop(t, canvas[i]))
+            return i;
+    return -1;
+}
+
+/* R13: after a step that committed EOS, with eos_early_stop: the first EOS of
+ * the window [0, end) -- the official code searches from position 0, prompt
+ * included; extra stop tokens count from the prompt's end -- provided no mask
+ * lies between the prompt's end and it. Returns that position, or -1. */
+static int64_t gen_early_stop_at(const int32_t *canvas, int64_t P, int64_t end,
+                                 const struct tide_gen_tokens *t)
+{
+    int64_t e = -1;
+    for (int64_t i = 0; i < end && e < 0; i++)
+        if (canvas[i] == t->eos || (i >= P && gen_is_stop(t, canvas[i])))
+            e = i;
+    for (int64_t i = P; e >= 0 && i < e; i++)
+        if (canvas[i] == t->mask)
+            return -1;
+    return e;
+}
+
+/* R17: tokens of the output, canvas[P, P + G) cut after the first EOS (which
+ * is kept), looking no further than end (the decoded part). */
+static int64_t gen_output_len(const int32_t *canvas, int64_t P, int64_t G, int64_t end,
+                              const struct tide_gen_tokens *t, bool *stopped)
+{
+    const int64_t hi = P + G < end ? P + G : end;
+    const int64_t e = gen_find_stop(canvas, P, hi, t);
+    *stopped = e >= 0;
+    return e >= 0 ? e + 1 - P : hi - P;
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
 int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
                   const struct tide_gen_params *p, const struct tide_gen_tokens *tok,
                   const int32_t *prompt, int64_t P, const struct tide_gen_hooks *hooks,
@@ -179,50 +427,68 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
     int rc = tide_gen_check(p, P, info->max_ctx);
     if (rc != TIDE_OK)
         return rc;
-    const int L = p->block, V = info->vocab_size;
-    const int64_t total = tide_gen_ctx(P, p), nb = total / L, first = P / L;
-    const int steps = p->steps < L ? p->steps : L;
+    const int L = p->block, V = info->vocab_size, steps = tide_gen_steps(p);
+    const int64_t G = p->gen_length, total = tide_gen_ctx(P, p), nb = total / L, first = P / L;
     const int64_t rows = p->recompute ? total : L;
+    const struct gen_sampler sp = {
+        .temperature = p->temperature,
+        .greedy = !(p->temperature > 0),
+        .top_k = p->top_k > 0 && p->top_k < V ? p->top_k : 0,
+        .top_p = p->top_p,
+        .skip = p->mask_in_argmax ? -1 : tok->mask,
+        .plain = !(p->temperature > 0) && !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0),
+    };
     int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
     float *logits = malloc(sizeof *logits * (size_t)rows * (size_t)V);
-    struct gen_cand *scratch = malloc(sizeof *scratch * (size_t)V);
+    struct gen_scratch sc = {
+        .s = sp.plain ? NULL : malloc(sizeof *sc.s * (size_t)V),
+        .tmp = sp.plain ? NULL : malloc(sizeof *sc.tmp * (size_t)V),
+        .ord = sp.plain ? NULL : malloc(sizeof *sc.ord * (size_t)V),
+    };
     struct gen_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
-    if (!canvas || !logits || !scratch || !cand || !x0) {
+    if (!canvas || !logits || !cand || !x0 || (!sp.plain && (!sc.s || !sc.tmp || !sc.ord))) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
+    /* R4: the prompt, then masks to the end of the last block. */
     for (int64_t i = 0; i < total; i++)
         canvas[i] = i < P ? prompt[i] : tok->mask;
     struct gen_rng rng;
     rng_seed(&rng, p->seed);
     const double t0 = gen_now();
-    /* Prefill the blocks the prompt covers, one block per forward. */
+    /* R5: blocks the prompt covers are never decoded; with the cache they
+     * are prefilled, one block per forward. */
     for (int64_t b = 0; !p->recompute && b < first; b++) {
         if ((rc = ops->forward(m, canvas + b * L, L, b * L, NULL)) != TIDE_OK)
             goto done;
         out->forwards++;
     }
     out->prefill_seconds = gen_now() - t0;
-    int64_t end = P;
-    for (int64_t b = first; b < nb; b++) {
-        const int64_t b0 = b * L;
+    int64_t n_out = -1; /* set by R13 */
+    int64_t end = P;    /* end of the decoded part of the canvas */
+    bool stop = false, warned = false;
+    for (int64_t b = first; b < nb && !stop; b++) {
+        const int64_t b0 = b * L, cwe = b0 + L; /* R6: the window [0, cwe) */
         if (hooks && hooks->block_begin)
             hooks->block_begin(hooks->user, (int)(b - first), b == first);
-        for (int s = 0; s < steps; s++) {
+        for (int s = 0; s < steps && !stop; s++) {
             if (tide_stop_requested()) {
                 rc = TIDE_E_INTERRUPTED;
                 goto done;
             }
-            int n_active = 0;
+            /* R7: the candidates are the block's masks; none left ends the
+             * block before its forward. */
+            int n_cand = 0;
             for (int i = 0; i < L; i++)
-                n_active += canvas[b0 + i] == tok->mask;
-            if (!n_active)
+                n_cand += canvas[b0 + i] == tok->mask;
+            if (!n_cand)
                 break;
             if (hooks && hooks->step_begin &&
                 (rc = hooks->step_begin(hooks->user, (int)(b - first), s)) != TIDE_OK)
                 goto done;
-            const int64_t f0 = p->recompute ? 0 : b0, fn = p->recompute ? b0 + L : L;
+            /* R8: one forward per step; only the block's rows are used. */
+            const int64_t f0 = p->recompute ? 0 : b0, fn = cwe - f0;
             if ((rc = ops->forward(m, canvas + f0, fn, f0, logits)) != TIDE_OK)
                 goto done;
             out->forwards++;
@@ -232,56 +498,71 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
                 hooks->step_logits(hooks->user, b, s, lb, L, V);
             if ((rc = tide_logits_check(lb, L, V, b, s)) != TIDE_OK)
                 goto done;
-            int n_cand = 0, n_over = 0;
+            /* R9: a token and a confidence for every masked position. */
+            n_cand = 0;
             for (int i = 0; i < L; i++) {
                 if (canvas[b0 + i] != tok->mask)
                     continue;
                 double conf;
-                x0[i] = gen_pick(lb + (size_t)i * V, V, tok->mask, p, &rng, scratch, &conf);
+                x0[i] = gen_sample(lb + (size_t)i * V, V, &sp, &rng, &sc, &conf);
                 cand[n_cand++] = (struct gen_pos){conf, i};
-                n_over += conf > p->threshold;
             }
-            const int n_s = L / steps + (s < L % steps ? 1 : 0);
-            qsort(cand, (size_t)n_cand, sizeof *cand, pos_desc);
-            int commit = n_over >= n_s ? n_over : (n_s < n_cand ? n_s : n_cand);
-            for (int c = 0; c < commit; c++)
-                canvas[b0 + cand[c].pos] = x0[cand[c].pos];
+            /* R10-R12: commit, in place. A position given the mask token
+             * stays a candidate. */
+            const int commit =
+                gen_commit_count(cand, n_cand, gen_schedule(L, steps, s), p->threshold);
+            int filled = 0;
+            bool eos_committed = false;
+            for (int c = 0; c < commit; c++) {
+                const int32_t id = x0[cand[c].pos];
+                canvas[b0 + cand[c].pos] = id;
+                filled += id != tok->mask;
+                eos_committed |= gen_is_stop(tok, id);
+            }
             if (hooks && hooks->step_end)
-                hooks->step_end(hooks->user, (int)(b - first), s, commit, n_cand - commit);
-        }
-        /* The schedule commits L tokens in `steps` steps; guard anyway. */
-        for (int i = 0; i < L; i++) {
-            if (canvas[b0 + i] == tok->mask) {
-                tide_error("generation: block %lld still has masks after %d steps", (long long)b,
-                           steps);
-                rc = TIDE_E_INVAL;
-                goto done;
+                hooks->step_end(hooks->user, (int)(b - first), s, commit, n_cand - filled);
+            /* R13 */
+            if (p->eos_early_stop && eos_committed) {
+                const int64_t e = gen_early_stop_at(canvas, P, cwe, tok);
+                if (e >= 0) {
+                    n_out = e + 1 - P < 0 ? 0 : (e + 1 - P > G ? G : e + 1 - P);
+                    out->stopped = e >= P && e < P + G;
+                    stop = true;
+                }
             }
         }
-        /* The last step's K/V predate its commits: write the final ones. */
-        if (!p->recompute) {
+        int left = 0;
+        for (int i = 0; i < L; i++)
+            left += canvas[b0 + i] == tok->mask;
+        if (left && !warned && !stop) {
+            /* As in the official code, the masks stay in the canvas (R7). */
+            tide_warn("generation: block %lld ended after %d steps with %d masks left (the mask "
+                      "token won at those positions; generation.mask_in_argmax = false leaves "
+                      "it out)",
+                      (long long)b, steps, left);
+            warned = true;
+        }
+        end = cwe;
+        out->blocks++;
+        /* R14: stop after a block whose generated part holds EOS. */
+        stop = stop || gen_find_stop(canvas, P, cwe, tok) >= 0;
+        /* The last step's K/V predate its commits: store the final ones when
+         * another block will attend to them. */
+        if (!p->recompute && !stop && b + 1 < nb) {
             if ((rc = ops->forward(m, canvas + b0, L, b0, NULL)) != TIDE_OK)
                 goto done;
             out->forwards++;
         }
-        out->blocks++;
-        end = b0 + L;
-        int64_t cut = end;
-        for (int64_t i = P; i < end; i++) {
-            if (canvas[i] == tok->eos || (tok->stop >= 0 && canvas[i] == tok->stop)) {
-                cut = i + 1;
-                out->stopped = true;
-                break;
-            }
-        }
-        if (hooks && hooks->block_end)
-            hooks->block_end(hooks->user, (int)(b - first), canvas + P, cut - P);
-        if (out->stopped) {
-            end = cut;
-            break;
+        if (hooks && hooks->block_end) {
+            bool st;
+            const int64_t n = n_out >= 0 ? n_out : gen_output_len(canvas, P, G, cwe, tok, &st);
+            hooks->block_end(hooks->user, (int)(b - first), canvas + P, n);
         }
     }
-    out->n = end - P;
+    /* R17 */
+    if (n_out < 0)
+        n_out = gen_output_len(canvas, P, G, end, tok, &out->stopped);
+    out->n = n_out;
     out->ids = malloc(sizeof *out->ids * (size_t)(out->n ? out->n : 1));
     if (!out->ids) {
         rc = TIDE_E_NOMEM;
@@ -292,7 +573,9 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
 done:
     free(canvas);
     free(logits);
-    free(scratch);
+    free(sc.s);
+    free(sc.tmp);
+    free(sc.ord);
     free(cand);
     free(x0);
     return rc;

@@ -1,5 +1,6 @@
-/* Block-diffusion generation with threshold decoding and an exact KV cache.
- * Core-internal. */
+/* Block-diffusion generation, following the official LLaDA2.0 generate()
+ * (modeling_llada2_moe.py) rule by rule (docs/decoding.md), with an exact KV
+ * cache. Core-internal. */
 #ifndef TIDE_GENERATE_H
 #define TIDE_GENERATE_H
 
@@ -9,20 +10,29 @@
 #include "tide/model.h"
 
 struct tide_gen_params {
-    int64_t gen_length; /* tokens to generate, rounded up to whole blocks */
-    int block;          /* block length */
-    int steps;          /* most denoising steps per block */
-    double threshold;   /* commit probability threshold, (0,1] */
-    double temperature; /* 0 = argmax */
-    int top_k;          /* 0 = off */
-    double top_p;       /* 1 = off */
-    uint64_t seed;
-    bool recompute; /* recompute the whole prefix each step (no KV cache) */
+    int64_t gen_length;  /* G: most tokens returned after the prompt */
+    int block;           /* L: block length */
+    int steps;           /* denoising steps per block, before the cap (tide_gen_steps) */
+    int minimal_topk;    /* steps are capped at gen_length / minimal_topk (>= 1) */
+    double threshold;    /* commit every masked position whose confidence is > this */
+    double temperature;  /* 0 = argmax; logits are divided by it when > 0 and != 1 */
+    int top_k;           /* 0 = off; ties with the k-th logit are kept */
+    double top_p;        /* 1 = off; the smallest prefix whose mass exceeds top_p is kept */
+    uint64_t seed;       /* sampling RNG (temperature > 0) */
+    bool eos_early_stop; /* stop inside a block once a committed EOS has no mask before it */
+    bool mask_in_argmax; /* the mask token competes in argmax/softmax (official); false
+                          * leaves it out */
+    bool recompute;      /* recompute the whole prefix each step (no KV cache) */
 };
 
-/* Special ids, looked up by name in the tokenizer. stop may be -1. */
+/* Most extra stop tokens ([generation] stop_tokens). */
+#define TIDE_GEN_MAX_STOP 16
+
+/* Special ids, looked up by name in the tokenizer. */
 struct tide_gen_tokens {
-    int32_t mask, eos, stop;
+    int32_t mask, eos;
+    int n_stop;                      /* extra tokens that end generation as EOS does */
+    int32_t stop[TIDE_GEN_MAX_STOP]; /* [n_stop] */
 };
 
 /* Optional callbacks; any may be NULL. */
@@ -37,19 +47,21 @@ struct tide_gen_hooks {
      * (block = absolute block index on the canvas). */
     void (*step_logits)(void *user, int64_t block, int step, const float *logits, int rows,
                         int vocab);
-    /* After each step: how many were committed, how many masks remain. */
+    /* After each step: how many positions were committed (a position given the
+     * mask token stays masked but counts), how many masks remain. */
     void (*step_end)(void *user, int block, int step, int committed, int remaining);
-    /* A block is final: gen[0..n) are all generated tokens so far. */
+    /* A block is final: gen[0..n) is the output so far (at most gen_length
+     * tokens, cut after the first EOS/stop token). */
     void (*block_end)(void *user, int block, const int32_t *gen, int64_t n);
 };
 
 struct tide_gen_result {
-    int32_t *ids; /* generated tokens, cut after the first EOS/stop; caller frees */
+    int32_t *ids; /* at most gen_length tokens, cut after the first EOS/stop; caller frees */
     int64_t n;
-    int64_t forwards; /* model forward calls, including prefill and K/V passes */
-    int64_t steps;    /* denoising steps */
+    int64_t forwards; /* model forward calls: steps, plus prefill and K/V passes when cached */
+    int64_t steps;    /* denoising steps = forwards of the official generate() */
     int blocks;       /* blocks decoded */
-    bool stopped;     /* stopped at EOS/stop rather than at gen_length */
+    bool stopped;     /* the output ends at an EOS/stop token */
     double seconds;   /* wall time of the whole generation */
     double prefill_seconds;
 };
@@ -57,6 +69,9 @@ struct tide_gen_result {
 /* Positions a generation needs: the prompt plus gen_length, rounded up to
  * whole blocks. */
 int64_t tide_gen_ctx(int64_t prompt_len, const struct tide_gen_params *p);
+
+/* Denoising steps per block: min(steps, gen_length / minimal_topk). */
+int tide_gen_steps(const struct tide_gen_params *p);
 
 /* Check parameters against the model before opening it; logs and returns
  * TIDE_E_CONFIG / TIDE_E_RANGE (empty or too long prompt). */

@@ -49,23 +49,51 @@ static char *ld_strdup(const char *s)
     return d;
 }
 
+/* Append dir to dirs unless it is there already (compared as real paths, so
+ * the build tree's and the install's spellings of one folder count once). */
+static void ld_add_dir(char **dirs, int *n, int max, const char *dir)
+{
+    char real[PATH_MAX], other[PATH_MAX];
+    const char *key = realpath(dir, real) ? real : dir;
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(dirs[i], dir) || !strcmp(realpath(dirs[i], other) ? other : dirs[i], key))
+            return;
+    if (*n < max && (dirs[*n] = ld_strdup(dir)))
+        (*n)++;
+}
+
+/* Any object of libtide: dladdr() on it names the library's file. */
+static const char ld_anchor;
+
 int tide_plugin_default_dirs(char **dirs, int max)
 {
     int n = 0;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0 && n < max) {
+    if (len > 0) {
         exe[len] = 0;
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
             char d[PATH_MAX + 16];
             snprintf(d, sizeof d, "%s/plugins", exe);
-            dirs[n++] = ld_strdup(d);
+            ld_add_dir(dirs, &n, max, d);
         }
     }
-    if (n < max)
-        dirs[n++] = ld_strdup(TIDE_INSTALL_PLUGIN_DIR);
+    /* <libdir>/tide/plugins next to this libtide: an install moved to another
+     * prefix (cmake --install --prefix), or a program embedding libtide. */
+    Dl_info info;
+    char lib[PATH_MAX];
+    if (dladdr(&ld_anchor, &info) && info.dli_fname && realpath(info.dli_fname, lib)) {
+        char *slash = strrchr(lib, '/');
+        if (slash) {
+            *slash = 0;
+            char d[PATH_MAX + 16];
+            snprintf(d, sizeof d, "%s/tide/plugins", lib);
+            ld_add_dir(dirs, &n, max, d);
+        }
+    }
+    ld_add_dir(dirs, &n, max, TIDE_INSTALL_PLUGIN_DIR);
     const char *env = getenv("TIDE_PLUGIN_PATH");
     if (env) {
         char *copy = ld_strdup(env), *save = NULL;
@@ -77,7 +105,7 @@ int tide_plugin_default_dirs(char **dirs, int max)
                 tide_warn("TIDE_PLUGIN_PATH entry %s is world-writable: anyone on this machine "
                           "can plant a plugin there",
                           tok);
-            dirs[n++] = ld_strdup(tok);
+            ld_add_dir(dirs, &n, max, tok);
         }
         free(copy);
     }

@@ -30,10 +30,11 @@ struct tide_plugin_set {
     int n_dirs;
 };
 
-/* The default search path: <dir of the executable>/plugins, the install
- * prefix's plugin folder, then each entry of TIDE_PLUGIN_PATH (':'-separated).
- * Writes up to max entries into dirs (malloc'd strings, caller frees) and
- * returns how many. */
+/* The default search path: <dir of the executable>/plugins, <dir of
+ * libtide>/tide/plugins (a relocated install, or a program embedding
+ * libtide), the install prefix's plugin folder, then each entry of
+ * TIDE_PLUGIN_PATH (':'-separated); each folder once. Writes up to max entries into dirs (malloc'd
+ * strings, caller frees) and returns how many. */
 int tide_plugin_default_dirs(char **dirs, int max);
 
 /* Load every *.so in the given directories, in order. Files that fail are

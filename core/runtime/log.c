@@ -4,11 +4,41 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log_errors.h"
 #include "tide/log.h"
 
 static int log_level = -1;
 static void (*log_sink)(void *user, enum tide_log_level level, const char *msg);
 static void *log_sink_user;
+/* The error messages of the calling thread since tide_log_errors_clear(), one
+ * per line, for the embedding API to hand back (engine_api.c). */
+static _Thread_local char log_errors[4096];
+static _Thread_local size_t log_errors_len;
+
+void tide_log_errors_clear(void)
+{
+    log_errors_len = 0;
+    log_errors[0] = 0;
+}
+
+const char *tide_log_errors(void)
+{
+    return log_errors;
+}
+
+static void log_errors_add(const char *msg, size_t len)
+{
+    size_t room = sizeof log_errors - 1 - log_errors_len;
+    if (log_errors_len && room) {
+        log_errors[log_errors_len++] = '\n';
+        room--;
+    }
+    if (len > room)
+        len = room;
+    memcpy(log_errors + log_errors_len, msg, len);
+    log_errors_len += len;
+    log_errors[log_errors_len] = 0;
+}
 
 void tide_log_set_sink(void (*fn)(void *user, enum tide_log_level level, const char *msg),
                        void *user)
@@ -81,6 +111,8 @@ void tide_log(enum tide_log_level level, const char *fmt, ...)
     size_t rl = (size_t)m < sizeof raw ? (size_t)m : sizeof raw - 1;
     int n = snprintf(buf, sizeof buf, "tide: %s: ", names[level]);
     size_t len = (size_t)n + log_escape(buf + n, sizeof buf - (size_t)n - 2, raw, rl);
+    if (level == TIDE_LOG_ERROR)
+        log_errors_add(buf + n, len - (size_t)n);
     if (log_sink) {
         buf[len] = 0;
         log_sink(log_sink_user, level, buf + n);

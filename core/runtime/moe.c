@@ -26,6 +26,7 @@ struct moe_layer {
     uint8_t *resident;                /* [n_experts] */
     int n_held;
     struct tide_moe_counters cur; /* the current phase */
+    struct tide_moe_counters sum; /* since the last reset of the totals */
 };
 
 struct tide_moe {
@@ -378,7 +379,7 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
     }
     moe->budget = p->budget < E ? p->budget : E;
     moe->offload = p->budget < E;
-    memset(&moe->total, 0, sizeof moe->total);
+    tide_moe_reset_totals(moe);
     if (!moe->offload) {
         /* Every expert on the device, made available now rather than on
          * first use, so the first steps do not pay for the uploads. (No fit
@@ -507,6 +508,7 @@ static void moe_flush(struct tide_moe *moe)
                                     moe->step, l, &c->traffic, tail);
         }
         moe_add(&moe->total, c);
+        moe_add(&moe->layers[l].sum, c);
         memset(c, 0, sizeof *c);
     }
 }
@@ -534,9 +536,19 @@ void tide_moe_totals(const struct tide_moe *moe, struct tide_moe_counters *out)
     *out = moe->total;
 }
 
+void tide_moe_layer_totals(const struct tide_moe *moe, int layer, struct tide_moe_counters *out)
+{
+    if (layer >= 0 && layer < moe->shape.n_layers && moe->layers)
+        *out = moe->layers[layer].sum;
+    else
+        memset(out, 0, sizeof *out);
+}
+
 void tide_moe_reset_totals(struct tide_moe *moe)
 {
     memset(&moe->total, 0, sizeof moe->total);
+    for (int l = 0; moe->layers && l < moe->shape.n_layers; l++)
+        memset(&moe->layers[l].sum, 0, sizeof moe->layers[l].sum);
 }
 
 void tide_moe_block_begin(struct tide_moe *moe, int block, bool first_generated)

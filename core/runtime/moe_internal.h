@@ -80,6 +80,8 @@ void tide_moe_set_trace(struct tide_moe *moe, const struct tide_trace_sink *s);
 void tide_moe_set_metrics(struct tide_moe *moe, FILE *f);
 /* Totals over every layer and phase since the last reset. */
 void tide_moe_totals(const struct tide_moe *moe, struct tide_moe_counters *out);
+/* The same for one MoE layer (0-based); zeros for a layer out of range. */
+void tide_moe_layer_totals(const struct tide_moe *moe, int layer, struct tide_moe_counters *out);
 void tide_moe_reset_totals(struct tide_moe *moe);
 
 #endif

@@ -29,6 +29,8 @@ const char *tide_status_str(int status)
         return "configuration error";
     case TIDE_E_RANGE:
         return "value out of range";
+    case TIDE_E_CANCELLED:
+        return "cancelled";
     }
     return "unknown status";
 }

@@ -17,7 +17,7 @@ struct llada2_cfg {
     int n_heads;     /* num_attention_heads */
     int n_kv_heads;  /* num_key_value_heads */
     int head_dim;    /* head_dim, default hidden / heads */
-    int rot_dim;     /* head_dim * partial_rotary_factor (or rotary_dim) */
+    int rot_dim;     /* int(head_dim * partial_rotary_factor); rotary_dim is not read */
     int inter;       /* intermediate_size (dense layers) */
     int moe_inter;   /* moe_intermediate_size */
     int n_experts;   /* num_experts */
@@ -31,7 +31,7 @@ struct llada2_cfg {
     double rope_theta;
     double eps;          /* rms_norm_eps */
     double routed_scale; /* routed_scaling_factor */
-    bool norm_topk;      /* norm_topk_prob */
+    bool norm_topk;      /* top_k > 1 (norm_topk_prob is not read, as upstream) */
     bool qk_norm;        /* use_qk_norm */
     bool tied;           /* tie_word_embeddings */
     bool expert_bias;    /* moe_router_enable_expert_bias */

@@ -22,18 +22,37 @@ struct cfg_reader {
     int errors;
 };
 
-/* An integer key. Missing keys take def when def_ok, else are an error. */
+/* Missing keys. A key that sets tensor shapes has no usable default: the
+ * official configuration class's (hidden_size 1024, intermediate_size None,
+ * num_key_value_heads 0, ...) fit no released checkpoint or crash its own
+ * code, so naming the key beats a shape mismatch later. Any other key takes
+ * the default of LLaDA2MoeConfig (configuration_llada2_moe.py), logged. */
+static bool rd_missing(struct cfg_reader *r, const char *key, bool def_ok, const char *def)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (v && !json_is_null(v))
+        return false;
+    if (!def_ok) {
+        tide_error("%s: missing key \"%s\" (it sets tensor shapes, so there is no default)",
+                   r->path, key);
+        r->errors++;
+    } else {
+        tide_info("%s: \"%s\" is missing: using %s, the default of the official configuration "
+                  "class",
+                  r->path, key, def);
+    }
+    return true;
+}
+
+/* An integer key; a missing one takes def when def_ok (rd_missing). */
 static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t def, int64_t lo,
                   int64_t hi)
 {
-    json_t *v = json_object_get(r->root, key);
-    if (!v || json_is_null(v)) {
-        if (!def_ok) {
-            tide_error("%s: missing key \"%s\"", r->path, key);
-            r->errors++;
-        }
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)def);
+    if (rd_missing(r, key, def_ok, text))
         return (int)def;
-    }
+    json_t *v = json_object_get(r->root, key);
     if (!json_is_integer(v)) {
         tide_error("%s: \"%s\" must be an integer", r->path, key);
         r->errors++;
@@ -49,16 +68,13 @@ static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t de
     return (int)x;
 }
 
-static double rd_num(struct cfg_reader *r, const char *key, bool def_ok, double def)
+static double rd_num(struct cfg_reader *r, const char *key, double def)
 {
-    json_t *v = json_object_get(r->root, key);
-    if (!v || json_is_null(v)) {
-        if (!def_ok) {
-            tide_error("%s: missing key \"%s\"", r->path, key);
-            r->errors++;
-        }
+    char text[32];
+    snprintf(text, sizeof text, "%g", def);
+    if (rd_missing(r, key, true, text))
         return def;
-    }
+    json_t *v = json_object_get(r->root, key);
     if (!json_is_number(v) || !isfinite(json_number_value(v))) {
         tide_error("%s: \"%s\" must be a number", r->path, key);
         r->errors++;
@@ -69,9 +85,9 @@ static double rd_num(struct cfg_reader *r, const char *key, bool def_ok, double 
 
 static bool rd_bool(struct cfg_reader *r, const char *key, bool def)
 {
-    json_t *v = json_object_get(r->root, key);
-    if (!v || json_is_null(v))
+    if (rd_missing(r, key, true, def ? "true" : "false"))
         return def;
+    json_t *v = json_object_get(r->root, key);
     if (!json_is_boolean(v)) {
         tide_error("%s: \"%s\" must be true or false", r->path, key);
         r->errors++;
@@ -148,38 +164,60 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
     }
     const int64_t big = 1 << 20;
     memset(c, 0, sizeof *c);
+    /* Defaults: LLaDA2MoeConfig.__init__ (configuration_llada2_moe.py). */
     c->hidden = rd_int(&r, "hidden_size", false, 0, 1, big);
     c->n_layers = rd_int(&r, "num_hidden_layers", false, 0, 1, 4096);
     c->n_heads = rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
-    c->n_kv_heads = rd_int(&r, "num_key_value_heads", true, c->n_heads, 1, 4096);
+    c->n_kv_heads = rd_int(&r, "num_key_value_heads", false, 1, 1, 4096);
     cfg_rule(&r, c->hidden % c->n_heads == 0 || json_object_get(root, "head_dim"),
              "num_attention_heads (%d) must divide hidden_size (%d) when head_dim is absent",
              c->n_heads, c->hidden);
     c->head_dim = rd_int(&r, "head_dim", true, c->hidden / c->n_heads, 2, 4096);
-    double prf = rd_num(&r, "partial_rotary_factor", true, 0.5);
+    double prf = rd_num(&r, "partial_rotary_factor", 0.5);
     cfg_rule(&r, prf >= 0 && prf <= 1, "partial_rotary_factor (%g) must be in [0, 1]", prf);
-    c->rot_dim = rd_int(&r, "rotary_dim", true, (int64_t)lround(c->head_dim * prf), 0, 4096);
+    /* The official code never reads rotary_dim: RoPE covers
+     * int(head_dim * partial_rotary_factor) dims (transformers' default rope). */
+    c->rot_dim = prf >= 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0;
+    json_t *rd = json_object_get(root, "rotary_dim");
+    if (rd && json_is_integer(rd) && json_integer_value(rd) != c->rot_dim)
+        tide_warn("%s: \"rotary_dim\" = %lld is ignored, as in the official code: RoPE covers "
+                  "int(head_dim x partial_rotary_factor) = %d dims",
+                  path, (long long)json_integer_value(rd), c->rot_dim);
     c->inter = rd_int(&r, "intermediate_size", false, 0, 1, big);
     c->moe_inter = rd_int(&r, "moe_intermediate_size", false, 0, 1, big);
     c->n_experts = rd_int(&r, "num_experts", false, 1, 1, 65536);
-    c->top_k = rd_int(&r, "num_experts_per_tok", false, 1, 1, 65536);
+    c->top_k = rd_int(&r, "num_experts_per_tok", true, 2, 1, 65536);
     c->n_shared = rd_int(&r, "num_shared_experts", true, 0, 0, 64);
-    c->n_group = rd_int(&r, "n_group", true, 1, 1, 65536);
-    c->topk_group = rd_int(&r, "topk_group", true, c->n_group, 1, 65536);
+    c->n_group = rd_int(&r, "n_group", true, 8, 1, 65536);
+    c->topk_group = rd_int(&r, "topk_group", true, 4, 1, 65536);
     c->first_dense = rd_int(&r, "first_k_dense_replace", true, 0, 0, 4096);
     c->vocab = rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
-    c->max_pos = rd_int(&r, "max_position_embeddings", true, 32768, 1, 1 << 24);
-    c->rope_theta = rd_num(&r, "rope_theta", true, 10000.0);
-    c->eps = rd_num(&r, "rms_norm_eps", true, 1e-6);
-    c->routed_scale = rd_num(&r, "routed_scaling_factor", true, 1.0);
-    c->norm_topk = rd_bool(&r, "norm_topk_prob", true);
+    c->max_pos = rd_int(&r, "max_position_embeddings", true, 16384, 1, 1 << 24);
+    c->rope_theta = rd_num(&r, "rope_theta", 10000.0);
+    c->eps = rd_num(&r, "rms_norm_eps", 1e-5);
+    c->routed_scale = rd_num(&r, "routed_scaling_factor", 2.5);
+    /* The official gate normalises the top-k weights whenever top_k > 1 and
+     * never reads norm_topk_prob. */
+    c->norm_topk = c->top_k > 1;
+    json_t *nt = json_object_get(root, "norm_topk_prob");
+    if (nt && json_is_boolean(nt) && json_is_true(nt) != c->norm_topk)
+        tide_warn("%s: \"norm_topk_prob\" = %s is ignored, as in the official code: the routing "
+                  "weights are normalised exactly when num_experts_per_tok > 1",
+                  path, json_is_true(nt) ? "true" : "false");
     c->qk_norm = rd_bool(&r, "use_qk_norm", true);
     c->tied = rd_bool(&r, "tie_word_embeddings", false);
     c->expert_bias = rd_bool(&r, "moe_router_enable_expert_bias", true);
     rd_expect_str(&r, "score_function", "sigmoid");
     rd_expect_str(&r, "hidden_act", "silu");
     cfg_rule(&r, !rd_bool(&r, "use_qkv_bias", false), "use_qkv_bias = true is not supported");
-    cfg_rule(&r, !rd_bool(&r, "use_bias", false), "use_bias = true is not supported");
+    /* The class default of use_bias is true: a bias on attention.dense. */
+    json_t *ub = json_object_get(root, "use_bias");
+    cfg_rule(&r, !(!ub || json_is_null(ub)),
+             "\"use_bias\" is missing, and the official configuration class defaults it to true "
+             "(a bias on attention.dense), which model-llada2 does not support; LLaDA2.0 "
+             "checkpoints set \"use_bias\": false");
+    cfg_rule(&r, !ub || json_is_null(ub) || !rd_bool(&r, "use_bias", true),
+             "use_bias = true (a bias on attention.dense) is not supported");
     json_t *rs = json_object_get(root, "rope_scaling");
     cfg_rule(&r, !rs || json_is_null(rs), "rope_scaling is not supported (must be null)");
 
@@ -188,8 +226,9 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
                  "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
                  c->n_heads);
         cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim <= c->head_dim,
-                 "rotary dims (%d) must be even and at most head_dim (%d)", c->rot_dim,
-                 c->head_dim);
+                 "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and at most "
+                 "head_dim (%d)",
+                 c->rot_dim, c->head_dim);
         cfg_rule(&r, c->n_experts % c->n_group == 0, "n_group (%d) must divide num_experts (%d)",
                  c->n_group, c->n_experts);
         cfg_rule(&r, c->topk_group <= c->n_group, "topk_group (%d) must be at most n_group (%d)",

@@ -30,12 +30,24 @@ static void print_shape(FILE *f, int nd, const int64_t *shape)
     fputc(']', f);
 }
 
+static int view_cmp(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t) * (const struct tide_view *const *)a;
+    const uintptr_t y = (uintptr_t) * (const struct tide_view *const *)b;
+    return (x > y) - (x < y);
+}
+
 /* Compare the checkpoint with the expected tensor list. Returns the number
- * of problems found. */
+ * of problems found. O(n log n): the checkpoint tensors that were expected
+ * are collected and sorted, and each checkpoint tensor is looked up there. */
 static int check_tensors(const struct llada2_cfg *c, const struct tide_st *st, FILE *f)
 {
-    int n = llada2_tensor_count(c), problems = 0, missing = 0;
-    char *seen = calloc((size_t)tide_st_count(st) + 1, 1);
+    int n = llada2_tensor_count(c), problems = 0, missing = 0, n_found = 0;
+    const struct tide_view **found = malloc(sizeof *found * (size_t)(n ? n : 1));
+    if (!found) {
+        tide_error("inspect: out of memory listing %d tensors", n);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         char name[LLADA2_NAME_MAX];
         enum tide_dtype dt;
@@ -51,9 +63,7 @@ static int check_tensors(const struct llada2_cfg *c, const struct tide_st *st, F
             problems++;
             continue;
         }
-        for (int j = 0; seen && j < tide_st_count(st); j++)
-            if (tide_st_at(st, j) == v)
-                seen[j] = 1;
+        found[n_found++] = v;
         bool ok = v->dtype == dt && v->ndim == nd;
         for (int d = 0; ok && d < nd; d++)
             ok = v->shape[d] == shape[d];
@@ -68,17 +78,19 @@ static int check_tensors(const struct llada2_cfg *c, const struct tide_st *st, F
     }
     if (missing > 20)
         fprintf(f, "  ... and %d more missing tensors\n", missing - 20);
+    qsort(found, (size_t)n_found, sizeof *found, view_cmp);
     int unexpected = 0;
-    for (int j = 0; seen && j < tide_st_count(st); j++) {
-        if (seen[j])
+    for (int j = 0; j < tide_st_count(st); j++) {
+        const struct tide_view *v = tide_st_at(st, j);
+        if (bsearch(&v, found, (size_t)n_found, sizeof *found, view_cmp))
             continue;
         if (unexpected++ < 20)
-            fprintf(f, "  unexpected  %s\n", tide_st_at(st, j)->name);
+            fprintf(f, "  unexpected  %s\n", v->name);
         problems++;
     }
     if (unexpected > 20)
         fprintf(f, "  ... and %d more unexpected tensors\n", unexpected - 20);
-    free(seen);
+    free(found);
     return problems;
 }
 

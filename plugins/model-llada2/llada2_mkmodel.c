@@ -132,7 +132,43 @@ static void mk_dist(const char *name, const int64_t *shape, int nd, float *base,
     }
 }
 
-static int mk_write_weights(const char *path, const struct llada2_cfg *c, uint64_t seed)
+/* Gains of the lm_head rows, so that a random model's output reads as random
+ * words instead of mojibake. Byte-level BPE has a token for every byte, and
+ * one that is not a whole UTF-8 character prints as garbage; specials, ids
+ * the tokenizer lacks and control characters print badly too. Their rows are
+ * damped hard, other non-words (punctuation, digits, word pieces with no
+ * leading space, words under 3 letters) a little, and " word" tokens are left as they are: the
+ * random logits still choose which word. Returns [vocab] gains (caller
+ * frees) or NULL. */
+static float *mk_head_gains(const struct tide_tokenizer *tok, int vocab)
+{
+    float *g = malloc(sizeof *g * (size_t)vocab);
+    if (!g)
+        return NULL;
+    const int32_t size = tide_tokenizer_size(tok);
+    for (int32_t id = 0; id < vocab; id++) {
+        char *text = NULL;
+        size_t len = 0;
+        g[id] = 0.05f;
+        if (id >= size || !tide_tokenizer_piece(tok, id) || tide_tokenizer_is_special(tok, id) ||
+            tide_tokenizer_decode(tok, &id, 1, &text, &len) != TIDE_OK)
+            continue;
+        const unsigned char *t = (const unsigned char *)text;
+        bool ascii_print = len > 0, letters = true;
+        for (size_t i = 0; i < len; i++) {
+            ascii_print &= t[i] >= 0x20 && t[i] < 0x7f;
+            letters &= (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z') ||
+                       (i == 0 && t[i] == ' ');
+        }
+        if (ascii_print)
+            g[id] = letters && len >= 4 && t[0] == ' ' ? 1.0f : 0.4f;
+        free(text);
+    }
+    return g;
+}
+
+static int mk_write_weights(const char *path, const struct llada2_cfg *c, uint64_t seed,
+                            const float *head_gain)
 {
     struct tide_st_writer *w;
     int rc = tide_st_writer_create(path, false, &w);
@@ -162,6 +198,7 @@ static int mk_write_weights(const char *path, const struct llada2_cfg *c, uint64
             numel *= shape[d];
         float base, amp;
         mk_dist(name, shape, nd, &base, &amp);
+        const bool head = !strcmp(name, "lm_head.weight");
         uint64_t s = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         for (int64_t off = 0; off < numel && rc == TIDE_OK; off += CHUNK) {
             int64_t len = numel - off < CHUNK ? numel - off : CHUNK;
@@ -170,8 +207,12 @@ static int mk_write_weights(const char *path, const struct llada2_cfg *c, uint64
                     f32[j] = base + amp * mk_uniform(&s);
                 rc = tide_st_writer_write(w, f32, (size_t)len * 4);
             } else {
-                for (int64_t j = 0; j < len; j++)
-                    b16[j] = tide_f32_to_bf16(base + amp * mk_uniform(&s));
+                for (int64_t j = 0; j < len; j++) {
+                    float v = base + amp * mk_uniform(&s);
+                    if (head)
+                        v *= head_gain[(off + j) / shape[1]];
+                    b16[j] = tide_f32_to_bf16(v);
+                }
                 rc = tide_st_writer_write(w, b16, (size_t)len * 2);
             }
             done += (uint64_t)len * tide_dtype_size(dt);
@@ -270,21 +311,27 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
                               (int)(sizeof mk_specials / sizeof mk_specials[0]), path, false);
     if (rc != TIDE_OK)
         return rc;
-    if (!c.vocab) {
-        struct tide_tokenizer *tok;
-        if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
-            return rc;
-        c.vocab = tide_tokenizer_size(tok);
-        tide_tokenizer_free(tok);
-    }
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = llada2_cfg_write(path, &c)) != TIDE_OK)
+    struct tide_tokenizer *tok;
+    if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
         return rc;
+    if (!c.vocab)
+        c.vocab = tide_tokenizer_size(tok);
+    float *head_gain = mk_head_gains(tok, c.vocab);
+    tide_tokenizer_free(tok);
+    if (!head_gain)
+        return TIDE_E_NOMEM;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = llada2_cfg_write(path, &c)) != TIDE_OK) {
+        free(head_gain);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const uint64_t bytes = llada2_dense_bytes(&c) + llada2_expert_bytes(&c) *
                                                         (uint64_t)llada2_n_moe_layers(&c) *
                                                         (uint64_t)c.n_experts;
     tide_info("mkmodel: writing %s (%s, %d layers, %.2f GiB, seed %llu)", dir, preset, c.n_layers,
               (double)bytes / 1073741824.0, (unsigned long long)seed);
-    return mk_write_weights(path, &c, seed);
+    rc = mk_write_weights(path, &c, seed, head_gain);
+    free(head_gain);
+    return rc;
 }

@@ -23,6 +23,9 @@ comment; keys may repeat where noted):
   allow:   a glob, relative to {out}, of files that may be left (repeatable)
   jsonl:   a glob, relative to {out}: at least one file matches, and every
            line of each is a whole JSON value (repeatable)
+  json:    GLOB KEY VALUE: at least one file matches the glob (relative to
+           {out}), each is one JSON object, and its KEY equals the JSON
+           VALUE (repeatable)
   skip:    sanitized (skip when tide is built with ASan: it cannot run
            under an address-space limit)
   timeout: seconds (default 120)
@@ -133,6 +136,51 @@ def inflate_experts(ckpt, moe_inter):
         f.truncate(base + pos)
 
 
+def many_experts(ckpt, n):
+    """Give every MoE layer N routed experts, n_group 8 and topk_group 4: the
+    router rows and bias grow, and experts 1..N-1 take expert 0's shapes. New
+    data is zeros in a sparse file (no disk space)."""
+    cfg_path = os.path.join(ckpt, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg.update(num_experts=n, n_group=8, topk_group=4)
+    json.dump(cfg, open(cfg_path, "w"))
+    st = os.path.join(ckpt, "model.safetensors")
+    header, data = st_read(st)
+    meta = header.pop("__metadata__", None)
+    out = {} if meta is None else {"__metadata__": meta}
+    chunks, pos = [], 0
+    expert = re.compile(r"(model\.layers\.\d+\.mlp\.experts\.)(\d+)(\..*)$")
+    for name, e in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, en = e["data_offsets"]
+        m = expert.match(name)
+        if m and m.group(2) != "0":
+            continue
+        if m:
+            todo = [(m.group(1) + str(k) + m.group(3), e["shape"], None) for k in range(n)]
+        elif name.endswith(".mlp.gate.weight"):
+            todo = [(name, [n, e["shape"][1]], None)]
+        elif name.endswith(".mlp.gate.expert_bias"):
+            todo = [(name, [n], None)]
+        else:
+            todo = [(name, e["shape"], data[b:en])]
+        for tname, shape, blob in todo:
+            size = 2 if e["dtype"] in ("BF16", "F16") else 4
+            for d in shape:
+                size *= d
+            out[tname] = {"dtype": e["dtype"], "shape": shape, "data_offsets": [pos, pos + size]}
+            chunks.append((pos, blob))
+            pos += size
+    h = json.dumps(out).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(st, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for at, blob in chunks:
+            if blob is not None:
+                f.seek(8 + len(h) + at)
+                f.write(blob)
+        f.truncate(8 + len(h) + pos)
+
+
 def shard(ckpt):
     """Split model.safetensors into two shards with an index."""
     st = os.path.join(ckpt, "model.safetensors")
@@ -205,6 +253,8 @@ def action(line):
         inflate_experts(args[0], int(args[1]))
     elif op == "shard":  # DIR
         shard(args[0])
+    elif op == "many-experts":  # DIR N
+        many_experts(args[0], int(args[1]))
     elif op == "json-set":  # FILE KEY JSON|<delete>
         json_set(args[0], args[1], args[2])
     elif op == "json-append":  # FILE KEY JSON: append to the list at KEY
@@ -243,7 +293,7 @@ def action(line):
 
 # ---- the case file ------------------------------------------------------
 
-REPEATABLE = {"setup", "env", "expect", "reject", "keep", "allow", "jsonl"}
+REPEATABLE = {"setup", "env", "expect", "reject", "keep", "allow", "jsonl", "json"}
 
 
 def parse_case(path):
@@ -401,6 +451,19 @@ def run_case(path, tide, plugins, sanitized, work):
                 except ValueError:
                     problems.append("%s:%d is not a whole JSON line" % (os.path.relpath(f, out), n))
                     break
+    for spec in case["json"]:
+        g, key, value = spec.split(None, 2)
+        files = glob.glob(os.path.join(out, g))
+        if not files:
+            problems.append("no file matches %s" % g)
+        for f in files:
+            try:
+                got = json.load(open(f, encoding="utf-8")).get(key, "(absent)")
+            except ValueError:
+                got = "(not JSON)"
+            if got != json.loads(value):
+                problems.append("%s: %s is %r, expected %s" % (os.path.relpath(f, out), key, got,
+                                                               value))
     if left:
         problems.append("files left in the output folder: %s" % sorted(left))
     for k, digest in keep.items():

@@ -92,6 +92,28 @@ help)
     expect_status 0
     expect_in out "exit codes:"
     ;;
+help-all)
+    # Every command (as `tide --help` lists them) and every subcommand answers
+    # --help and -h wherever it appears: its usage on stdout, no complaint on
+    # stderr, exit 0.
+    run -- --help
+    cmds=$(awk '/^commands:$/ { on = 1; next } on && /^$/ { exit } on { print $1 }' "$work/out")
+    [ "$(echo "$cmds" | wc -w)" -ge 11 ] || fail "expected at least 11 commands, got: $cmds"
+    for c in $cmds "trace info" "trace synth" "trace counts" "config check" "config doc" \
+        "bench merge" "sim merge" \
+        "trace synth out.tidetrace --layers" "config check x.ini --set"; do
+        for h in --help -h; do
+            # shellcheck disable=SC2086
+            run -- $c $h
+            expect_status 0
+            expect_in out "usage: tide"
+            # No complaint on stderr (a sanitizer build may add its own report).
+            not_in err "error"
+            not_in err "usage:"
+            not_in err "unexpected"
+        done
+    done
+    ;;
 version)
     run -- --version
     expect_status 0
@@ -213,7 +235,7 @@ config-doc)
     [ "$(head -n 1 "$work/out")" = "# TIDE configuration reference" ] ||
         { fail "first line is not the title"; show; }
     expect_in out "## [model]" "## [backend]" "## [policy]" "## [generation]" "## [output]" \
-        "| \`steps\` | int in [1,4096] | \`32\` | most denoising steps per block |"
+        "| \`steps\` | int in [1,4096] | \`32\` | denoising steps per block, capped at"
     not_in out "test-good-policy"
     run TIDE_PLUGIN_PATH="$bad_dir" -- config doc
     expect_status 0

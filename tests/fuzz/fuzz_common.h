@@ -72,7 +72,7 @@ static inline void fz_check_status(int rc)
         FZ_ASSERT(!"success, yet an error was logged");
 }
 
-static char fz_dir_path[64];
+static char fz_dir_path[4096];
 
 static inline int fz_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -88,13 +88,19 @@ static inline void fz_cleanup(void)
         nftw(fz_dir_path, fz_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* A private directory for this process's files, created once and removed
- * at exit. */
+/* A private directory for this process's files, created once in $TMPDIR
+ * and removed at exit. An abort, or libFuzzer's _Exit after a finding, skips
+ * the removal: scripts/fuzz.sh and ctest therefore point TMPDIR at a folder
+ * inside the build (fuzz.sh removes its own after each target). */
 static inline const char *fz_dir(void)
 {
     if (!fz_dir_path[0]) {
-        const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(fz_dir_path, sizeof fz_dir_path, "%.40s/tide-fuzz-XXXXXX", base);
+        const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        if (snprintf(fz_dir_path, sizeof fz_dir_path, "%s/tide-fuzz-XXXXXX", base) >=
+            (int)sizeof fz_dir_path - 300) {
+            fprintf(stderr, "TMPDIR is too long: %s\n", base);
+            abort();
+        }
         if (!mkdtemp(fz_dir_path)) {
             perror("mkdtemp");
             abort();
@@ -107,7 +113,7 @@ static inline const char *fz_dir(void)
 /* Write bytes to fz_dir()/NAME; returns the path (static storage per slot). */
 static inline const char *fz_write(const char *name, const void *data, size_t size)
 {
-    static char paths[8][400];
+    static char paths[8][sizeof fz_dir_path + 320];
     static int slot;
     char *path = paths[slot++ % 8];
     if (snprintf(path, sizeof paths[0], "%s/%.300s", fz_dir(), name) >= (int)sizeof paths[0])

@@ -9,7 +9,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char dir[256];
+    static char dir[sizeof fz_dir_path + 16];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "%s/model", fz_dir());
         if (mkdir(dir, 0700) != 0)

@@ -11,7 +11,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char dir[256];
+    static char dir[sizeof fz_dir_path + 16];
     static const char *const shard[3] = {"model-00001-of-00003.safetensors",
                                          "model-00002-of-00003.safetensors",
                                          "model-00003-of-00003.safetensors"};
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *parts[4];
     size_t lens[4];
     int n = fz_split(data, size, SEP, parts, lens, 4);
-    char name[300];
+    char name[sizeof fz_dir_path + 64];
     for (int i = 0; i < 3; i++) {
         /* No file may survive from the previous input. */
         snprintf(name, sizeof name, "%s/%s", dir, shard[i]);

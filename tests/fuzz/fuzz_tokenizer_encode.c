@@ -20,7 +20,7 @@ static struct tide_tokenizer *encode_tok(void)
     static struct tide_tokenizer *t;
     if (t)
         return t;
-    char path[300];
+    char path[sizeof fz_dir_path + 32];
     snprintf(path, sizeof path, "%s/enc-tokenizer.json", fz_dir());
     if (tide_tokenizer_train(encode_corpus, sizeof encode_corpus - 1, 400, encode_specials, 5, path,
                              true) != TIDE_OK ||

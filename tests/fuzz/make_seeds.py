@@ -197,6 +197,36 @@ def seeds_trace(trace_file):
         put("trace", "recorded", open(trace_file, "rb").read())
 
 
+def seeds_serve_request():
+    """`tide serve` bodies: the first byte picks the endpoint (0 completions,
+    1 chat, 2 tokenize, 3 detokenize)."""
+    def req(name, ep, body):
+        put("serve_request", name, bytes([ep]) + (body if isinstance(body, bytes)
+                                                  else json.dumps(body).encode()))
+    req("completion", 0, {"model": "tiny", "prompt": "Hello", "max_tokens": 16,
+                          "temperature": 0, "stop": ["\n\n", "END"], "seed": 3})
+    req("completion-full", 0, {"prompt": "a", "max_tokens": 8, "temperature": 0.7,
+                               "top_p": 0.9, "top_k": 5, "seed": 1, "stream": True,
+                               "stream_options": {"include_usage": True}, "block_length": 32,
+                               "steps": 8, "threshold": 0.9, "n": 1, "logprobs": None,
+                               "echo": False, "user": "u"})
+    req("completion-ids", 0, {"prompt": [1, 2, 3, 156892], "max_tokens": 4})
+    req("completion-batch", 0, {"prompt": ["a", [5, 6], "b"], "stop": "x"})
+    req("completion-bad-types", 0, {"prompt": 7, "max_tokens": "16", "stream": 1})
+    req("completion-unsupported", 0, {"prompt": "a", "n": 2, "logprobs": 5, "suffix": "s"})
+    req("chat", 1, {"messages": [{"role": "user", "content": "Hi"}],
+                    "max_completion_tokens": 9})
+    req("chat-parts", 1, {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "ab"}, {"type": "text", "text": "cd"}]}]})
+    req("chat-multi", 1, {"messages": [{"role": "system", "content": "s"},
+                                       {"role": "user", "content": "u"}]})
+    req("tokenize", 2, {"prompt": "hello world", "add_special_tokens": False})
+    req("tokenize-chat", 2, {"messages": [{"role": "user", "content": "hi"}]})
+    req("detokenize", 3, {"tokens": [1, 2, 3]})
+    req("malformed", 0, b'{"prompt": "a",')
+    req("utf8", 0, rb'{"prompt":"\u00e9\ud83d\ude00 \u20ac","stop":["\u20ac"]}')
+
+
 def main():
     tide = sys.argv[1]
     # Named seeds are rewritten; units merged in from fuzz runs (named by
@@ -216,6 +246,7 @@ def main():
         seeds_tokenizer(ckpt)
         seeds_ini()
         seeds_trace(trace)
+        seeds_serve_request()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for t in sorted(os.listdir(CORPUS)):

@@ -300,14 +300,28 @@ static void test_default_dirs(void)
     char *dirs[8];
     log_clear();
     int n = tide_plugin_default_dirs(dirs, 8);
-    CHECK_EQ_INT(n, 4);
-    if (n == 4) {
-        CHECK_CONTAINS(dirs[0], "/plugins"); /* next to this executable */
-        CHECK(!strcmp(dirs[2], "/opt/a"));
-        CHECK(!strcmp(dirs[3], ww));
+    CHECK_EQ_INT(n, 5);
+    if (n == 5) {
+        CHECK_CONTAINS(dirs[0], "/plugins");          /* next to this executable */
+        CHECK_CONTAINS(dirs[1], "/lib/tide/plugins"); /* next to libtide (build/lib) */
+        CHECK(!strcmp(dirs[3], "/opt/a"));
+        CHECK(!strcmp(dirs[4], ww));
     }
     CHECK_CONTAINS(log_buf, "world-writable");
     CHECK_CONTAINS(log_buf, ww);
+    /* A folder named twice (here the executable's, through the environment)
+     * is searched once. */
+    if (n >= 1) {
+        char again[4200];
+        snprintf(again, sizeof again, "%s:/opt/a:/opt/a", dirs[0]);
+        setenv("TIDE_PLUGIN_PATH", again, 1);
+        char *d2[8];
+        int n2 = tide_plugin_default_dirs(d2, 8);
+        CHECK_EQ_INT(n2, 4);
+        for (int i = 0; i < n2; i++)
+            free(d2[i]);
+        setenv("TIDE_PLUGIN_PATH", env, 1);
+    }
     for (int i = 0; i < n; i++)
         free(dirs[i]);
     /* max is respected. */

@@ -6,10 +6,11 @@ README
 
 What it is
 ----------
-A second, plain implementation of the LLaDA2.0 forward pass and of greedy
+A second, plain implementation of the LLaDA2.0 forward pass and of
 block-diffusion generation, written from the numeric semantics in
 /work/shared/DESIGN.md section 4 (and the TIDE/LLaDA2 research notes, sections
-3 and 4), not from the C engine. The C tests call it to get expected logits,
+3 and 4) and, for generation and config.json defaults, from the official
+modeling_llada2_moe.py / configuration_llada2_moe.py -- not from the C engine. The C tests call it to get expected logits,
 routes and token streams for small checkpoints. Only numpy and the Python
 standard library are used; run it with Debian's interpreter, /usr/bin/python3.
 
@@ -21,10 +22,12 @@ Commands
         logits [n, vocab], raw little-endian, to FILE.
     llada2_ref.py generate --model DIR --prompt-ids 1,2,3 --gen-length G
                            [--block-length 32] [--steps 32] [--threshold 0.95]
-                           [--recompute]
-        Greedy generation; prints the generated ids, comma-separated, on one
-        line. --recompute runs every step over the whole window without a KV
-        cache (it must print the same ids).
+                           [--minimal-topk 1] [--temperature 0] [--top-k 0]
+                           [--top-p 1] [--seed 0] [--eos-early-stop]
+                           [--mask-out] [--stop-ids 5,6] [--recompute]
+        Generation as the official generate(); prints the generated ids,
+        comma-separated, on one line. --recompute runs every step over the
+        whole window without a KV cache (it must print the same ids).
     llada2_ref.py route    --model DIR --ids 1,2,3 [--pos0 0] [--block 32] --out FILE
         The full forward's routing as JSON:
         {"top_k": k, "layers": [{"layer": i, "ids": [[...] per token],
@@ -66,26 +69,30 @@ its own order, so compare with a tolerance.
             group score = sum of the 2 largest sel of each group of E/n_group
             experts; keep the topk_group best groups (ties: lower group);
             top-k experts by sel among the kept ones (ties: lower id);
-            w = s[ids] (/ (sum + 1e-20) if norm_topk_prob) * routed_scaling_factor
+            w = s[ids] (/ (sum + 1e-20) if top_k > 1) * routed_scaling_factor
             y = sum over the slots, in order, of w * FFN_e(x) (float32, from 0)
                 + FFN_shared(x)
         FFN(x) = bf16(silu(x G^T) * (x U^T)) D^T
         h += y
     logits = bf16(rmsnorm(h, norm)) lm_head^T; position i predicts token i.
 
-Generation (greedy)
--------------------
-P = len(prompt), nb = ceil((P + G) / L), canvas = prompt + masks (nb * L).
-The P // L whole prompt blocks are prefilled once. steps_eff = min(S, L) and
-step s must commit n_s = L // steps_eff + (s < L % steps_eff). Per step of
-block b: forward the block's L tokens against the cached K/V; mask id logit
--> -inf; x0 = argmax (lowest id on ties); conf = softmax(logits)[x0] in
-float64. Among the still-masked positions, commit all with conf > threshold
-if there are at least n_s of them, else the n_s most confident (lower
-position on ties). A finished block is run once more to store its final K/V;
-generation stops after a block once EOS or the stop id appears in
-canvas[P:(b+1)*L]. Output: canvas[P:end of the last block run], cut after the
-first EOS/stop (inclusive).
+Generation
+----------
+generate() follows the official LLaDA2MoeModelLM.generate()
+(modeling_llada2_moe.py, ims-kdks/TIDE commit b79491a9 model/, lines
+1263-1433) rule by rule; its docstring cites the line of each rule, and
+docs/decoding.md lists them. In short: steps = min(steps, gen_length //
+minimal_topk); decoding starts at the block holding the prompt's tail; per
+step the block's masks are the candidates (none left ends the block before
+its forward), every masked position gets a token and a confidence from the
+official temperature / top-k / top-p rules (mask token included), and the
+positions above threshold (strict) are committed when there are at least the
+schedule's count of them, else the schedule's count of most confident ones;
+generation stops after a block holding EOS, and the output is
+canvas[P:P+gen_length] cut after the first EOS. Temperature 0 is argmax and
+sampling uses TIDE's RNG (class Rng), TIDE's documented departures. Finished
+blocks are cached (prefill of the prompt blocks, one K/V pass per finished
+block that another follows); --recompute runs the official forwards.
 
 Exit status: 0 ok, 2 bad checkpoint or arguments (one line on stderr), 77 numpy
 missing (the tests read 77 as "skipped").
@@ -275,7 +282,15 @@ class SafeTensors:
 
 
 class Config:
-    """config.json with the defaults of configuration_llada2_moe.py."""
+    """config.json; a missing key takes the default of the official
+    LLaDA2MoeConfig (configuration_llada2_moe.py, __init__ lines 11-46),
+    except the keys that set tensor shapes, which are required (the class
+    defaults for those fit no released checkpoint, or crash its own code:
+    intermediate_size None, num_key_value_heads 0)."""
+
+    REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "intermediate_size", "moe_intermediate_size",
+                "num_experts", "vocab_size")
 
     def __init__(self, model_dir):
         path = os.path.join(model_dir, "config.json")
@@ -283,6 +298,9 @@ class Config:
             c = json.load(f)
         if c.get("model_type") != "llada2_moe":
             raise RefError(f"{path}: model_type {c.get('model_type')!r} is not llada2_moe")
+        for key in self.REQUIRED:
+            if c.get(key) is None:
+                raise RefError(f"{path}: missing key {key!r}")
 
         def opt(key, default):
             v = c.get(key)
@@ -291,29 +309,34 @@ class Config:
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
         self.n_heads = int(c["num_attention_heads"])
-        self.n_kv = int(opt("num_key_value_heads", self.n_heads))
-        self.head_dim = int(opt("head_dim", self.hidden // self.n_heads))
-        if c.get("rotary_dim") is not None:
-            self.rot = int(c["rotary_dim"])
-        else:
-            self.rot = int(round(self.head_dim * float(opt("partial_rotary_factor", 0.5))))
+        self.n_kv = int(c["num_key_value_heads"])
+        # configuration 71: head_dim or hidden_size // num_attention_heads
+        self.head_dim = int(opt("head_dim", 0) or self.hidden // self.n_heads)
+        # rotary_dim is never read upstream; transformers' default rope init
+        # uses dim = int(head_dim * partial_rotary_factor)
+        self.rot = int(self.head_dim * float(opt("partial_rotary_factor", 0.5)))
         self.theta = float(opt("rope_theta", 10000.0))
-        self.eps = float(opt("rms_norm_eps", 1e-6))
+        self.eps = float(opt("rms_norm_eps", 1e-5))
         self.inter = int(c["intermediate_size"])
         self.moe_inter = int(c["moe_intermediate_size"])
         self.n_experts = int(c["num_experts"])
-        self.top_k = int(c["num_experts_per_tok"])
+        self.top_k = int(opt("num_experts_per_tok", 2))
         self.n_shared = int(opt("num_shared_experts", 0))
-        self.n_group = int(opt("n_group", 1))
-        self.topk_group = int(opt("topk_group", self.n_group))
-        self.rsf = float(opt("routed_scaling_factor", 1.0))
+        self.n_group = int(opt("n_group", 8))
+        self.topk_group = int(opt("topk_group", 4))
+        self.rsf = float(opt("routed_scaling_factor", 2.5))
         self.first_dense = int(opt("first_k_dense_replace", 0))
         self.vocab = int(c["vocab_size"])
-        self.max_pos = int(opt("max_position_embeddings", 32768))
-        self.norm_topk = bool(opt("norm_topk_prob", True))
+        self.max_pos = int(opt("max_position_embeddings", 16384))
+        # modeling 279-283: the gate normalises whenever top_k > 1;
+        # norm_topk_prob is never read
+        self.norm_topk = self.top_k > 1
         self.qk_norm = bool(opt("use_qk_norm", True))
         self.tied = bool(opt("tie_word_embeddings", False))
         self.use_bias = bool(opt("moe_router_enable_expert_bias", True))
+        if bool(opt("use_bias", True)):
+            raise RefError(f"{path}: use_bias (default true: a bias on attention.dense) is not "
+                           "supported")
         if self.n_heads % self.n_kv or self.rot % 2 or self.rot > self.head_dim:
             raise RefError(f"{path}: inconsistent heads / rotary dims")
         if self.n_experts % self.n_group or self.topk_group > self.n_group:
@@ -676,9 +699,31 @@ class RecomputeRunner:
 
 
 def transfer_schedule(block, steps):
-    """Tokens to commit at each step of a block: L // S, the first L % S get one more."""
-    steps_eff = min(steps, block)
-    return [block // steps_eff + (1 if s < block % steps_eff else 0) for s in range(steps_eff)]
+    """_get_num_transfer_tokens (modeling 1253-1260): steps entries of
+    block // steps, the first block % steps of them one more; [] for 0 steps.
+    With steps > block the tail entries are 0."""
+    if steps == 0:
+        return []
+    base, rem = divmod(block, steps)
+    return [base + (1 if s < rem else 0) for s in range(steps)]
+
+
+def capped_steps(steps, gen_length, minimal_topk=1):
+    """modeling 1333: steps = min(steps, gen_length // minimal_topk)."""
+    return min(steps, gen_length // minimal_topk)
+
+
+def read_logits_dump(path):
+    """`tide run --dump-logits` file: per step int32 {block, step, rows, vocab},
+    then float32 logits [rows, vocab]. Returns [(block, step, logits)]."""
+    raw = open(path, "rb").read()
+    off, out = 0, []
+    while off < len(raw):
+        b, s, r, v = np.frombuffer(raw, "<i4", 4, off)
+        off += 16
+        out.append((int(b), int(s), np.frombuffer(raw, "<f4", int(r) * int(v), off).reshape(r, v)))
+        off += 4 * int(r) * int(v)
+    return out
 
 
 def read_trace_routes(path):
@@ -711,23 +756,129 @@ def read_trace_routes(path):
     return out
 
 
-def pick_commits(logits, active, n_s, threshold, mask_id):
-    """One denoising decision for a block.
+class Rng:
+    """TIDE's sampling generator, xoshiro256** seeded through splitmix64, as
+    in core/runtime/generate.c (the official code draws with
+    torch.multinomial, whose stream cannot be reproduced outside torch)."""
 
-    logits [L, V] float32; active [L] bool (still masked).
-    Returns (positions to commit (sorted), x0 [L]).
+    M = (1 << 64) - 1
+
+    def __init__(self, seed):
+        self.s = []
+        x = seed & self.M
+        for _ in range(4):
+            x = (x + 0x9E3779B97F4A7C15) & self.M
+            z = x
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self.M
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self.M
+            self.s.append(z ^ (z >> 31))
+
+    @staticmethod
+    def _rotl(x, k):
+        return ((x << k) | (x >> (64 - k))) & Rng.M
+
+    def uniform(self):
+        """A float in [0, 1) from the top 53 bits."""
+        s, M = self.s, self.M
+        out = (self._rotl((s[1] * 5) & M, 7) * 9) & M
+        t = (s[1] << 17) & M
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = self._rotl(s[3], 45)
+        return (out >> 11) * (1.0 / 9007199254740992.0)
+
+
+class Sampler:
+    """_sample_with_temperature_topk_topp (modeling 1237-1250) for one position.
+
+    1243-1244: logits / temperature only when temperature > 0 and != 1.
+    1245, _top_k_logits 1210-1218: k None or <= 0 is off; else the k-th
+        largest value (counting repeats) is the cut, logits < it become -inf
+        (ties with it are kept).
+    1246, _top_p_logits 1221-1235, on the top-k output: p None or >= 1 is
+        off; sort descending, cumulative softmax, drop every entry whose
+        preceding cumulative mass exceeds p (the first is always kept).
+    1247: probs = softmax of what is left; 1249: the confidence is the
+        chosen token's probability under it.
+    1248 draws with torch.multinomial even at temperature 0; here (and in
+    TIDE) temperature 0 takes the argmax (lowest id on ties) and
+    temperature > 0 draws with Rng: u * Z against the running sum of
+    exp(s - max) in id order. mask_in_argmax False (a TIDE option) removes
+    the mask token before everything else. Sums run in the same order as in
+    generate.c with math.exp, so the draws agree bit for bit.
     """
-    lg = logits.astype(np.float64)
-    lg[:, mask_id] = -np.inf
-    x0 = np.argmax(lg, axis=1)  # first maximum = lowest id
-    top = lg[np.arange(lg.shape[0]), x0]
-    conf = 1.0 / np.exp(lg - top[:, None]).sum(axis=1)  # softmax at x0, float64
-    cand = np.nonzero(active)[0]
-    sure = cand[conf[cand] > threshold]
-    if sure.size >= n_s:
-        return np.sort(sure), x0
-    order = sorted(cand.tolist(), key=lambda i: (-conf[i], i))
-    return np.sort(np.array(order[: min(n_s, len(order))], dtype=np.int64)), x0
+
+    def __init__(self, temperature=0.0, top_k=0, top_p=1.0, skip=None, seed=0):
+        self.temperature, self.top_k, self.top_p, self.skip = temperature, top_k, top_p, skip
+        self.rng = Rng(seed) if temperature > 0 else None
+
+    def __call__(self, row):
+        s = [float(v) for v in np.asarray(row, dtype=np.float32)]
+        V = len(s)
+        t = self.temperature
+        if t > 0 and t != 1.0:
+            s = [v / t for v in s]
+        if self.skip is not None:
+            s[self.skip] = -math.inf
+        k = self.top_k
+        if k and 0 < k < V:
+            kth = sorted(s, reverse=True)[k - 1]
+            s = [v if v >= kth else -math.inf for v in s]
+        p = self.top_p
+        if p is not None and p < 1.0:
+            order = sorted((v for v in range(V) if s[v] > -math.inf), key=lambda v: (-s[v], v))
+            mx = s[order[0]]
+            z = 0.0
+            for v in order:
+                z += math.exp(s[v] - mx)
+            cum, keep = 0.0, 0
+            while keep < len(order):
+                cum += math.exp(s[order[keep]] - mx) / z
+                keep += 1
+                if cum > p:
+                    break
+            for v in order[keep:]:
+                s[v] = -math.inf
+        mx, best = -math.inf, None
+        for v in range(V):
+            if s[v] > mx:
+                mx, best = s[v], v
+        z = 0.0
+        for v in range(V):
+            if s[v] > -math.inf:
+                z += math.exp(s[v] - mx)
+        if self.rng is None:
+            return best, 1.0 / z
+        r = self.rng.uniform() * z
+        acc, last = 0.0, best
+        for v in range(V):
+            if s[v] == -math.inf:
+                continue
+            e = math.exp(s[v] - mx)
+            acc += e
+            last = v
+            if r < acc:
+                return v, e / z
+        return last, math.exp(s[last] - mx) / z
+
+
+def commit_positions(conf, active, n_s, threshold):
+    """modeling 1389-1403. conf [L] float64; active [L] bool (masked).
+    Non-masked positions have confidence -inf (1392). When at least n_s
+    masked positions are strictly above threshold (1393, 1396), all of them
+    are committed; else the min(n_s, #masks) most confident (1399-1403;
+    torch.topk leaves ties unordered, here the lower position wins).
+    Returns the committed positions, sorted."""
+    c = np.where(active, conf, -np.inf)
+    high = np.nonzero(c > threshold)[0]
+    if high.size >= n_s:
+        return high
+    k = min(n_s, int(active.sum()))
+    order = sorted(range(len(c)), key=lambda i: (-c[i], i))
+    return np.sort(np.array(order[:k], dtype=np.int64))
 
 
 def generate(
@@ -740,50 +891,111 @@ def generate(
     recompute=False,
     trace=None,
     runner=None,
+    minimal_topk=1,
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=0,
+    eos_early_stop=False,
+    mask_in_argmax=True,
+    stop_ids=(),
+    stats=None,
 ):
-    """Greedy block-diffusion generation; returns the generated ids (a list).
+    """LLaDA2MoeModelLM.generate (modeling 1263-1433) on this model; returns
+    the generated ids (a list). Rules, with the lines they follow:
 
-    trace: a list that receives one dict per step: block, step, logits (the
-    block's [L, V] float32 logits), commit (committed block offsets).
+    1333 steps = min(steps, gen_length // minimal_topk), for every block.
+    1336-1338 canvas of ceil((P + G) / L) blocks; 1352-1354 prompt, then masks.
+    1359, 1365 blocks the prompt covers are not decoded; decoding starts at
+        block P // L.
+    1362-1364 one transfer schedule for all blocks.
+    1373-1376 per step, the candidates are the block's mask positions; a step
+        that starts with none ends the block before its forward.
+    1378-1384 one forward per step; the block's rows are used.
+    1385-1387 Sampler on every masked position (the mask token is not removed
+        unless mask_in_argmax is False; a position given it stays masked).
+    1389-1406 commit_positions, written in place.
+    1407-1413 eos_early_stop: after a step that committed EOS, the first EOS
+        of the window [0, end of block) -- prompt included -- ends generation
+        when no mask lies between the prompt's end and it. Upstream returns
+        the prompt too; here the generated tokens, at most G of them.
+    1416-1420 after a block, EOS anywhere in [P, end of block) stops.
+    1422-1433 output: canvas[P:P+G] cut after the first EOS (inclusive).
+
+    stop_ids (TIDE's generation.stop_tokens) end generation as EOS does
+    (counted from the prompt's end only). Forwards: the official count is one
+    per step; the cached runner adds P // L prefill forwards (one per prompt
+    block, as the engine) and one K/V pass after each block another follows.
+    trace: a list that receives one dict per step: block, step, logits,
+    commit (committed block offsets), x0 (the chosen ids).
+    stats: a dict that receives steps (the official forward count), blocks,
+    forwards (this runner's count), masks_chosen.
     runner: overrides the cached/recompute runner (tests).
     """
     L = block_length
-    if L < 1 or steps < 1 or gen_length < 0:
-        raise RefError("block_length and steps must be >= 1, gen_length >= 0")
+    if L < 1 or steps < 1 or gen_length < 1 or minimal_topk < 1:
+        raise RefError("block_length, steps, gen_length and minimal_topk must be >= 1")
     prompt = [int(t) for t in prompt]
-    P = len(prompt)
-    nb = -(-(P + gen_length) // L)
-    mask_id = model.mask_id
-    stops = {model.eos_id} | ({model.stop_id} if model.stop_id is not None else set())
+    P, G = len(prompt), gen_length
+    S = capped_steps(steps, G, minimal_topk)
+    if S < 1:
+        raise RefError("gen_length // minimal_topk is 0: nothing would be decoded")
+    nb = -(-(P + G) // L)
+    mask_id, eos_id = model.mask_id, model.eos_id
+    stops = {eos_id} | {int(t) for t in stop_ids}
     canvas = np.full(nb * L, mask_id, dtype=np.int64)
     canvas[:P] = prompt
     if runner is None:
         runner = RecomputeRunner(model, L) if recompute else CachedRunner(model, L)
+    sampler = Sampler(temperature, top_k, top_p, None if mask_in_argmax else mask_id, seed)
     first = P // L
+    forwards = first if not recompute else 0
     runner.prefill(canvas, first * L)
-    sched = transfer_schedule(L, steps)
-    end = first * L
+    sched = transfer_schedule(L, S)
+    n_steps, blocks, masks_chosen = 0, 0, 0
+    out = None
     for b in range(first, nb):
-        lo = b * L
-        for s, n_s in enumerate(sched):
-            active = canvas[lo : lo + L] == mask_id
+        lo, end = b * L, (b + 1) * L
+        stop = False
+        for s in range(S):
+            active = canvas[lo:end] == mask_id
             if not active.any():
                 break
             logits = runner.block_logits(canvas, b)
-            commit, x0 = pick_commits(logits, active, n_s, threshold, mask_id)
+            n_steps += 1
+            forwards += 1
+            x0 = np.full(L, mask_id, dtype=np.int64)
+            conf = np.full(L, -np.inf)
+            for i in np.nonzero(active)[0]:
+                x0[i], conf[i] = sampler(logits[i])
+            commit = commit_positions(conf, active, sched[s], threshold)
             canvas[lo + commit] = x0[commit]
+            masks_chosen += int((x0[commit] == mask_id).sum())
             if trace is not None:
-                trace.append({"block": b, "step": s, "logits": logits, "commit": commit})
-        if (canvas[lo : lo + L] == mask_id).any():
-            raise RefError(f"block {b} still has masks after {len(sched)} steps")
-        runner.finish_block(canvas, b)
-        end = lo + L
-        if any(int(t) in stops for t in canvas[P:end]):
+                trace.append({"block": b, "step": s, "logits": logits, "commit": commit,
+                              "x0": x0.copy()})
+            if eos_early_stop and any(int(t) in stops for t in x0[commit]):
+                e = next((i for i in range(end)
+                          if canvas[i] == eos_id or (i >= P and int(canvas[i]) in stops)), None)
+                if e is not None and not (canvas[P:e] == mask_id).any():
+                    out = [int(t) for t in canvas[P:min(e + 1, P + G)]]
+                    stop = True
+                    break
+        blocks += 1
+        stop = stop or any(int(t) in stops for t in canvas[P:end])
+        if not stop and b + 1 < nb:
+            runner.finish_block(canvas, b)
+            forwards += 0 if recompute else 1
+        if stop:
             break
-    out = [int(t) for t in canvas[P:end]]
-    for i, t in enumerate(out):
-        if t in stops:
-            return out[: i + 1]
+    if out is None:
+        out = [int(t) for t in canvas[P:P + G]]
+        for i, t in enumerate(out):
+            if t in stops:
+                out = out[: i + 1]
+                break
+    if stats is not None:
+        stats.update(steps=n_steps, blocks=blocks, forwards=forwards, masks_chosen=masks_chosen)
     return out
 
 
@@ -838,6 +1050,14 @@ def cmd_generate(a):
         a.steps,
         a.threshold,
         a.recompute,
+        minimal_topk=a.minimal_topk,
+        temperature=a.temperature,
+        top_k=a.top_k,
+        top_p=a.top_p,
+        seed=a.seed,
+        eos_early_stop=a.eos_early_stop,
+        mask_in_argmax=not a.mask_out,
+        stop_ids=parse_ids(a.stop_ids),
     )
     print(",".join(str(t) for t in out))
 
@@ -860,6 +1080,15 @@ def main(argv=None):
     g.add_argument("--steps", type=int, default=32)
     g.add_argument("--threshold", type=float, default=0.95)
     g.add_argument("--recompute", action="store_true")
+    g.add_argument("--minimal-topk", type=int, default=1)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--eos-early-stop", action="store_true")
+    g.add_argument("--mask-out", action="store_true",
+                   help="leave the mask token out of argmax/softmax (generation.mask_in_argmax=false)")
+    g.add_argument("--stop-ids", default="", help="extra stop ids, comma-separated")
     a = ap.parse_args(argv)
     try:
         {"logits": cmd_logits, "route": cmd_route, "generate": cmd_generate}[a.cmd](a)

@@ -10,8 +10,11 @@ Checks:
   4. router: a brute-force per-token router agrees on random and tied scores,
      and inside real forwards only kept-group experts are picked and the
      weights sum to routed_scaling_factor;
-  5. generation scheduling on scripted logits (threshold, n_s schedule, ties,
-     mask id never produced, EOS/stop cut);
+  5. every rule of the official generate() on scripted logits (steps cap,
+     schedules with 0-entries, strict threshold, ties, the mask token
+     competing, EOS block stop and cut at gen_length, stop ids,
+     eos_early_stop and its quirks, top-k ties, the top-p prefix,
+     temperature, the sampler's RNG);
   6. cached vs recompute generation: identical tokens, near-identical logits,
      on several prompt / block / steps / threshold cases;
   7. the CLI (logits, generate, route) matches the in-process results.
@@ -76,6 +79,7 @@ TINY_CFG = {
     "vocab_size": 300,
     "max_position_embeddings": 4096,
     "norm_topk_prob": True,
+    "use_bias": False,
     "score_function": "sigmoid",
     "hidden_act": "silu",
     "tie_word_embeddings": False,
@@ -222,7 +226,7 @@ def test_hand_values():
     sched = ref.transfer_schedule(32, 32)
     check(sched == [1] * 32, "schedule 32/32 = 1 per step")
     check(ref.transfer_schedule(16, 5) == [4, 3, 3, 3, 3], "schedule 16/5")
-    check(ref.transfer_schedule(8, 32) == [1] * 8, "schedule steps capped at L")
+    check(ref.transfer_schedule(8, 32) == [1] * 8 + [0] * 24, "schedule past L: 0 per step (not capped at L)")
 
 
 # --------------------------------------------------------------------------
@@ -270,10 +274,10 @@ def test_router_random():
         check(ok_ids, f"ids E={E} groups={ng}/{tg} k={k} (ties={trial % 2 == 0})")
         check(ok_w, f"weights E={E} groups={ng}/{tg} k={k}")
         check(np.allclose(w.sum(axis=1), 2.5, rtol=1e-5), f"weights sum to 2.5 (E={E})")
-    # norm_topk_prob false: weights are s * rsf
+    # no normalisation (upstream: only when top_k == 1): weights are s * rsf
     s = rng.random((10, 16)).astype(np.float32)
     ids, w = ref.route_topk(s, None, 4, 2, 4, False, 2.0)
-    check(np.allclose(w, np.take_along_axis(s, ids, 1) * 2.0), "norm_topk_prob false")
+    check(np.allclose(w, np.take_along_axis(s, ids, 1) * 2.0), "unnormalised weights")
     # a kept expert with a negative selection score still beats every dropped
     # group (dropped groups are -inf, not 0)
     s = np.full((1, 8), 0.01, np.float32)
@@ -392,34 +396,35 @@ class ScriptedRunner:
 
 
 def test_scheduling():
-    print("scheduling on scripted logits")
+    print("decoding rules on scripted logits")
     V, L = 10, 4
+    fm = FakeModel()  # mask 9, eos 7, role_end 8
 
     def peaked(tok, conf_logit):
         row = np.zeros(V, np.float32)
         row[tok] = conf_logit
         return row
 
-    # position j predicts token j+1 with logit 2*j: conf rises with position;
-    # mask id (9) has the highest raw logit everywhere and must never be chosen.
+    # R1 steps cap + R2 schedule: G=3 caps steps 4 -> 3, schedule [2, 1, 1].
+    # Position j predicts j+1 with logit 2j (confidence rises with position).
     def fn1(canvas, b, n):
-        rows = [peaked(j + 1, 2.0 * j) for j in range(L)]
-        lg = np.stack(rows)
-        lg[:, 9] = 100.0
-        return lg
+        return np.stack([peaked(j + 1, 2.0 * j) for j in range(L)])
 
-    fm = FakeModel()
     r = ScriptedRunner(fn1, L)
-    trace = []
-    out = ref.generate(fm, [5, 5, 5, 5, 5], 3, L, steps=4, threshold=0.99, trace=trace, runner=r)
-    # P=5, nb=2, first=1: block 1 has 1 prompt + 3 masks; one commit per step
-    # from the most confident (highest position) down.
-    check(r.prefilled == 4, "prefill covers the whole prompt blocks only")
-    check([t["commit"].tolist() for t in trace] == [[3], [2], [1]], "1/step, most confident first")
-    check(out == [2, 3, 4], "committed argmax tokens, mask id excluded")
-    check(r.finished == [1], "finished block re-run once")
+    trace, st = [], {}
+    out = ref.generate(fm, [5, 5, 5, 5, 5], 3, L, steps=4, threshold=0.99, trace=trace, runner=r,
+                       stats=st)
+    check(ref.transfer_schedule(4, 3) == [2, 1, 1] and ref.capped_steps(4, 3) == 3,
+          "R1/R2: steps capped at gen_length, schedule [2,1,1]")
+    check(r.prefilled == 4, "R5: prefill covers the whole prompt blocks only")
+    check([t["commit"].tolist() for t in trace] == [[2, 3], [1]], "R10: 2 then 1, most confident")
+    check(out == [2, 3, 4] and st["steps"] == 2, "R7: the block ends once no mask is left")
+    check(r.finished == [], "no K/V pass after the last block")
+    check(ref.transfer_schedule(32, 5) == [7, 7, 6, 6, 6], "R2: 32 over 5 steps")
+    check(ref.transfer_schedule(4, 6) == [1, 1, 1, 1, 0, 0], "R2: steps past the block get 0")
+    check(ref.capped_steps(32, 64, 8) == 8, "R1: minimal_topk caps steps at gen_length // it")
 
-    # ties: equal confidence -> lower position; argmax ties -> lower id
+    # R10 ties: equal confidence -> lower position; argmax ties -> lower id
     def fn2(canvas, b, n):
         lg = np.zeros((L, V), np.float32)
         lg[:, 3] = 5.0
@@ -427,12 +432,12 @@ def test_scheduling():
         return lg
 
     trace = []
-    out = ref.generate(fm, [], 4, L, steps=2, threshold=0.99, trace=trace,
+    out = ref.generate(fm, [1], 3, L, steps=2, threshold=0.99, trace=trace,
                        runner=ScriptedRunner(fn2, L))
-    check([t["commit"].tolist() for t in trace] == [[0, 1], [2, 3]], "ties -> lower positions, n_s=2")
-    check(out == [3, 3, 3, 3], "argmax tie -> lower id")
+    check([t["commit"].tolist() for t in trace] == [[1, 2], [3]], "ties -> lower positions")
+    check(out == [3, 3, 3], "argmax tie -> lower id")
 
-    # threshold: all above -> commit all at once even though n_s = 1
+    # R10: all above threshold are committed at once even though n_s = 1
     def fn3(canvas, b, n):
         lg = np.zeros((L, V), np.float32)
         lg[:, 1] = 20.0
@@ -440,35 +445,25 @@ def test_scheduling():
 
     trace = []
     r = ScriptedRunner(fn3, L)
-    out = ref.generate(fm, [], 8, L, steps=4, threshold=0.95, trace=trace, runner=r)
+    out = ref.generate(fm, [1, 1, 1, 1], 8, L, steps=4, threshold=0.95, trace=trace, runner=r)
     check(r.calls == 2 and [t["commit"].tolist() for t in trace] == [[0, 1, 2, 3]] * 2,
           "all above threshold committed in one step")
-    check(out == [1] * 8, "two blocks generated")
+    check(out == [1] * 8 and r.finished == [1], "two blocks, one K/V pass between them")
 
-    # EOS: stop after the block holding it, cut after it (inclusive)
-    def fn4(canvas, b, n):
+    # R10 strict '>': two positions at exactly 0.5 with threshold 0.5 are not
+    # 'above'; n_s = 1 commits just the first
+    def fn_half(canvas, b, n):
         lg = np.zeros((L, V), np.float32)
-        lg[:, 1] = 20.0
-        if b == 1:
-            lg[2, 1], lg[2, 7] = 0.0, 20.0
+        lg[:2] = -60.0
+        lg[:2, 1] = lg[:2, 2] = 50.0  # confidence exactly 0.5
         return lg
 
-    r = ScriptedRunner(fn4, L)
-    out = ref.generate(fm, [], 16, L, steps=4, threshold=0.95, runner=r)
-    check(out == [1, 1, 1, 1, 1, 1, 7], "EOS cut inclusive")
-    check(r.finished == [0, 1], "no block after the EOS block")
+    trace = []
+    ref.generate(fm, [1, 1, 1, 1], 4, L, steps=4, threshold=0.5, trace=trace,
+                 runner=ScriptedRunner(fn_half, L))
+    check(trace[0]["commit"].tolist() == [0], "R10: confidence == threshold is not above it")
 
-    # stop id counts as EOS; a prompt tail does not
-    def fn5(canvas, b, n):
-        lg = np.zeros((L, V), np.float32)
-        lg[:, 2] = 20.0
-        lg[3, 2], lg[3, 8] = 0.0, 20.0
-        return lg
-
-    out = ref.generate(fm, [1, 7], 10, L, steps=4, threshold=0.95, runner=ScriptedRunner(fn5, L))
-    check(out == [2, 8], "stop id cuts; EOS inside the prompt is ignored")
-
-    # threshold count below n_s -> top n_s instead
+    # R10: fewer than n_s above threshold -> the top n_s instead
     def fn6(canvas, b, n):
         lg = np.zeros((L, V), np.float32)
         lg[0, 1] = 20.0  # only one above threshold
@@ -476,8 +471,135 @@ def test_scheduling():
         return lg
 
     trace = []
-    ref.generate(fm, [], 4, L, steps=2, threshold=0.95, trace=trace, runner=ScriptedRunner(fn6, L))
+    ref.generate(fm, [1, 1, 1, 1], 4, L, steps=2, threshold=0.95, trace=trace,
+                 runner=ScriptedRunner(fn6, L))
     check(trace[0]["commit"].tolist() == [0, 2], "fewer than n_s above threshold -> top n_s")
+
+    # R14/R17: stop after the block holding EOS, cut after it (inclusive)
+    def fn4(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 1] = 20.0
+        if b == 2:
+            lg[2, 1], lg[2, 7] = 0.0, 20.0
+        return lg
+
+    r = ScriptedRunner(fn4, L)
+    st = {}
+    out = ref.generate(fm, [1, 1, 1, 1], 16, L, steps=4, threshold=0.95, runner=r, stats=st)
+    check(out == [1, 1, 1, 1, 1, 1, 7], "R17: EOS cut inclusive (the token after it is cut)")
+    check(r.finished == [1] and st["blocks"] == 2, "R14: no block after the EOS block")
+
+    # R14/R17: <|role_end|> does not stop by default; stop_ids makes it; an
+    # EOS inside the prompt is ignored
+    def fn5(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 2] = 20.0
+        lg[3, 2], lg[3, 8] = 0.0, 20.0
+        return lg
+
+    out = ref.generate(fm, [1, 7], 10, L, steps=4, threshold=0.95, runner=ScriptedRunner(fn5, L))
+    check(out == [2, 8, 2, 2, 2, 8, 2, 2, 2, 8], "only EOS stops by default; EOS in the prompt ignored")
+    out = ref.generate(fm, [1, 7], 10, L, steps=4, threshold=0.95, runner=ScriptedRunner(fn5, L),
+                       stop_ids=[8])
+    check(out == [2, 8], "stop_ids end generation like EOS")
+
+    # R17: at most gen_length tokens; an EOS in the padding past P+G is ignored
+    def fn_pad(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 1] = 20.0
+        lg[3, 1], lg[3, 7] = 0.0, 20.0
+        return lg
+
+    out = ref.generate(fm, [1, 1, 1, 1, 1], 2, L, steps=4, threshold=0.95,
+                       runner=ScriptedRunner(fn_pad, L))
+    check(out == [1, 1], "R17: gen_length cut; EOS only in the padding is ignored")
+
+    # R9 + R7 + R11: the mask token competes (mask_in_argmax, default); a
+    # position given it stays a candidate; steps past the schedule (n_s = 0)
+    # commit only what is above threshold; a block can end with masks left.
+    def fn_mask(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 1] = 1.0
+        lg[0, 9] = 2.0  # the mask token wins at position 0, below threshold
+        if n == 5:
+            lg[1, 3] = 30.0  # step 4 (n_s = 0): one position above threshold
+        return lg
+
+    trace, st = [], {}
+    out = ref.generate(fm, [1, 1, 1, 1], 8, L, steps=6, threshold=0.95, trace=trace, stats=st,
+                       runner=ScriptedRunner(fn_mask, L))
+    blk1 = [t for t in trace if t["block"] == 1]
+    check(len(blk1) == 6 and all(t["commit"].tolist() == [0] for t in blk1[:4]),
+          "mask chosen at position 0: it stays a candidate, schedule steps spent on it")
+    check(blk1[4]["commit"].tolist() == [1] and blk1[5]["commit"].tolist() == [],
+          "R11: a 0-entry step commits only what is above threshold")
+    check(out[:4] == [9, 3, 9, 9] and st["masks_chosen"] >= 4,
+          "masks left after the last step stay in the output")
+    out = ref.generate(fm, [1, 1, 1, 1], 8, L, steps=6, threshold=0.95, mask_in_argmax=False,
+                       runner=ScriptedRunner(fn_mask, L))
+    check(9 not in out and len(out) == 8, "mask_in_argmax=False: the mask token is never chosen")
+
+    # R13 eos_early_stop: a committed EOS with no mask before it ends at once;
+    # the ids equal those without it
+    def fn_e(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 1] = np.array([8.0, 6.0, 4.0, 2.0])
+        if b == 1:
+            lg[0, 1], lg[0, 7] = 0.0, 8.0
+        return lg
+
+    for early in (False, True):
+        st = {}
+        out = ref.generate(fm, [1, 1, 1, 1], 12, L, steps=4, threshold=0.99, stats=st,
+                           eos_early_stop=early, runner=ScriptedRunner(fn_e, L))
+        check(out == [7], f"eos_early_stop={early}: output [EOS]")
+        check(st["steps"] == (1 if early else 4), f"eos_early_stop={early}: {st['steps']} steps")
+
+    # R13 quirk: an EOS committed while a mask precedes it does not return
+    # early, even once the mask is filled (no EOS is committed then)
+    def fn_q(canvas, b, n):
+        lg = np.zeros((L, V), np.float32)
+        lg[:, 1] = np.array([2.0, 8.0, 4.0, 3.0])
+        lg[1, 1], lg[1, 7] = 0.0, 8.0
+        return lg
+
+    st = {}
+    out = ref.generate(fm, [1, 1, 1, 1], 8, L, steps=4, threshold=0.99, stats=st,
+                       eos_early_stop=True, runner=ScriptedRunner(fn_q, L))
+    check(out == [1, 7] and st["steps"] == 4, "R13: no early return when a mask precedes the EOS")
+
+    # R13 quirk: the EOS search starts at position 0, so an EOS in the prompt
+    # makes the early return empty
+    st = {}
+    out = ref.generate(fm, [1, 7, 1, 1], 12, L, steps=4, threshold=0.99, stats=st,
+                       eos_early_stop=True, runner=ScriptedRunner(fn_e, L))
+    check(out == [] and st["steps"] == 1, "R13: EOS in the prompt -> empty early return")
+
+    # R9 sampler rules on single rows
+    row = np.full(V, -1e4, np.float32)
+    row[[0, 1, 2]] = 5.0
+    tok, conf = ref.Sampler(top_k=1)(row)
+    check(tok == 0 and abs(conf - 1 / 3) < 1e-12, "top_k keeps ties with the k-th value")
+    row = np.full(V, -1e4, np.float32)
+    row[:3] = np.log(np.array([0.5, 0.25, 0.25], np.float64)).astype(np.float32)
+    t6, c6 = ref.Sampler(top_p=0.6)(row)
+    t4, c4 = ref.Sampler(top_p=0.4)(row)
+    t0, c0 = ref.Sampler(top_p=0.0)(row)
+    check(t6 == 0 and abs(c6 - 2 / 3) < 1e-6, "top_p keeps the prefix that first exceeds p")
+    check(c4 == 1.0 and c0 == 1.0, "top_p always keeps the first token")
+    row = np.array([2.0, 1.0] + [-1e4] * (V - 2), np.float32)
+    _, c2 = ref.Sampler(temperature=2.0, top_k=1)(row)
+    check(c2 == 1.0, "temperature > 0 with top_k 1 draws the argmax with confidence 1")
+    p_t = 1 / (1 + math.exp(-0.5))
+    check(any(abs(c - p_t) < 1e-12 or abs(c - (1 - p_t)) < 1e-12
+              for c in [ref.Sampler(temperature=2.0, seed=s)(row)[1] for s in range(4)]),
+          "temperature 2 halves the logit gap")
+    draws = [ref.Sampler(temperature=1.0, seed=s)(row)[0] for s in range(400)]
+    frac = draws.count(0) / len(draws)
+    check(abs(frac - 1 / (1 + math.exp(-1))) < 0.08, f"draws follow softmax ({frac:.2f} token 0)")
+    # splitmix64's published outputs for seed 0 are xoshiro's initial state
+    check(ref.Rng(0).s == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F,
+                           0xF88BB8A8724C81EC], "Rng seeds xoshiro256** through splitmix64")
 
 
 # --------------------------------------------------------------------------
@@ -512,12 +634,11 @@ def test_cache_vs_recompute(model):
               f"max |dlogit| {diff:.2e} (scale {scale:.1f})")
         check(a == b and same_steps, f"{name}: identical tokens and commits")
         check(diff <= 1e-5 * max(scale, 1.0), f"{name}: logits agree")
-        check(model.mask_id not in a and len(a) >= 1, f"{name}: no mask ids in the output")
-        stops = {model.eos_id, model.stop_id}
-        check(all(t not in stops for t in a[:-1]), f"{name}: a stop id can only be last")
-        if not any(t in stops for t in a):
-            nb = -(-(P + G) // L)
-            check(len(a) == nb * L - P, f"{name}: runs to the end of the last block")
+        check(len(a) >= 1, f"{name}: some output")
+        check(all(t != model.eos_id for t in a[:-1]), f"{name}: EOS can only be last")
+        if a[-1] != model.eos_id:
+            check(len(a) == G, f"{name}: gen_length tokens when there is no EOS")
+        check(len(a) <= G, f"{name}: at most gen_length tokens")
         results[name] = (prompt, G, L, S, thr, a)
     check(total_multi > 0, f"threshold path exercised ({total_multi} multi-commit steps)")
     return results

@@ -61,18 +61,6 @@ def run(cmd, **kw):
     return r.stdout
 
 
-def read_dump(path):
-    """tide run --dump-logits: per step int32 {block, step, rows, vocab}, f32 logits."""
-    raw = open(path, "rb").read()
-    off, out = 0, []
-    while off < len(raw):
-        b, s, r, v = np.frombuffer(raw, "<i4", 4, off)
-        off += 16
-        out.append((int(b), int(s), np.frombuffer(raw, "<f4", int(r) * int(v), off).reshape(r, v)))
-        off += 4 * int(r) * int(v)
-    return out
-
-
 class Replay(R.CachedRunner):
     """Hands the reference's decoder the engine's logits, step by step, while
     computing the reference's own logits on the same canvas (with the
@@ -165,7 +153,7 @@ def main():
             got = run([tide, "--quiet", "run", "-c", cfg, "--ids", prompt_s, "--print-ids",
                        "--set", "generation.gen_length=64", "--dump-logits", dump,
                        "--set", "output.trace=" + trace]).strip()
-            steps = read_dump(dump)
+            steps = R.read_logits_dump(dump)
             model_ref.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
             replay = Replay(model_ref, 32, steps, R.read_trace_routes(trace))
             want = ",".join(map(str, R.generate(model_ref, prompt, 64, runner=replay)))

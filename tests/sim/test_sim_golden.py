@@ -129,6 +129,11 @@ def bench(binary, tmp):
     if len(metrics) != 1:
         print("expected one metrics file, got", metrics)
         return 1
+    manifest = json.load(open(os.path.join(out, runs[0], "manifest.json")))
+    if manifest.get("interrupted") is not False or len(manifest.get("rows", [])) != 1:
+        print("manifest.json: expected interrupted false and one finished configuration, got",
+              manifest.get("interrupted"), manifest.get("rows"))
+        return 1
     info = tide(binary, ["trace", "info", trace]).stdout
     if "prompts 3," not in info:
         print("the trace should hold three prompts:\n" + info)

@@ -40,7 +40,10 @@ struct tide_model_info {
     /* Token names the generator looks up in the tokenizer (never ids). */
     const char *mask_token; /* "<|mask|>" */
     const char *eos_token;  /* "<|endoftext|>" */
-    const char *stop_token; /* "<|role_end|>", or NULL */
+    /* End of a chat turn ("<|role_end|>"), or NULL. Informational: like the
+     * official generate(), the generator stops only at eos_token unless
+     * [generation] stop_tokens names more. */
+    const char *stop_token;
     /* Chat template with one "{prompt}" placeholder. */
     const char *chat_template;
 };

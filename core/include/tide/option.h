@@ -50,6 +50,19 @@ const char *tide_opts_section(const struct tide_opts *o);
 /* Where the value came from: "default", "FILE:LINE" or "--set". */
 const char *tide_opts_origin(const struct tide_opts *o, const char *name);
 
+/* A standalone section built from an option table, for a plugin's unit tests
+ * (out of tree too) and tools: values start at the table's defaults, then
+ * each of sets[0..n_sets) ("key=value") is applied and checked as the INI
+ * reader would. On success *out is owned by the caller (free it with
+ * tide_opts_destroy); on failure *out is NULL and the reason is logged.
+ * Returns TIDE_OK, TIDE_E_CONFIG (unknown key, bad value), TIDE_E_INVAL (a
+ * default of the table does not parse) or TIDE_E_NOMEM. Thread-safe. */
+int tide_opts_create(const char *section, const struct tide_option *table, const char *const *sets,
+                     int n_sets, struct tide_opts **out);
+/* Free a section from tide_opts_create. NULL, and sections that belong to a
+ * configuration (those a plugin is handed), are left alone. */
+void tide_opts_destroy(struct tide_opts *o);
+
 /* Parse a size such as "12GiB", "512 MiB", "1.5GB", "4096" into bytes.
  * IEC units (KiB..TiB) are powers of 1024, SI (KB..TB) powers of 1000.
  * Returns TIDE_OK or TIDE_E_INVAL (overflow, junk, negative). */

@@ -10,6 +10,7 @@
 extern "C" {
 #endif
 
+/* Codes are only appended; a code's value never changes. */
 enum tide_status {
     TIDE_OK = 0,
     TIDE_E_INVAL = -1,        /* bad argument or value */
@@ -24,6 +25,7 @@ enum tide_status {
     TIDE_E_INTERRUPTED = -10, /* stopped by a signal */
     TIDE_E_CONFIG = -11,      /* configuration error (usage) */
     TIDE_E_RANGE = -12,       /* value out of range: too-long prompt, id beyond vocab */
+    TIDE_E_CANCELLED = -13,   /* stopped by the caller (tide_engine_cancel, a callback) */
 };
 
 /* Short English text for a status code; never NULL, static storage. */

@@ -1,0 +1,280 @@
+/* `tide bench merge DIR... --out DIR`: join the shards of one sweep into the
+ * folder an unsharded run writes (results.csv in the unsharded order,
+ * config.ini, manifest.json, metrics-*.jsonl). Rows are copied as text, so
+ * every number is exactly what its shard wrote. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_shard.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+static void merge_usage(FILE *f)
+{
+    fprintf(f, "usage: tide bench merge DIR... --out DIR\n\n"
+               "Joins the shards of one `tide bench --shard K/N` sweep into --out DIR (a new\n"
+               "or empty folder): results.csv with the rows in the order of an unsharded run,\n"
+               "config.ini, the metrics-*.jsonl of every configuration, and manifest.json\n"
+               "(shard 0's, listing every shard with its host, and the hosts). Each DIR is a\n"
+               "result folder or a folder of result folders.\n\n"
+               "Refused, naming the field: shards of another grid (policies, budgets,\n"
+               "intervals, prompts, repeats), configuration, checkpoint (size and hash of\n"
+               "config.json and model.safetensors.index.json) or revision; a shard given\n"
+               "twice (exit 2). Missing shards are listed by index; an interrupted or\n"
+               "unfinished shard, or shards whose reference tokens differ, are reported (exit\n"
+               "1). As for a single run, tokens that differ from the baseline fail the merge\n"
+               "(exit 1, after writing) when one backend computed every expert.\n");
+}
+
+/* One shard's results.csv cut into lines (each with its newline). */
+struct merge_csv {
+    char *text;
+    char **line; /* [n]: line[0] is the header */
+    int n;
+};
+
+static int merge_read_csv(const char *dir, struct merge_csv *c)
+{
+    char path[4200];
+    size_t len;
+    snprintf(path, sizeof path, "%s/results.csv", dir);
+    int rc = cli_read_file(path, &c->text, &len);
+    if (rc != TIDE_OK)
+        return rc;
+    for (char *p = c->text; *p;) {
+        char *nl = strchr(p, '\n');
+        if (!nl) {
+            tide_error("%s: the last line is cut short (no newline)", path);
+            return TIDE_E_FORMAT;
+        }
+        char **l = realloc(c->line, sizeof *l * (size_t)(c->n + 1));
+        if (!l)
+            return TIDE_E_NOMEM;
+        c->line = l;
+        c->line[c->n++] = p;
+        p = nl + 1;
+    }
+    if (!c->n) {
+        tide_error("%s: empty", path);
+        return TIDE_E_FORMAT;
+    }
+    return TIDE_OK;
+}
+
+static size_t merge_len(const char *line)
+{
+    return (size_t)(strchr(line, '\n') - line) + 1;
+}
+
+/* The rows shard k must hold, in order: -1 (the baseline) then k, k+N, ... */
+static int merge_check_rows(const struct cli_part *p, const struct merge_csv *csv, long configs,
+                            bool baseline)
+{
+    const json_t *rows = json_object_get(p->m, "rows");
+    const long want = baseline + cli_shard_size(&p->shard, configs);
+    const long have = (long)json_array_size(rows);
+    if (have != csv->n - 1) {
+        tide_error("%s: manifest.json lists %ld rows but results.csv has %d", p->dir, have,
+                   csv->n - 1);
+        return TIDE_E_FORMAT;
+    }
+    if (have < want) {
+        tide_error("tide bench merge: shard %d of %d (%s) is unfinished: %ld of its %ld rows; run "
+                   "it again",
+                   p->shard.index, p->shard.count, p->dir, have, want);
+        return TIDE_E_INVAL;
+    }
+    for (long r = 0; r < have; r++) {
+        const json_t *row = json_array_get(rows, (size_t)r);
+        const json_t *c = json_object_get(row, "configuration");
+        const char *file = json_string_value(json_object_get(row, "metrics"));
+        long expect = baseline && !r ? -1 : p->shard.index + (r - baseline) * p->shard.count;
+        if (!json_is_integer(c) || json_integer_value(c) != expect || !file || strchr(file, '/') ||
+            r >= want) {
+            tide_error("%s: row %ld of manifest.json is not configuration %ld of shard %d/%d",
+                       p->dir, r, expect, p->shard.index, p->shard.count);
+            return TIDE_E_FORMAT;
+        }
+    }
+    return TIDE_OK;
+}
+
+/* Every shard checked its tokens against the same reference. */
+static int merge_check_reference(const struct cli_parts *ps)
+{
+    const json_t *a =
+        json_object_get(json_object_get(ps->by_index[0]->m, "reference_tokens"), "fnv1a64");
+    for (int k = 1; k < ps->count; k++) {
+        const json_t *b =
+            json_object_get(json_object_get(ps->by_index[k]->m, "reference_tokens"), "fnv1a64");
+        if (!json_equal((json_t *)a, (json_t *)b)) {
+            tide_error("tide bench merge: shard %d (%s) compared its tokens with other reference "
+                       "tokens than shard 0 (%s): their baselines (or, with [bench] baseline = "
+                       "false, their first configurations) generated different text, so the "
+                       "'same' columns do not agree; check the checkpoints' weights, or run with "
+                       "the baseline or --baseline DIR",
+                       k, ps->by_index[k]->dir, ps->by_index[0]->dir);
+            return TIDE_E_INVAL;
+        }
+    }
+    return TIDE_OK;
+}
+
+/* Write OUT: results.csv, config.ini, the metrics, manifest.json. */
+static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv, long configs,
+                       bool baseline, const char *out, bool *differ)
+{
+    char path[4400], src[4400];
+    snprintf(path, sizeof path, "%s/results.csv", out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tide_error("cannot create %s", path);
+        return TIDE_E_IO;
+    }
+    json_t *rows = json_array();
+    int rc = rows ? TIDE_OK : TIDE_E_NOMEM;
+    fwrite(csv[0].line[0], 1, merge_len(csv[0].line[0]), f);
+    *differ = false;
+    for (long i = baseline ? -1 : 0; i < configs && rc == TIDE_OK; i++) {
+        const int k = i < 0 ? 0 : (int)(i % ps->count);
+        const long r = i < 0 ? 0 : baseline + i / ps->count;
+        const struct cli_part *p = ps->by_index[k];
+        const char *line = csv[k].line[1 + r];
+        const size_t n = merge_len(line);
+        fwrite(line, 1, n, f);
+        *differ |= n >= 4 && !strncmp(line + n - 4, ",NO\n", 4);
+        json_t *row = json_array_get(json_object_get(p->m, "rows"), (size_t)r);
+        const char *file = json_string_value(json_object_get(row, "metrics"));
+        snprintf(src, sizeof src, "%s/%s", p->dir, file);
+        snprintf(path, sizeof path, "%s/%s", out, file);
+        rc = cli_copy_file(src, path);
+        json_array_append(rows, row);
+    }
+    if (fclose(f) != 0 && rc == TIDE_OK) {
+        tide_error("cannot write %s/results.csv", out);
+        rc = TIDE_E_IO;
+    }
+    snprintf(src, sizeof src, "%s/config.ini", ps->by_index[0]->dir);
+    snprintf(path, sizeof path, "%s/config.ini", out);
+    if (rc == TIDE_OK)
+        rc = cli_copy_file(src, path);
+    json_t *m = rc == TIDE_OK ? cli_parts_manifest(ps) : NULL;
+    if (rc == TIDE_OK && !m)
+        rc = TIDE_E_NOMEM;
+    if (rc == TIDE_OK) {
+        bool strict = true;
+        for (int k = 0; k < ps->count; k++)
+            strict &= json_is_true(json_object_get(ps->by_index[k]->m, "strict_tokens"));
+        json_object_set_new(m, "strict_tokens", json_boolean(strict));
+        json_object_set(m, "rows", rows);
+        json_object_set_new(m, "interrupted", json_false());
+        snprintf(path, sizeof path, "%s/manifest.json", out);
+        rc = cli_json_write(path, m);
+    }
+    json_decref(m);
+    json_decref(rows);
+    return rc;
+}
+
+int cmd_bench_merge(int argc, char **argv)
+{
+    const char *out = NULL;
+    char **dirs = calloc((size_t)argc, sizeof *dirs);
+    int n_dirs = 0;
+    if (!dirs)
+        return CLI_EXIT_RUNTIME;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            merge_usage(stdout);
+            free(dirs);
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "tide bench merge: unexpected argument '%s'\n\n", argv[i]);
+            merge_usage(stderr);
+            free(dirs);
+            return CLI_EXIT_USAGE;
+        } else {
+            dirs[n_dirs++] = argv[i];
+        }
+    }
+    if (!out || !n_dirs) {
+        fprintf(stderr, "tide bench merge: %s\n\n",
+                out ? "name the shards' result folders" : "name the output folder with --out DIR");
+        merge_usage(stderr);
+        free(dirs);
+        return CLI_EXIT_USAGE;
+    }
+    struct cli_parts ps;
+    static const char *const same[] = {"tide_version", "git_revision", "grid",
+                                       "checkpoint",   "config",       NULL};
+    int rc = cli_parts_load("bench", dirs, n_dirs, &ps);
+    if (rc == TIDE_OK)
+        rc = cli_parts_check("bench", &ps, same);
+    struct merge_csv *csv = rc == TIDE_OK ? calloc((size_t)ps.count, sizeof *csv) : NULL;
+    if (rc == TIDE_OK && !csv)
+        rc = TIDE_E_NOMEM;
+    long configs = 0;
+    bool baseline = false;
+    if (rc == TIDE_OK) {
+        const json_t *g = json_object_get(ps.by_index[0]->m, "grid");
+        configs = (long)json_integer_value(json_object_get(g, "configurations"));
+        baseline = json_is_true(json_object_get(g, "baseline"));
+    }
+    for (int k = 0; k < (csv ? ps.count : 0) && rc == TIDE_OK; k++)
+        if ((rc = merge_read_csv(ps.by_index[k]->dir, &csv[k])) == TIDE_OK)
+            rc = merge_check_rows(ps.by_index[k], &csv[k], configs, baseline);
+    for (int k = 1; k < (csv ? ps.count : 0) && rc == TIDE_OK; k++)
+        if (merge_len(csv[k].line[0]) != merge_len(csv[0].line[0]) ||
+            memcmp(csv[k].line[0], csv[0].line[0], merge_len(csv[0].line[0]))) {
+            tide_error("tide bench merge: %s and %s have different results.csv columns",
+                       ps.by_index[0]->dir, ps.by_index[k]->dir);
+            rc = TIDE_E_FORMAT;
+        }
+    if (rc == TIDE_OK)
+        rc = merge_check_reference(&ps);
+    bool created = false, differ = false;
+    if (rc == TIDE_OK && (rc = cli_out_dir_create("--out", out, &created)) == TIDE_OK) {
+        rc = merge_write(&ps, csv, configs, baseline, out, &differ);
+        if (rc != TIDE_OK)
+            cli_out_dir_discard(out, created);
+    }
+    if (rc == TIDE_OK) {
+        char hosts[512] = "";
+        const json_t *h;
+        size_t i;
+        json_t *m = cli_parts_manifest(&ps);
+        json_array_foreach(json_object_get(m, "hosts"), i, h)
+        {
+            size_t at = strlen(hosts);
+            snprintf(hosts + at, sizeof hosts - at, "%s%s", i ? ", " : "", json_string_value(h));
+        }
+        json_decref(m);
+        tide_info("bench merge: %d shards (hosts: %s), %ld configurations%s written to "
+                  "%s/results.csv",
+                  ps.count, hosts, configs, baseline ? " and the baseline" : "", out);
+        bool strict = true;
+        for (int k = 0; k < ps.count; k++)
+            strict &= json_is_true(json_object_get(ps.by_index[k]->m, "strict_tokens"));
+        if (differ && strict) {
+            tide_error("bench merge: some configurations generated different tokens than the "
+                       "baseline (column 'same'); placement must be lossless");
+            rc = TIDE_E_INVAL;
+        } else if (differ) {
+            tide_warn("bench merge: some configurations generated different tokens than the "
+                      "baseline; their device and host experts ran on different backends, so "
+                      "this is expected");
+        }
+    }
+    for (int k = 0; csv && k < ps.count; k++) {
+        free(csv[k].text);
+        free(csv[k].line);
+    }
+    free(csv);
+    cli_parts_free(&ps);
+    free(dirs);
+    return cli_exit_code(rc);
+}

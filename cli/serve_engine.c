@@ -1,0 +1,492 @@
+/* `tide serve`: the engine adapter (serve_engine.h), written on the public
+ * embedding API (tide/engine.h). Every other serve_* file goes through
+ * these calls.
+ *
+ * What it takes from the internals is narrow and CLI-only, as `tide run`:
+ * the [serve] and [output] sections of the engine's configuration,
+ * tide_engine_set_outputs (the [output] metrics file), and the ids of the
+ * end-of-text tokens, which the public API does not name and which answers
+ * must not show as text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "serve_engine.h"
+#include "tide/engine.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+struct serve_engine {
+    struct tide_engine *e;
+    struct tide_engine_info ei;
+    struct serve_engine_info info;
+    char policy[128];
+    char eos_name[128];
+    /* The text of each end-of-text id, stripped from answers. */
+    int32_t end_ids[1 + TIDE_GEN_MAX_STOP];
+    char *end_text[1 + TIDE_GEN_MAX_STOP];
+    size_t end_len[1 + TIDE_GEN_MAX_STOP];
+    int n_end;
+    FILE *metrics; /* [output] metrics, or NULL */
+    const char *metrics_path;
+    struct tide_engine_outputs outs;
+};
+
+static void se_settings(const struct tide_config *cfg, struct serve_settings *st)
+{
+    const struct tide_opts *so = tide_config_section(cfg, "serve");
+    *st = (struct serve_settings){
+        .host = tide_opts_str(so, "host"),
+        .port = (int)tide_opts_int(so, "port"),
+        .max_queue = (int)tide_opts_int(so, "max_queue"),
+        .max_body = tide_opts_size(so, "max_body"),
+        .api_key = tide_opts_str(so, "api_key"),
+        .model_name = tide_opts_str(so, "model_name"),
+        .max_connections = (int)tide_opts_int(so, "max_connections"),
+        .shutdown_timeout = tide_opts_float(so, "shutdown_timeout"),
+    };
+}
+
+/* The end-of-text ids (EOS and [generation] stop_tokens) and their text. */
+static int se_end_tokens(struct serve_engine *s)
+{
+    int32_t ids[1 + TIDE_GEN_MAX_STOP];
+    int n = 0;
+    ids[n++] = s->e->ids.eos;
+    for (int i = 0; i < s->e->ids.n_stop; i++)
+        ids[n++] = s->e->ids.stop[i];
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0)
+            continue;
+        char *t = NULL;
+        size_t len = 0;
+        if (tide_engine_detokenize(s->e, &ids[i], 1, &t, &len) != TIDE_OK)
+            return TIDE_E_NOMEM;
+        s->end_ids[s->n_end] = ids[i];
+        s->end_text[s->n_end] = t;
+        s->end_len[s->n_end] = len;
+        s->n_end++;
+    }
+    const struct tide_model_info *mi = s->e->mops->info(s->e->model);
+    snprintf(s->eos_name, sizeof s->eos_name, "%s", mi->eos_token ? mi->eos_token : "");
+    return TIDE_OK;
+}
+
+int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
+                      struct serve_settings *settings, struct serve_engine **out)
+{
+    *out = NULL;
+    struct serve_engine *s = calloc(1, sizeof *s);
+    if (!s)
+        return TIDE_E_NOMEM;
+    const struct tide_engine_args args = {
+        .size = sizeof args,
+        .config_path = config_path,
+        .sets = sets,
+        .n_sets = n_sets,
+    };
+    int rc = tide_engine_open(&args, &s->e);
+    if (rc != TIDE_OK)
+        goto fail;
+    se_settings(s->e->cfg, settings);
+    s->ei.size = sizeof s->ei;
+    const char *gen_length = NULL;
+    if ((rc = tide_engine_get_info(s->e, &s->ei)) != TIDE_OK ||
+        (rc = tide_engine_get_option(s->e, "generation.gen_length", &gen_length)) != TIDE_OK ||
+        (rc = se_end_tokens(s)) != TIDE_OK)
+        goto fail;
+    snprintf(s->policy, sizeof s->policy, "%s", s->ei.policy);
+    s->info = (struct serve_engine_info){
+        .model_dir = s->ei.model,
+        .policy = s->policy,
+        .budget = s->ei.budget,
+        .n_layers = s->ei.n_layers,
+        .n_moe_layers = s->ei.n_moe_layers,
+        .n_experts = s->ei.n_experts,
+        .block_length = s->ei.block_length,
+        .max_ctx = s->ei.max_ctx,
+        .vocab = s->ei.vocab_size,
+        .gen_length = strtoll(gen_length, NULL, 10),
+        .has_chat_template = s->ei.has_chat_template,
+        .eos_text = s->eos_name[0] ? s->eos_name : NULL,
+    };
+    /* [output] metrics collects the telemetry of every request. */
+    if ((rc = cli_output_open(tide_config_section(s->e->cfg, "output"), "metrics", &s->metrics,
+                              &s->metrics_path)) != TIDE_OK)
+        goto fail;
+    s->outs = (struct tide_engine_outputs){.metrics = s->metrics};
+    tide_engine_set_outputs(s->e, &s->outs);
+    *out = s;
+    return TIDE_OK;
+fail:
+    serve_engine_close(s);
+    return rc;
+}
+
+void serve_engine_close(struct serve_engine *s)
+{
+    if (!s)
+        return;
+    if (s->e)
+        tide_engine_set_outputs(s->e, NULL);
+    if (s->metrics)
+        cli_output_close(s->metrics, s->metrics_path, true);
+    for (int i = 0; i < s->n_end; i++)
+        tide_free(s->end_text[i]);
+    tide_engine_close(s->e);
+    free(s);
+}
+
+const struct serve_engine_info *serve_engine_info(const struct serve_engine *s)
+{
+    return &s->info;
+}
+
+/* ---- generation --------------------------------------------------------- */
+
+struct se_gen {
+    struct serve_engine *s;
+    const struct serve_gen *g;
+    int64_t max_tokens;
+    bool stop;    /* our callback asked to stop */
+    int32_t *ids; /* the last final block's ids, cut (see serve_block) */
+    int64_t n_ids;
+    char *text;
+    size_t text_len;
+    bool eos, full;
+    bool pending; /* the last block needs a cut its text cannot give: after the call */
+    int last_block;
+    int64_t steps;
+    int rc;
+};
+
+static int se_end_index(const struct serve_engine *s, int32_t id)
+{
+    for (int i = 0; i < s->n_end; i++)
+        if (s->end_ids[i] == id)
+            return i;
+    return -1;
+}
+
+static int se_on_start(void *user, const struct tide_start_event *ev)
+{
+    struct se_gen *x = user;
+    return x->g->on_start ? x->g->on_start(x->g->user, ev->prompt_tokens) : 0;
+}
+
+static int se_on_step(void *user, const struct tide_step_event *ev)
+{
+    struct se_gen *x = user;
+    x->steps = ev->steps;
+    if (x->g->on_step && x->g->on_step(x->g->user, ev->step_seconds))
+        x->stop = true;
+    return x->stop;
+}
+
+/* Keep ids[0..keep) and text as the state, and hand them on. */
+static int se_deliver(struct se_gen *x, int block, const int32_t *ids, int64_t keep,
+                      const char *text, size_t len, bool eos, bool full)
+{
+    int32_t *ci = malloc(sizeof *ci * (size_t)(keep ? keep : 1));
+    char *ct = malloc(len + 1);
+    if (!ci || !ct) {
+        free(ci);
+        free(ct);
+        x->rc = TIDE_E_NOMEM;
+        return 1;
+    }
+    memcpy(ci, ids, sizeof *ci * (size_t)keep);
+    memcpy(ct, text, len);
+    ct[len] = 0;
+    free(x->ids);
+    free(x->text);
+    x->ids = ci;
+    x->n_ids = keep;
+    x->text = ct;
+    x->text_len = len;
+    x->eos = eos;
+    x->full = full;
+    x->last_block = block;
+    const struct serve_block b = {
+        .block = block,
+        .ids = ci,
+        .n_ids = keep,
+        .text = ct,
+        .text_len = len,
+        .eos = eos,
+        .full = full,
+        .steps = x->steps,
+    };
+    return x->g->on_block && x->g->on_block(x->g->user, &b);
+}
+
+static int se_on_block(void *user, const struct tide_block_event *ev)
+{
+    struct se_gen *x = user;
+    const struct serve_engine *s = x->s;
+    int64_t keep = ev->n_ids;
+    int end = -1;
+    for (int64_t i = 0; i < ev->n_ids && end < 0; i++)
+        if ((end = se_end_index(s, ev->ids[i])) >= 0)
+            keep = i + 1;
+    bool eos = end >= 0, full = false;
+    if (keep >= x->max_tokens) {
+        full = keep > x->max_tokens || !eos;
+        if (keep > x->max_tokens) {
+            /* The text of a prefix is not in the event: decode it once the
+             * call returns (callbacks must not call into the engine). */
+            x->pending = true;
+            x->last_block = ev->block;
+            free(x->ids);
+            x->ids = malloc(sizeof *x->ids * (size_t)x->max_tokens);
+            if (!x->ids) {
+                x->rc = TIDE_E_NOMEM;
+                return 1;
+            }
+            memcpy(x->ids, ev->ids, sizeof *x->ids * (size_t)x->max_tokens);
+            x->n_ids = x->max_tokens;
+            x->eos = false;
+            x->full = true;
+            x->stop = true;
+            return 1;
+        }
+    }
+    /* The text without the end-of-text token (the last id when present). */
+    size_t len = ev->text_len;
+    if (eos && len >= s->end_len[end] &&
+        !memcmp(ev->text + len - s->end_len[end], s->end_text[end], s->end_len[end]))
+        len -= s->end_len[end];
+    if (se_deliver(x, ev->block, ev->ids, keep, ev->text, len, eos, full))
+        x->stop = true;
+    return x->stop;
+}
+
+/* Prompt tokens, checked against the model: an error names the field. */
+static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t **ids, size_t *n,
+                      struct serve_error *err)
+{
+    const int L = s->info.block_length;
+    if (g->block_length > 0 && g->block_length != L) {
+        serve_error_set(err, 400, "invalid_request_error", NULL, "block_length",
+                        "'block_length' must be %d, the engine's (the model's attention mask is "
+                        "built for it when the server starts)",
+                        L);
+        return TIDE_E_UNSUPPORTED;
+    }
+    const char *what = g->chat ? "messages" : "prompt";
+    const struct serve_prompt *pr = g->prompt;
+    if (pr->ids) {
+        if (!(*ids = malloc(sizeof **ids * pr->n_ids)))
+            return TIDE_E_NOMEM;
+        memcpy(*ids, pr->ids, sizeof **ids * pr->n_ids);
+        *n = pr->n_ids;
+    } else {
+        if (g->chat && !s->info.has_chat_template) {
+            serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                            "the model %s has no chat template; use /v1/completions",
+                            s->info.model_dir);
+            return TIDE_E_UNSUPPORTED;
+        }
+        int32_t *t = NULL;
+        int rc = tide_engine_tokenize(s->e, pr->text, pr->len, g->chat, &t, n);
+        if (rc != TIDE_OK) {
+            serve_error_set(err, 500, "server_error", NULL, what, "cannot tokenize the %s: %s",
+                            what, tide_engine_error(s->e));
+            return rc;
+        }
+        /* Ours to free with free(): copy out of the library's memory. */
+        *ids = malloc(sizeof **ids * (*n ? *n : 1));
+        if (*ids)
+            memcpy(*ids, t, sizeof **ids * *n);
+        tide_free(t);
+        if (!*ids)
+            return TIDE_E_NOMEM;
+    }
+    /* Positions: the prompt plus max_tokens, rounded up to whole blocks. */
+    const int64_t P = (int64_t)*n, max_ctx = s->info.max_ctx;
+    const int64_t gen = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length;
+    const int64_t one = (P + 1 + L - 1) / L * L, need = (P + gen + L - 1) / L * L;
+    if (P < 1) {
+        serve_error_set(err, 400, "invalid_request_error", NULL, what, "'%s' has no tokens", what);
+        return TIDE_E_RANGE;
+    }
+    if (one > max_ctx) {
+        serve_error_set(err, 400, "invalid_request_error", "context_length_exceeded", what,
+                        "the %s has %lld tokens; with one block of %d to generate it needs %lld "
+                        "positions, beyond the model's context of %lld",
+                        what, (long long)P, L, (long long)one, (long long)max_ctx);
+        return TIDE_E_RANGE;
+    }
+    if (need > max_ctx) {
+        serve_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                        g->max_tokens > 0 ? "max_tokens" : what,
+                        "the %s (%lld tokens) plus max_tokens (%lld), in blocks of %d, needs "
+                        "%lld positions, beyond the model's context of %lld",
+                        what, (long long)P, (long long)gen, L, (long long)need, (long long)max_ctx);
+        return TIDE_E_RANGE;
+    }
+    return TIDE_OK;
+}
+
+int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
+                          struct serve_result *out, struct serve_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = se_prepare(s, g, &ids, &n, err);
+    if (rc != TIDE_OK) {
+        free(ids);
+        return rc;
+    }
+    struct se_gen x = {
+        .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
+    struct tide_request r;
+    tide_request_init(&r);
+    r.prompt_ids = ids;
+    r.n_prompt_ids = n;
+    r.chat = 0; /* the ids are final */
+    r.gen_length = x.max_tokens;
+    r.steps = g->steps;
+    r.threshold = g->threshold;
+    r.temperature = g->temperature;
+    r.top_k = g->top_k;
+    r.top_p = g->top_p;
+    r.seed = g->seed;
+    r.user = &x;
+    r.on_start = se_on_start;
+    r.on_step = se_on_step;
+    r.on_block = se_on_block;
+    struct tide_result *res = NULL;
+    rc = tide_engine_generate(s->e, &r, &res);
+    free(ids);
+    if (x.rc != TIDE_OK)
+        rc = x.rc;
+    else if (rc == TIDE_E_CANCELLED && res)
+        rc = TIDE_OK; /* stopped by a callback: what was final is the result */
+    if (rc == TIDE_OK && x.pending) {
+        char *t = NULL;
+        size_t len = 0;
+        if ((rc = tide_engine_detokenize(s->e, x.ids, (size_t)x.n_ids, &t, &len)) == TIDE_OK) {
+            int32_t *keep = x.ids;
+            x.ids = NULL; /* se_deliver replaces it */
+            se_deliver(&x, x.last_block, keep, x.n_ids, t, len, false, true);
+            free(keep);
+            tide_free(t);
+            rc = x.rc;
+        }
+    }
+    if (rc == TIDE_OK && !x.text && !(x.text = calloc(1, 1)))
+        rc = TIDE_E_NOMEM;
+    if (rc != TIDE_OK) {
+        const int http =
+            rc == TIDE_E_CONFIG || rc == TIDE_E_RANGE || rc == TIDE_E_UNSUPPORTED ? 400 : 500;
+        serve_error_set(err, http, http == 400 ? "invalid_request_error" : "server_error", NULL,
+                        NULL, "generation failed: %s", tide_engine_error(s->e));
+        free(x.ids);
+        free(x.text);
+        tide_result_free(res);
+        return rc;
+    }
+    /* A cancelled result counts no forwards; the generator's rule gives
+     * them: one per whole prompt block, one per step, one K/V pass per block. */
+    const int64_t forwards =
+        res->cancelled && !res->forwards
+            ? res->prompt_tokens / s->info.block_length + res->steps + res->blocks
+            : res->forwards;
+    *out = (struct serve_result){
+        .prompt_tokens = res->prompt_tokens,
+        .ids = x.ids,
+        .n_ids = x.n_ids,
+        .text = x.text,
+        .text_len = x.text_len,
+        .eos = x.eos,
+        .full = x.full,
+        .stopped = res->cancelled,
+        .steps = res->steps,
+        .forwards = forwards,
+        .blocks = res->blocks,
+        .seconds = res->seconds,
+        .prefill_seconds = res->prefill_seconds,
+        .offload = {.tokens = res->offload.tokens,
+                    .hit_rows = res->offload.hit_rows,
+                    .miss_rows = res->offload.miss_rows,
+                    .promotions = res->offload.promotions,
+                    .evictions = res->offload.evictions,
+                    .weight_bytes = res->offload.weight_bytes,
+                    .act_bytes = res->offload.act_bytes},
+    };
+    tide_result_free(res);
+    return TIDE_OK;
+}
+
+void serve_result_free(struct serve_result *r)
+{
+    if (!r)
+        return;
+    free(r->ids);
+    free(r->text);
+    r->ids = NULL;
+    r->text = NULL;
+}
+
+int serve_engine_tokenize(struct serve_engine *s, const char *text, size_t len, bool chat,
+                          int32_t **ids, size_t *n, struct serve_error *err)
+{
+    if (chat && !s->info.has_chat_template) {
+        serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                        "the model has no chat template");
+        return TIDE_E_UNSUPPORTED;
+    }
+    int32_t *t = NULL;
+    int rc = tide_engine_tokenize(s->e, text, len, chat, &t, n);
+    if (rc != TIDE_OK) {
+        serve_error_set(err, 500, "server_error", NULL, "prompt", "cannot tokenize: %s",
+                        tide_engine_error(s->e));
+        return rc;
+    }
+    *ids = malloc(sizeof **ids * (*n ? *n : 1));
+    if (*ids)
+        memcpy(*ids, t, sizeof **ids * *n);
+    tide_free(t);
+    return *ids ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+int serve_engine_detokenize(struct serve_engine *s, const int32_t *ids, size_t n, char **text,
+                            size_t *len, struct serve_error *err)
+{
+    char *t = NULL;
+    int rc = tide_engine_detokenize(s->e, ids, n, &t, len);
+    if (rc != TIDE_OK) {
+        serve_error_set(err, 500, "server_error", NULL, "tokens", "cannot decode: %s",
+                        tide_engine_error(s->e));
+        return rc;
+    }
+    *text = malloc(*len + 1);
+    if (*text) {
+        memcpy(*text, t, *len);
+        (*text)[*len] = 0;
+    }
+    tide_free(t);
+    return *text ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+int serve_engine_layer_stats(struct serve_engine *s, struct serve_offload *out, int cap)
+{
+    const int n = s->info.n_moe_layers;
+    for (int i = 0; i < n && i < cap; i++) {
+        struct tide_offload_stats st = {.size = sizeof st};
+        if (tide_engine_layer_stats(s->e, i, &st) != TIDE_OK)
+            st = (struct tide_offload_stats){0};
+        out[i] = (struct serve_offload){.tokens = st.tokens,
+                                        .hit_rows = st.hit_rows,
+                                        .miss_rows = st.miss_rows,
+                                        .promotions = st.promotions,
+                                        .evictions = st.evictions,
+                                        .weight_bytes = st.weight_bytes,
+                                        .act_bytes = st.act_bytes};
+    }
+    return n;
+}

@@ -1,0 +1,123 @@
+/* `tide serve`: the engine, as the server uses it. The only file that calls
+ * the runtime is serve_engine.c; the HTTP side sees these calls only.
+ *
+ * Threading: one thread (the server's worker) makes every call on an
+ * engine, except serve_engine_info, whose result is immutable after open. */
+#ifndef TIDE_SERVE_ENGINE_H
+#define TIDE_SERVE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve_json.h"
+
+struct serve_engine;
+
+/* What was opened (strings owned by the engine, valid until close). */
+struct serve_engine_info {
+    const char *model_dir;
+    const char *policy; /* placement policy plugin, or "none" without offload */
+    int budget;         /* experts per MoE layer on the device */
+    int n_layers, n_moe_layers, n_experts;
+    int block_length;   /* fixed at open */
+    int64_t max_ctx;    /* positions the model takes */
+    int vocab;          /* the model's vocabulary (ids below it) */
+    int64_t gen_length; /* [generation] gen_length: max_tokens when a request has none */
+    bool has_chat_template;
+    const char *eos_text; /* the end-of-text token's text, or NULL */
+};
+
+/* The [serve] section. */
+struct serve_settings {
+    const char *host;
+    int port;
+    int max_queue;
+    uint64_t max_body;
+    const char *api_key;
+    const char *model_name; /* "" = the checkpoint folder's name */
+    int max_connections;
+    double shutdown_timeout;
+};
+
+/* Open: plugins, configuration (file, then "section.key=value" overrides),
+ * model. *settings receives the [serve] section (strings owned by the
+ * engine). Errors are logged. Returns TIDE_OK or a status. */
+int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
+                      struct serve_settings *settings, struct serve_engine **out);
+void serve_engine_close(struct serve_engine *e); /* NULL is a no-op; flushes telemetry */
+const struct serve_engine_info *serve_engine_info(const struct serve_engine *e);
+
+/* A block is final. ids are every token generated so far, cut after the
+ * first end-of-text and at max_tokens; text is theirs without the
+ * end-of-text token (ids the tokenizer has no text for are left out). */
+struct serve_block {
+    int block; /* generated block, from 0 */
+    const int32_t *ids;
+    int64_t n_ids;
+    const char *text; /* raw bytes: may end inside a UTF-8 sequence */
+    size_t text_len;
+    bool eos;      /* an end-of-text token was generated */
+    bool full;     /* max_tokens reached */
+    int64_t steps; /* denoising steps so far */
+};
+
+/* One generation. Numeric parameters are negative for "as configured". */
+struct serve_gen {
+    const struct serve_prompt *prompt;
+    bool chat;
+    int64_t max_tokens;
+    int block_length, steps, top_k;
+    double threshold, temperature, top_p;
+    int64_t seed;
+    void *user;
+    /* Called once the request is checked, before any forward. Nonzero
+     * cancels. */
+    int (*on_start)(void *user, int64_t prompt_tokens);
+    /* After each denoising step; nonzero stops before the next step. */
+    int (*on_step)(void *user, double step_seconds);
+    /* After each block; nonzero stops the generation there (what was final
+     * stays the result). */
+    int (*on_block)(void *user, const struct serve_block *b);
+};
+
+/* Exact offload counters of one request (or cumulative). */
+struct serve_offload {
+    uint64_t tokens, hit_rows, miss_rows, promotions, evictions, weight_bytes, act_bytes;
+};
+
+struct serve_result {
+    int64_t prompt_tokens;
+    int32_t *ids; /* generated tokens as in the last serve_block; freed by serve_result_free */
+    int64_t n_ids;
+    char *text; /* their text, raw bytes (see serve_block) */
+    size_t text_len;
+    bool eos, full;
+    bool stopped; /* a callback stopped it */
+    int64_t steps, forwards;
+    int blocks;
+    double seconds, prefill_seconds;
+    struct serve_offload offload;
+};
+void serve_result_free(struct serve_result *r);
+
+/* Generate. Returns TIDE_OK with *out filled (also when a callback stopped
+ * it: out->stopped), or a status with *err set: 400 for a request the model
+ * cannot take (prompt or max_tokens beyond the context, block_length other
+ * than the engine's, chat without a template; naming the field), 500
+ * otherwise. */
+int serve_engine_generate(struct serve_engine *e, const struct serve_gen *g,
+                          struct serve_result *out, struct serve_error *err);
+
+/* Tokens of text (chat: in the template). *ids is freed with free(). */
+int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, bool chat,
+                          int32_t **ids, size_t *n, struct serve_error *err);
+/* Text of ids (unknown ids left out). *text is freed with free(). */
+int serve_engine_detokenize(struct serve_engine *e, const int32_t *ids, size_t n, char **text,
+                            size_t *len, struct serve_error *err);
+
+/* Cumulative per-MoE-layer counters since open: out[i] for the i-th MoE
+ * layer, at most cap. Returns the number of MoE layers. */
+int serve_engine_layer_stats(struct serve_engine *e, struct serve_offload *out, int cap);
+
+#endif

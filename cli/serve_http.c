@@ -1,0 +1,554 @@
+/* `tide serve`: routing, authentication, bodies and streams over
+ * libmicrohttpd. */
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve_http.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+#define SH_IDLE_TIMEOUT 120 /* seconds an idle keep-alive connection is kept */
+
+struct serve_http {
+    struct serve_http_args a;
+    struct MHD_Daemon *d;
+    int port;
+    atomic_bool closing;
+};
+
+/* What one request gathers between calls of the access handler. */
+struct sh_req {
+    const struct sh_route *route;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    size_t discarded;
+};
+
+typedef enum MHD_Result (*sh_handler)(struct serve_http *h, struct MHD_Connection *c,
+                                      struct sh_req *r);
+
+struct sh_route {
+    const char *path;
+    const char *method; /* GET routes answer HEAD too */
+    const char *label;  /* the endpoint label of tide_http_requests_total */
+    bool public;        /* no API key needed */
+    sh_handler fn;
+};
+
+/* ---- answers ------------------------------------------------------------ */
+
+/* While shutting down, every answer closes its connection, so that the
+ * server can wait for the last bytes to leave (serve_http_drain). */
+static void sh_closing_header(struct serve_http *h, struct MHD_Response *res)
+{
+    if (atomic_load(&h->closing))
+        MHD_add_response_header(res, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+static enum MHD_Result sh_send(struct serve_http *h, struct MHD_Connection *c, const char *label,
+                               int status, const char *ctype, const char *body, const char *h1,
+                               const char *v1)
+{
+    struct MHD_Response *res = MHD_create_response_from_buffer(
+        body ? strlen(body) : 0, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+    if (!res)
+        return MHD_NO;
+    MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (h1)
+        MHD_add_response_header(res, h1, v1);
+    sh_closing_header(h, res);
+    const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, res);
+    MHD_destroy_response(res);
+    serve_metrics_request(h->a.metrics, label, status);
+    if (status >= 500)
+        tide_warn("serve: %s answered %d: %.300s", label, status, body ? body : "");
+    else if (status >= 400)
+        tide_debug("serve: %s answered %d: %.300s", label, status, body ? body : "");
+    return rc;
+}
+
+static enum MHD_Result sh_json(struct serve_http *h, struct MHD_Connection *c, const char *label,
+                               int status, char *body /* freed */)
+{
+    if (!body)
+        return sh_send(h, c, label, 500, "application/json",
+                       "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                       "\"param\":null,\"code\":null}}",
+                       NULL, NULL);
+    const enum MHD_Result rc = sh_send(h, c, label, status, "application/json", body, NULL, NULL);
+    free(body);
+    return rc;
+}
+
+static enum MHD_Result sh_error(struct serve_http *h, struct MHD_Connection *c, const char *label,
+                                const struct serve_error *err, const char *h1, const char *v1)
+{
+    char *body = serve_error_json(err);
+    const enum MHD_Result rc =
+        body ? sh_send(h, c, label, err->http, "application/json", body, h1, v1) : MHD_NO;
+    free(body);
+    return rc;
+}
+
+/* ---- GET routes --------------------------------------------------------- */
+
+static enum MHD_Result sh_health(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
+{
+    if (atomic_load(&h->closing))
+        return sh_send(h, c, "health", 503, "application/json", "{\"status\":\"shutting_down\"}",
+                       NULL, NULL);
+    return sh_send(h, c, "health", 200, "application/json", "{\"status\":\"ok\"}", NULL, NULL);
+}
+
+static enum MHD_Result sh_models(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
+{
+    return sh_json(h, c, "models", 200, serve_models_json(h->a.model, 0, false));
+}
+
+static enum MHD_Result sh_metrics(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
+{
+    int queued, running;
+    serve_queue_load(h->a.queue, &queued, &running);
+    /* Count this scrape before rendering, so that it shows in its own text. */
+    serve_metrics_request(h->a.metrics, "metrics", 200);
+    char *text =
+        serve_metrics_render(h->a.metrics, queued, running, h->a.max_queue, h->a.info, h->a.model);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *res =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!res) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    sh_closing_header(h, res);
+    const enum MHD_Result rc = MHD_queue_response(c, 200, res);
+    MHD_destroy_response(res);
+    return rc;
+}
+
+static enum MHD_Result sh_tokenizer_info(struct serve_http *h, struct MHD_Connection *c,
+                                         struct sh_req *r)
+{
+    return sh_json(h, c, "tokenizer_info", 200,
+                   serve_tokenizer_info_json(h->a.info->eos_text, h->a.info->max_ctx));
+}
+
+/* ---- queued routes ------------------------------------------------------ */
+
+struct sh_stream {
+    struct serve_http *h;
+    struct serve_job *j;
+    int fd;
+};
+
+static ssize_t sh_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sh_stream *s = cls;
+    const ssize_t n = serve_job_read(s->h->a.queue, s->j, s->fd, buf, max);
+    if (n > 0)
+        return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void sh_stream_free(void *cls)
+{
+    struct sh_stream *s = cls;
+    serve_job_release(s->h->a.queue, s->j);
+    free(s);
+}
+
+static int sh_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Queue a job, wait for it (watching the client), and answer: a whole body,
+ * or a stream of server-sent events. */
+static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c, const char *label,
+                                  struct serve_job *j)
+{
+    struct serve_error err;
+    if (!j) {
+        serve_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
+        return sh_error(h, c, label, &err, NULL, NULL);
+    }
+    int retry = 1;
+    const enum serve_submit s = serve_queue_submit(h->a.queue, j, &retry);
+    if (s != SERVE_SUBMIT_OK) {
+        serve_job_release(h->a.queue, j);
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", retry);
+        if (s == SERVE_SUBMIT_FULL) {
+            serve_error_set(&err, 503, "server_error", "queue_full", NULL,
+                            "%d requests are waiting already ([serve] max_queue); retry in "
+                            "about %d s",
+                            h->a.max_queue, retry);
+            return sh_error(h, c, label, &err, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+        }
+        serve_error_set(&err, 503, "server_error", "shutting_down", NULL,
+                        "the server is shutting down");
+        return sh_error(h, c, label, &err, NULL, NULL);
+    }
+    const int fd = sh_fd(c);
+    const int w = serve_job_wait(h->a.queue, j, fd);
+    if (w < 0) {
+        serve_job_release(h->a.queue, j);
+        serve_metrics_request(h->a.metrics, label, 499); /* client closed the request */
+        return MHD_NO;
+    }
+    if (w == 0) {
+        int status;
+        const char *body;
+        serve_job_answer(h->a.queue, j, &status, &body);
+        const enum MHD_Result rc =
+            body ? sh_send(h, c, label, status, "application/json", body, NULL, NULL) : MHD_NO;
+        serve_job_release(h->a.queue, j);
+        return rc;
+    }
+    struct sh_stream *st = malloc(sizeof *st);
+    if (!st) {
+        serve_job_release(h->a.queue, j);
+        return MHD_NO;
+    }
+    *st = (struct sh_stream){.h = h, .j = j, .fd = fd};
+    struct MHD_Response *res = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16384, sh_stream_read, st, sh_stream_free);
+    if (!res) {
+        sh_stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(res, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(res, "X-Accel-Buffering", "no");
+    sh_closing_header(h, res);
+    const enum MHD_Result rc = MHD_queue_response(c, 200, res);
+    MHD_destroy_response(res);
+    serve_metrics_request(h->a.metrics, label, 200);
+    return rc;
+}
+
+static const struct serve_limits *sh_limits(struct serve_http *h, struct serve_limits *lim)
+{
+    *lim = (struct serve_limits){.max_ctx = h->a.info->max_ctx, .vocab = h->a.info->vocab};
+    return lim;
+}
+
+static enum MHD_Result sh_generate(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r,
+                                   enum serve_endpoint ep, const char *label)
+{
+    struct serve_limits lim;
+    struct serve_req req;
+    struct serve_error err;
+    if (!serve_req_parse(ep, r->body ? r->body : "", r->len, sh_limits(h, &lim), &req, &err))
+        return sh_error(h, c, label, &err, NULL, NULL);
+    struct serve_job *j = serve_job_generate(&req);
+    serve_req_free(&req);
+    return sh_run_job(h, c, label, j);
+}
+
+static enum MHD_Result sh_completions(struct serve_http *h, struct MHD_Connection *c,
+                                      struct sh_req *r)
+{
+    return sh_generate(h, c, r, SERVE_EP_COMPLETIONS, "completions");
+}
+
+static enum MHD_Result sh_chat(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
+{
+    return sh_generate(h, c, r, SERVE_EP_CHAT, "chat_completions");
+}
+
+static enum MHD_Result sh_tokens(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r,
+                                 bool detok)
+{
+    const char *label = detok ? "detokenize" : "tokenize";
+    struct serve_limits lim;
+    struct serve_tok_req t;
+    struct serve_error err;
+    const char *body = r->body ? r->body : "";
+    if (detok ? !serve_detokenize_parse(body, r->len, sh_limits(h, &lim), &t, &err)
+              : !serve_tokenize_parse(body, r->len, &t, &err))
+        return sh_error(h, c, label, &err, NULL, NULL);
+    struct serve_job *j = serve_job_tokens(detok, &t);
+    serve_tok_req_free(&t);
+    return sh_run_job(h, c, label, j);
+}
+
+static enum MHD_Result sh_tokenize(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
+{
+    return sh_tokens(h, c, r, false);
+}
+
+static enum MHD_Result sh_detokenize(struct serve_http *h, struct MHD_Connection *c,
+                                     struct sh_req *r)
+{
+    return sh_tokens(h, c, r, true);
+}
+
+static const struct sh_route sh_routes[] = {
+    {"/v1/completions", "POST", "completions", false, sh_completions},
+    {"/v1/chat/completions", "POST", "chat_completions", false, sh_chat},
+    {"/v1/models", "GET", "models", false, sh_models},
+    {"/health", "GET", "health", true, sh_health},
+    {"/metrics", "GET", "metrics", false, sh_metrics},
+    {"/tokenize", "POST", "tokenize", false, sh_tokenize},
+    {"/detokenize", "POST", "detokenize", false, sh_detokenize},
+    {"/tokenizer_info", "GET", "tokenizer_info", false, sh_tokenizer_info},
+};
+
+/* ---- the access handler ------------------------------------------------- */
+
+/* Constant-time comparison of the bearer token with the key. */
+static bool sh_authorized(const struct serve_http *h, struct MHD_Connection *c)
+{
+    const char *key = h->a.api_key;
+    if (!key || !*key)
+        return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncasecmp(v, "Bearer ", 7))
+        return false;
+    v += 7;
+    while (*v == ' ')
+        v++;
+    const size_t kl = strlen(key), vl = strlen(v);
+    unsigned char diff = kl != vl;
+    for (size_t i = 0; i < kl; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < vl ? v[i] : 0);
+    return diff == 0;
+}
+
+/* The route for url and method; NULL with *err set (404, 405). */
+static const struct sh_route *sh_route(const char *url, const char *method, struct serve_error *err,
+                                       const char **allow)
+{
+    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    const char *m = get ? "GET" : method;
+    const struct sh_route *path_match = NULL;
+    for (size_t i = 0; i < sizeof sh_routes / sizeof sh_routes[0]; i++) {
+        if (strcmp(url, sh_routes[i].path))
+            continue;
+        if (!strcmp(sh_routes[i].method, m))
+            return &sh_routes[i];
+        path_match = &sh_routes[i];
+    }
+    if (path_match) {
+        *allow = !strcmp(path_match->method, "GET") ? "GET, HEAD" : path_match->method;
+        serve_error_set(err, 405, "invalid_request_error", "method_not_allowed", NULL,
+                        "%s does not take %.16s (use %s)", url, method, path_match->method);
+    } else {
+        serve_error_set(err, 404, "invalid_request_error", "not_found", NULL,
+                        "no route %.16s %.200s (see /v1/completions, /v1/chat/completions, "
+                        "/v1/models, /health, /metrics)",
+                        method, url);
+    }
+    return NULL;
+}
+
+static enum MHD_Result sh_model_one(struct serve_http *h, struct MHD_Connection *c,
+                                    const char *name)
+{
+    if (strcmp(name, h->a.model)) {
+        struct serve_error err;
+        serve_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
+                        "the model '%.200s' is not served here (this server serves '%s')", name,
+                        h->a.model);
+        return sh_error(h, c, "models", &err, NULL, NULL);
+    }
+    return sh_json(h, c, "models", 200, serve_models_json(h->a.model, 0, true));
+}
+
+static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    struct serve_http *h = cls;
+    struct sh_req *r = *con_cls;
+    struct serve_error err;
+    if (!r) {
+        /* The headers are in: route, authenticate, check the size. */
+        if (!(r = calloc(1, sizeof *r)))
+            return MHD_NO;
+        *con_cls = r;
+        const char *allow = NULL;
+        const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        const char *prefix = "/v1/models/";
+        if (get && !strncmp(url, prefix, strlen(prefix)) && url[strlen(prefix)]) {
+            if (!sh_authorized(h, c))
+                goto unauthorized;
+            return sh_model_one(h, c, url + strlen(prefix));
+        }
+        r->route = sh_route(url, method, &err, &allow);
+        if (!r->route)
+            return sh_error(h, c, "other", &err, allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
+        if (!r->route->public && !sh_authorized(h, c))
+            goto unauthorized;
+        if (atomic_load(&h->closing) && r->route->fn != sh_health && r->route->fn != sh_metrics) {
+            serve_error_set(&err, 503, "server_error", "shutting_down", NULL,
+                            "the server is shutting down");
+            return sh_error(h, c, r->route->label, &err, NULL, NULL);
+        }
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > h->a.max_body) {
+            serve_error_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                            "the request body has %.20s bytes; at most %llu are taken ([serve] "
+                            "max_body)",
+                            cl, (unsigned long long)h->a.max_body);
+            return sh_error(h, c, r->route->label, &err, NULL, NULL);
+        }
+        if (!strcmp(r->route->method, "GET"))
+            return r->route->fn(h, c, r);
+        return MHD_YES; /* the body follows */
+    }
+    if (*upload_size) {
+        const size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->too_large || r->len + n > h->a.max_body) {
+            /* A chunked body over the limit: drop it, answer at its end;
+             * give up on a client that keeps sending far past it. */
+            r->too_large = true;
+            r->discarded += n;
+            return r->discarded > 4 * h->a.max_body + 65536 ? MHD_NO : MHD_YES;
+        }
+        if (r->len + n + 1 > r->cap) {
+            size_t cap = r->cap ? r->cap : 4096;
+            while (cap < r->len + n + 1)
+                cap *= 2;
+            char *p = realloc(r->body, cap);
+            if (!p)
+                return MHD_NO;
+            r->body = p;
+            r->cap = cap;
+        }
+        memcpy(r->body + r->len, upload, n);
+        r->len += n;
+        r->body[r->len] = 0;
+        return MHD_YES;
+    }
+    if (r->too_large) {
+        serve_error_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                        "the request body is over %llu bytes ([serve] max_body)",
+                        (unsigned long long)h->a.max_body);
+        return sh_error(h, c, r->route->label, &err, NULL, NULL);
+    }
+    return r->route->fn(h, c, r);
+unauthorized:
+    serve_error_set(&err, 401, "authentication_error", "invalid_api_key", NULL,
+                    "a valid API key is required: send \"Authorization: Bearer KEY\" ([serve] "
+                    "api_key or TIDE_API_KEY)");
+    return sh_error(h, c, "unauthorized", &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+}
+
+static void sh_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct sh_req *r = *con_cls;
+    if (r) {
+        free(r->body);
+        free(r);
+        *con_cls = NULL;
+    }
+}
+
+static void sh_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = 0;
+    tide_debug("serve: libmicrohttpd: %s", buf);
+}
+
+int serve_http_start(const struct serve_http_args *a, struct serve_http **out)
+{
+    *out = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", a->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    const int gai = getaddrinfo(a->host, port, &hints, &ai);
+    if (gai) {
+        tide_error("[serve] host = %s: cannot resolve it (%s)", a->host, gai_strerror(gai));
+        return TIDE_E_CONFIG;
+    }
+    struct serve_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        freeaddrinfo(ai);
+        return TIDE_E_NOMEM;
+    }
+    h->a = *a;
+    atomic_init(&h->closing, false);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)a->port, NULL, NULL, sh_access, h,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)a->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)SH_IDLE_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, sh_completed, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, sh_log, h, MHD_OPTION_END);
+    char where[300];
+    char addr[NI_MAXHOST] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
+    snprintf(where, sizeof where, ai->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d", addr, a->port);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        tide_error("serve: cannot listen on %s (is the port in use? see [serve] host and port)",
+                   where);
+        free(h);
+        return TIDE_E_IO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di && di->port ? di->port : a->port;
+    *out = h;
+    return TIDE_OK;
+}
+
+int serve_http_port(const struct serve_http *h)
+{
+    return h->port;
+}
+
+void serve_http_quiesce(struct serve_http *h)
+{
+    atomic_store(&h->closing, true);
+    const MHD_socket s = MHD_quiesce_daemon(h->d);
+    if (s != MHD_INVALID_SOCKET)
+        close(s);
+}
+
+void serve_http_drain(struct serve_http *h, double timeout)
+{
+    for (double waited = 0; waited < timeout; waited += 0.02) {
+        const union MHD_DaemonInfo *di =
+            MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if (!di || di->num_connections == 0)
+            return;
+        const struct timespec tick = {0, 20 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+void serve_http_stop(struct serve_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

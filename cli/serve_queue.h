@@ -1,0 +1,72 @@
+/* `tide serve`: the request queue and the one worker that owns the engine.
+ *
+ * Connection threads (one per HTTP connection) submit jobs and wait for
+ * them; the worker runs them one at a time in arrival order. A job holds
+ * what its answer needs: a whole body (JSON) or, for a stream, the
+ * server-sent events produced so far. While a connection thread waits it
+ * watches its socket: a client that goes away cancels its job, which stops
+ * at the next denoising step (or is skipped if it has not started). */
+#ifndef TIDE_SERVE_QUEUE_H
+#define TIDE_SERVE_QUEUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "serve_engine.h"
+#include "serve_json.h"
+#include "serve_metrics.h"
+
+struct serve_queue;
+struct serve_job;
+
+/* Start the worker. The engine and metrics must outlive the queue; model
+ * is the name answers carry. Returns TIDE_OK or a status (logged). */
+int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_queue,
+                       const char *model, struct serve_queue **out);
+/* Stop: see serve_queue_shutdown, then join the worker and free. */
+void serve_queue_destroy(struct serve_queue *q);
+
+/* Refuse new jobs and answer the waiting ones with 503; the running one
+ * goes on. */
+void serve_queue_close(struct serve_queue *q);
+/* Close, let the running job finish for at most timeout seconds, then
+ * cancel it (it stops at its next step). Returns when the worker is idle. */
+void serve_queue_shutdown(struct serve_queue *q, double timeout);
+
+/* Waiting and running jobs, for /metrics. */
+void serve_queue_load(struct serve_queue *q, int *queued, int *running);
+
+/* New jobs (NULL when out of memory). A generation takes over *req (it is
+ * zeroed); a tokenizer job takes over *t. */
+struct serve_job *serve_job_generate(struct serve_req *req);
+struct serve_job *serve_job_tokens(bool detokenize, struct serve_tok_req *t);
+
+enum serve_submit {
+    SERVE_SUBMIT_OK = 0,
+    SERVE_SUBMIT_FULL = 1,   /* max_queue jobs wait already: 503, Retry-After */
+    SERVE_SUBMIT_CLOSED = 2, /* shutting down: 503 */
+};
+/* Queue a job. On FULL, *retry_after is a guess of the seconds until there
+ * is room. The caller keeps its reference either way. */
+enum serve_submit serve_queue_submit(struct serve_queue *q, struct serve_job *j, int *retry_after);
+
+/* Wait until the answer's headers can be sent: returns 1 when a stream has
+ * started (read it with serve_job_read), 0 when the job is done (take the
+ * answer with serve_job_answer), -1 when the client at fd went away (the
+ * job is cancelled). */
+int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd);
+
+/* A finished job's answer: HTTP status and body (owned by the job). */
+void serve_job_answer(struct serve_queue *q, struct serve_job *j, int *status, const char **body);
+
+/* The next bytes of a stream, up to max: blocks until there are some.
+ * Returns the count, 0 at the end of the stream, -1 when the client at fd
+ * went away (the job is cancelled). */
+ssize_t serve_job_read(struct serve_queue *q, struct serve_job *j, int fd, char *buf, size_t max);
+
+/* Drop the caller's reference (a job lives until its connection and the
+ * worker are both done with it). NULL is a no-op. */
+void serve_job_release(struct serve_queue *q, struct serve_job *j);
+
+#endif

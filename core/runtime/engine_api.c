@@ -1,0 +1,885 @@
+/* The embedding API (tide/engine.h) on top of the engine's phases: open from
+ * a configuration, generate with requests and callbacks, counters, options.
+ * Every public call starts by forgetting the thread's logged errors and ends
+ * by keeping them when it fails, so the caller gets the messages that the
+ * failing code logged where it failed. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core_options.h"
+#include "engine.h"
+#include "log_errors.h"
+#include "tide/engine.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+#ifndef TIDE_VERSION_STRING
+#define TIDE_VERSION_STRING "0.0.0"
+#endif
+
+/* The first published sizes: callers built against them are served. */
+#define API_ARGS_V1    (offsetof(struct tide_engine_args, plugin_path) + sizeof(const char *))
+#define API_REQUEST_V1 (offsetof(struct tide_request, on_logits) + sizeof(void (*)(void)))
+#define API_STATS_V1   (offsetof(struct tide_offload_stats, device_seconds) + sizeof(double))
+#define API_INFO_V1    (offsetof(struct tide_engine_info, expert_bytes) + sizeof(uint64_t))
+
+static _Thread_local char api_thread_error[4096];
+
+static double api_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void api_begin(struct tide_engine *e)
+{
+    tide_log_errors_clear();
+    if (e)
+        e->error[0] = 0;
+}
+
+/* Keep the messages of a failed call for tide_engine_error. Returns rc. */
+static int api_end(struct tide_engine *e, int rc)
+{
+    if (rc == TIDE_OK)
+        return rc;
+    const char *m = tide_log_errors();
+    snprintf(api_thread_error, sizeof api_thread_error, "%s", *m ? m : tide_status_str(rc));
+    if (e)
+        snprintf(e->error, sizeof e->error, "%s", api_thread_error);
+    return rc;
+}
+
+const char *tide_engine_error(const struct tide_engine *e)
+{
+    return e ? e->error : api_thread_error;
+}
+
+const char *tide_version(void)
+{
+    return TIDE_VERSION_STRING;
+}
+
+int tide_engine_api_version(void)
+{
+    return TIDE_ENGINE_API_VERSION;
+}
+
+void tide_free(void *p)
+{
+    free(p);
+}
+
+/* ---- open --------------------------------------------------------------- */
+
+/* Scan the caller's folders first, then the default search path. */
+static int api_scan(const char *plugin_path, struct tide_plugin_set **set)
+{
+    enum { MAX_DIRS = 96 };
+    char *dirs[MAX_DIRS];
+    int n = 0;
+    char *copy = NULL, *save = NULL;
+    if (plugin_path && !(copy = strdup(plugin_path)))
+        return TIDE_E_NOMEM;
+    for (char *t = copy ? strtok_r(copy, ":", &save) : NULL; t && n < MAX_DIRS / 2;
+         t = strtok_r(NULL, ":", &save)) {
+        if (!(dirs[n] = strdup(t)))
+            break;
+        n++;
+    }
+    free(copy);
+    n += tide_plugin_default_dirs(dirs + n, MAX_DIRS - n);
+    int rc = tide_plugins_scan_dirs((const char *const *)dirs, n, set);
+    for (int i = 0; i < n; i++)
+        free(dirs[i]);
+    return rc;
+}
+
+/* Defaults, then the file, the text and the overrides; every bad override
+ * is reported. */
+static int api_config(const struct tide_engine_args *a, const struct tide_plugin_set *set,
+                      struct tide_config **out)
+{
+    struct tide_config *cfg = tide_config_create();
+    if (!cfg)
+        return TIDE_E_NOMEM;
+    int rc;
+    if ((rc = tide_core_register_sections(cfg)) != TIDE_OK ||
+        (rc = tide_config_add_plugins(cfg, set)) != TIDE_OK ||
+        (a->config_path && (rc = tide_config_load_file(cfg, a->config_path)) != TIDE_OK) ||
+        (a->config_text &&
+         (rc = tide_config_load_text(cfg, "<config text>", a->config_text)) != TIDE_OK)) {
+        tide_config_destroy(cfg);
+        return rc;
+    }
+    int bad = 0;
+    for (int i = 0; i < a->n_sets; i++)
+        if (!a->sets[i] || tide_config_set(cfg, a->sets[i]) != TIDE_OK)
+            bad++;
+    if (bad) {
+        tide_config_destroy(cfg);
+        return TIDE_E_CONFIG;
+    }
+    *out = cfg;
+    return TIDE_OK;
+}
+
+static void api_policy_name(struct tide_engine *e)
+{
+    const struct tide_moe_shape *sh = e->moe ? tide_moe_get_shape(e->moe) : NULL;
+    const bool offload = sh && tide_moe_budget(e->moe) < sh->n_experts && e->policy_pl;
+    snprintf(e->policy_name, sizeof e->policy_name, "%s",
+             offload ? e->policy_pl->desc->name : "none");
+}
+
+int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **out)
+{
+    api_begin(NULL);
+    if (!out || !args || args->size < API_ARGS_V1 || (args->n_sets > 0 && !args->sets)) {
+        tide_error("tide_engine_open: %s", !out    ? "out is NULL"
+                                           : !args ? "args is NULL"
+                                           : args->size < API_ARGS_V1
+                                               ? "args->size is too small (set it to sizeof(struct "
+                                                 "tide_engine_args))"
+                                               : "args->sets is NULL");
+        if (out)
+            *out = NULL;
+        return api_end(NULL, TIDE_E_INVAL);
+    }
+    *out = NULL;
+    struct tide_engine_args a = {0};
+    memcpy(&a, args, args->size < sizeof a ? args->size : sizeof a);
+    struct tide_plugin_set *set = NULL;
+    struct tide_config *cfg = NULL;
+    struct tide_engine *e = NULL;
+    int rc = api_scan(a.plugin_path, &set);
+    if (rc == TIDE_OK)
+        rc = api_config(&a, set, &cfg);
+    if (rc == TIDE_OK)
+        rc = tide_engine_prepare(cfg, set, &e);
+    if (rc != TIDE_OK) {
+        tide_config_destroy(cfg);
+        tide_plugins_free(set);
+        return api_end(NULL, rc);
+    }
+    e->own_cfg = cfg;
+    e->own_set = set;
+    e->block = (int)tide_opts_int(tide_config_section(cfg, "generation"), "block_length");
+    if ((rc = tide_engine_load(e, set)) != TIDE_OK) {
+        tide_engine_close(e);
+        return api_end(NULL, rc);
+    }
+    api_policy_name(e);
+    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
+    if (sh && sh->n_layers > 0) {
+        if (!(e->layer_total = calloc((size_t)sh->n_layers, sizeof *e->layer_total))) {
+            tide_engine_close(e);
+            return api_end(NULL, TIDE_E_NOMEM);
+        }
+        e->n_layer_total = sh->n_layers;
+    }
+    *out = e;
+    return TIDE_OK;
+}
+
+/* ---- generation --------------------------------------------------------- */
+
+void tide_request_init(struct tide_request *r)
+{
+    if (!r)
+        return;
+    memset(r, 0, sizeof *r);
+    r->size = sizeof *r;
+    r->chat = -1;
+    r->gen_length = -1;
+    r->block_length = -1;
+    r->steps = -1;
+    r->threshold = -1;
+    r->temperature = -1;
+    r->top_k = -1;
+    r->top_p = -1;
+    r->seed = -1;
+}
+
+/* Set generation.key to a typed request field, checked like an INI value. */
+static int api_set_num(struct tide_config *cfg, const char *key, bool is_int, int64_t i, double f)
+{
+    char v[64];
+    if (is_int)
+        snprintf(v, sizeof v, "%lld", (long long)i);
+    else
+        snprintf(v, sizeof v, "%.17g", f);
+    return tide_config_set_value(cfg, "generation", key, v, "request");
+}
+
+/* The request's parameters: the engine's [generation], then the request's
+ * overrides, checked by the option table (so a new [generation] option
+ * works here without an API change). */
+static int api_params(const struct tide_engine *e, const struct tide_request *r,
+                      struct tide_gen_params *gp, bool *chat)
+{
+    const bool typed = r->gen_length >= 0 || r->block_length >= 0 || r->steps >= 0 ||
+                       r->threshold >= 0 || r->temperature >= 0 || r->top_k >= 0 || r->top_p >= 0 ||
+                       r->seed >= 0;
+    struct tide_config *tmp = NULL;
+    int rc = TIDE_OK;
+    if (typed || r->n_sets > 0) {
+        if (!(tmp = tide_config_clone(e->cfg)))
+            return TIDE_E_NOMEM;
+        for (int i = 0; rc == TIDE_OK && i < r->n_sets; i++) {
+            const char *s = r->sets ? r->sets[i] : NULL;
+            const char *eq = s ? strchr(s, '=') : NULL;
+            char key[128];
+            if (!s || strncmp(s, "generation.", 11) || !eq || eq - s - 11 < 1 ||
+                (size_t)(eq - s - 11) >= sizeof key) {
+                tide_error("request override '%s': expected generation.key=value (only "
+                           "[generation] options change per request)",
+                           s ? s : "(null)");
+                rc = TIDE_E_CONFIG;
+                break;
+            }
+            memcpy(key, s + 11, (size_t)(eq - s - 11));
+            key[eq - s - 11] = 0;
+            rc = tide_config_set_value(tmp, "generation", key, eq + 1, "request");
+        }
+        if (rc == TIDE_OK && r->gen_length >= 0)
+            rc = api_set_num(tmp, "gen_length", true, r->gen_length, 0);
+        if (rc == TIDE_OK && r->block_length >= 0)
+            rc = api_set_num(tmp, "block_length", true, r->block_length, 0);
+        if (rc == TIDE_OK && r->steps >= 0)
+            rc = api_set_num(tmp, "steps", true, r->steps, 0);
+        if (rc == TIDE_OK && r->threshold >= 0)
+            rc = api_set_num(tmp, "threshold", false, 0, r->threshold);
+        if (rc == TIDE_OK && r->temperature >= 0)
+            rc = api_set_num(tmp, "temperature", false, 0, r->temperature);
+        if (rc == TIDE_OK && r->top_k >= 0)
+            rc = api_set_num(tmp, "top_k", true, r->top_k, 0);
+        if (rc == TIDE_OK && r->top_p >= 0)
+            rc = api_set_num(tmp, "top_p", false, 0, r->top_p);
+        if (rc == TIDE_OK && r->seed >= 0)
+            rc = api_set_num(tmp, "seed", true, r->seed, 0);
+    }
+    const struct tide_config *cfg = tmp ? tmp : e->cfg;
+    if (rc == TIDE_OK) {
+        tide_engine_gen_params(cfg, gp);
+        *chat = r->chat >= 0 ? r->chat != 0
+                             : tide_opts_bool(tide_config_section(cfg, "generation"), "chat");
+        if (gp->block != e->block) {
+            tide_error("request: block_length %d differs from the %d this engine's model was "
+                       "opened with (its attention mask is built for it); open an engine with "
+                       "generation.block_length=%d",
+                       gp->block, e->block, gp->block);
+            rc = TIDE_E_UNSUPPORTED;
+        }
+    }
+    tide_config_destroy(tmp);
+    return rc;
+}
+
+/* One generation in progress: the request, its callbacks' state, and the
+ * last final blocks (for a cancelled result). */
+struct api_gen {
+    struct tide_engine *e;
+    const struct tide_request *r;
+    int n_blocks;
+    double t0, t_step;
+    int64_t tokens, steps;
+    int blocks;   /* blocks final so far */
+    int32_t *ids; /* every token generated so far, as of the last block */
+    int64_t n_ids, cap_ids;
+    char *text; /* their text */
+    size_t text_len, delivered;
+    int rc; /* a failure inside a hook (out of memory) */
+};
+
+/* Length of the prefix of s[0..len) that does not end inside a UTF-8
+ * sequence: a lead byte near the end whose continuation bytes have not all
+ * arrived yet is held back. Malformed bytes are passed on as they are. */
+static size_t api_utf8_whole(const char *s, size_t len)
+{
+    size_t i = len;
+    int cont = 0;
+    while (i > 0 && cont < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
+        i--;
+        cont++;
+    }
+    if (i == 0)
+        return len;
+    const unsigned char c = (unsigned char)s[i - 1];
+    const int need = c >= 0xF8 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+    return cont < need ? i - 1 : len;
+}
+
+/* Text of the ids the tokenizer knows; synthetic checkpoints may have a
+ * vocabulary larger than their tokenizer, and such ids have no text. */
+static int api_decode(const struct tide_engine *e, const int32_t *ids, int64_t n, char **text,
+                      size_t *len, int64_t *unknown)
+{
+    int32_t *known = malloc(sizeof *known * (size_t)(n ? n : 1));
+    if (!known)
+        return TIDE_E_NOMEM;
+    int64_t k = 0, u = 0;
+    const int32_t size = tide_tokenizer_size(e->tok);
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < size && tide_tokenizer_piece(e->tok, ids[i]))
+            known[k++] = ids[i];
+        else
+            u++;
+    }
+    int rc = tide_tokenizer_decode(e->tok, known, (size_t)k, text, len);
+    free(known);
+    if (unknown)
+        *unknown = u;
+    return rc;
+}
+
+static int ag_step_begin(void *u, int block, int step)
+{
+    struct api_gen *g = u;
+    if (atomic_load(&g->e->cancel))
+        return TIDE_E_CANCELLED;
+    g->t_step = api_now();
+    return TIDE_OK;
+}
+
+static void ag_step_logits(void *u, int64_t block, int step, const float *logits, int rows,
+                           int vocab)
+{
+    struct api_gen *g = u;
+    const struct tide_logits_event ev = {
+        .size = sizeof ev,
+        .block = block,
+        .step = step,
+        .logits = logits,
+        .rows = rows,
+        .vocab = vocab,
+    };
+    g->r->on_logits(g->r->user, &ev);
+}
+
+static void ag_step_end(void *u, int block, int step, int committed, int remaining)
+{
+    struct api_gen *g = u;
+    g->tokens += committed;
+    g->steps++;
+    if (!g->r->on_step)
+        return;
+    const double now = api_now();
+    const struct tide_step_event ev = {
+        .size = sizeof ev,
+        .block = block,
+        .step = step,
+        .n_blocks = g->n_blocks,
+        .committed = committed,
+        .remaining = remaining,
+        .tokens = g->tokens,
+        .steps = g->steps,
+        .step_seconds = now - g->t_step,
+        .seconds = now - g->t0,
+    };
+    if (g->r->on_step(g->r->user, &ev))
+        atomic_store(&g->e->cancel, 1);
+}
+
+static void ag_block_end(void *u, int block, const int32_t *gen, int64_t n)
+{
+    struct api_gen *g = u;
+    g->blocks++;
+    if (g->rc != TIDE_OK)
+        return;
+    if (n > g->cap_ids) {
+        int32_t *ids = realloc(g->ids, sizeof *ids * (size_t)n);
+        if (!ids) {
+            g->rc = TIDE_E_NOMEM;
+            atomic_store(&g->e->cancel, 1);
+            return;
+        }
+        g->ids = ids;
+        g->cap_ids = n;
+    }
+    memcpy(g->ids, gen, sizeof *gen * (size_t)n);
+    g->n_ids = n;
+    free(g->text);
+    g->text = NULL;
+    if ((g->rc = api_decode(g->e, gen, n, &g->text, &g->text_len, NULL)) != TIDE_OK) {
+        atomic_store(&g->e->cancel, 1);
+        return;
+    }
+    if (!g->r->on_block)
+        return;
+    size_t whole = api_utf8_whole(g->text, g->text_len);
+    size_t from = g->delivered < whole ? g->delivered : whole;
+    const struct tide_block_event ev = {
+        .size = sizeof ev,
+        .block = block,
+        .n_blocks = g->n_blocks,
+        .ids = g->ids,
+        .n_ids = g->n_ids,
+        .text = g->text,
+        .text_len = g->text_len,
+        .delta = g->text + from,
+        .delta_len = whole - from,
+        .steps = g->steps,
+        .seconds = api_now() - g->t0,
+    };
+    g->delivered = whole > g->delivered ? whole : g->delivered;
+    if (g->r->on_block(g->r->user, &ev))
+        atomic_store(&g->e->cancel, 1);
+}
+
+static void api_counters_sub(const struct tide_moe_counters *a, const struct tide_moe_counters *b,
+                             struct tide_moe_counters *d)
+{
+    d->tokens = a->tokens - b->tokens;
+    d->active = a->active - b->active;
+    d->hit_rows = a->hit_rows - b->hit_rows;
+    d->miss_rows = a->miss_rows - b->miss_rows;
+    d->promotions = a->promotions - b->promotions;
+    d->evictions = a->evictions - b->evictions;
+    d->weight_bytes = a->weight_bytes - b->weight_bytes;
+    d->act_bytes = a->act_bytes - b->act_bytes;
+    d->host_seconds = a->host_seconds - b->host_seconds;
+    d->device_seconds = a->device_seconds - b->device_seconds;
+}
+
+static void api_counters_add(struct tide_moe_counters *a, const struct tide_moe_counters *b)
+{
+    tide_traffic_add(&a->traffic, &b->traffic);
+    a->host_seconds += b->host_seconds;
+    a->device_seconds += b->device_seconds;
+}
+
+static void api_stats(const struct tide_moe_counters *c, struct tide_offload_stats *s)
+{
+    const uint64_t rows = c->hit_rows + c->miss_rows;
+    *s = (struct tide_offload_stats){
+        .size = sizeof *s,
+        .tokens = c->tokens,
+        .active = c->active,
+        .hit_rows = c->hit_rows,
+        .miss_rows = c->miss_rows,
+        .promotions = c->promotions,
+        .evictions = c->evictions,
+        .weight_bytes = c->weight_bytes,
+        .act_bytes = c->act_bytes,
+        .hit_rate = rows ? (double)c->hit_rows / (double)rows : 0.0,
+        .host_seconds = c->host_seconds,
+        .device_seconds = c->device_seconds,
+    };
+}
+
+/* The prompt's ids: the caller's, or the text encoded (with the template). */
+static int api_prompt(struct tide_engine *e, const struct tide_request *r, bool chat, int32_t **ids,
+                      size_t *n)
+{
+    if (!r->prompt_ids)
+        return tide_engine_encode(e, r->prompt, chat, ids, n);
+    *ids = malloc(sizeof **ids * (r->n_prompt_ids ? r->n_prompt_ids : 1));
+    if (!*ids)
+        return TIDE_E_NOMEM;
+    if (r->n_prompt_ids)
+        memcpy(*ids, r->prompt_ids, sizeof **ids * r->n_prompt_ids);
+    *n = r->n_prompt_ids;
+    return TIDE_OK;
+}
+
+void tide_result_free(struct tide_result *r)
+{
+    if (!r)
+        return;
+    free(r->ids);
+    free(r->text);
+    free(r);
+}
+
+/* The result of a finished (or cancelled) generation. */
+static int api_result(struct api_gen *g, const struct tide_gen_result *gr, bool cancelled,
+                      struct tide_result *res)
+{
+    const int32_t *ids = cancelled ? g->ids : gr->ids;
+    const int64_t n = cancelled ? g->n_ids : gr->n;
+    res->ids = malloc(sizeof *res->ids * (size_t)(n ? n : 1));
+    if (!res->ids)
+        return TIDE_E_NOMEM;
+    if (n)
+        memcpy(res->ids, ids, sizeof *ids * (size_t)n);
+    res->n_ids = n;
+    res->cancelled = cancelled;
+    if (cancelled) {
+        res->steps = g->steps;
+        res->blocks = g->blocks;
+        res->seconds = api_now() - g->t0;
+    } else {
+        res->steps = gr->steps;
+        res->forwards = gr->forwards;
+        res->blocks = gr->blocks;
+        res->stopped = gr->stopped;
+        res->seconds = gr->seconds;
+        res->prefill_seconds = gr->prefill_seconds;
+    }
+    return api_decode(g->e, res->ids, n, &res->text, &res->text_len, &res->unknown_ids);
+}
+
+int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
+                         struct tide_result **out)
+{
+    api_begin(e);
+    if (out)
+        *out = NULL;
+    if (!e || !req || !out || req->size < API_REQUEST_V1 || (!req->prompt && !req->prompt_ids)) {
+        tide_error("tide_engine_generate: %s",
+                   !e     ? "the engine is NULL"
+                   : !req ? "the request is NULL"
+                   : !out ? "out is NULL"
+                   : req->size < API_REQUEST_V1
+                       ? "request size is too small (initialise it with tide_request_init)"
+                       : "the request has no prompt (set prompt or prompt_ids)");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    struct tide_request r;
+    tide_request_init(&r);
+    memcpy(&r, req, req->size < sizeof r ? req->size : sizeof r);
+    struct tide_gen_params gp;
+    bool chat;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    struct tide_result *res = NULL;
+    struct tide_gen_result gr = {0};
+    struct tide_moe_counters *layer_before = NULL;
+    struct api_gen g = {.e = e, .r = &r};
+    int rc = api_params(e, &r, &gp, &chat);
+    if (rc == TIDE_OK)
+        rc = api_prompt(e, &r, chat, &ids, &n);
+    if (rc == TIDE_OK)
+        rc = tide_engine_reserve(e, (int64_t)n, &gp);
+    if (rc == TIDE_OK && !(res = calloc(1, sizeof *res)))
+        rc = TIDE_E_NOMEM;
+    if (rc != TIDE_OK)
+        goto done;
+    *res = (struct tide_result){
+        .size = sizeof *res,
+        .prompt_tokens = (int64_t)n,
+        .gen_length = gp.gen_length,
+        .block_length = gp.block,
+        .steps_per_block = tide_gen_steps(&gp),
+        .threshold = gp.threshold,
+        .temperature = gp.temperature,
+        .top_k = gp.top_k,
+        .top_p = gp.top_p,
+        .seed = (int64_t)gp.seed,
+        .chat = chat,
+    };
+    g.n_blocks = (int)(tide_gen_ctx((int64_t)n, &gp) / gp.block - (int64_t)n / gp.block);
+    atomic_store(&e->cancel, 0);
+    g.t0 = api_now();
+    if (r.on_start) {
+        const struct tide_start_event ev = {
+            .size = sizeof ev,
+            .prompt_tokens = (int64_t)n,
+            .gen_length = gp.gen_length,
+            .block_length = gp.block,
+            .steps = tide_gen_steps(&gp),
+            .threshold = gp.threshold,
+            .temperature = gp.temperature,
+            .top_k = gp.top_k,
+            .top_p = gp.top_p,
+            .seed = (int64_t)gp.seed,
+            .chat = chat,
+            .recompute = gp.recompute,
+            .n_blocks = g.n_blocks,
+        };
+        if (r.on_start(r.user, &ev))
+            atomic_store(&e->cancel, 1);
+    }
+    const struct tide_gen_hooks hooks = {
+        .user = &g,
+        .step_begin = ag_step_begin,
+        .step_logits = r.on_logits ? ag_step_logits : NULL,
+        .step_end = ag_step_end,
+        .block_end = ag_block_end,
+    };
+    struct tide_moe_counters before, after;
+    if (e->n_layer_total &&
+        !(layer_before = malloc(sizeof *layer_before * (size_t)e->n_layer_total))) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    for (int l = 0; l < e->n_layer_total; l++)
+        tide_moe_layer_totals(e->moe, l, &layer_before[l]);
+    tide_moe_totals(e->moe, &before);
+    rc = tide_engine_generate_ids(e, &gp, ids, (int64_t)n, &hooks, e->outputs, &gr);
+    tide_moe_totals(e->moe, &after);
+    api_counters_sub(&after, &before, &after);
+    api_counters_add(&e->total, &after);
+    api_stats(&after, &res->offload);
+    for (int l = 0; l < e->n_layer_total; l++) {
+        struct tide_moe_counters now;
+        tide_moe_layer_totals(e->moe, l, &now);
+        api_counters_sub(&now, &layer_before[l], &now);
+        api_counters_add(&e->layer_total[l], &now);
+    }
+    if (g.rc != TIDE_OK)
+        rc = g.rc; /* a hook's failure stopped the generation as a cancel */
+    if (rc == TIDE_OK || rc == TIDE_E_CANCELLED) {
+        int rrc = api_result(&g, &gr, rc == TIDE_E_CANCELLED, res);
+        if (rrc != TIDE_OK)
+            rc = rrc;
+    }
+done:
+    atomic_store(&e->cancel, 0);
+    free(layer_before);
+    free(ids);
+    free(gr.ids);
+    free(g.ids);
+    free(g.text);
+    if (rc == TIDE_OK || rc == TIDE_E_CANCELLED)
+        *out = res;
+    else
+        tide_result_free(res);
+    return api_end(e, rc);
+}
+
+void tide_engine_set_outputs(struct tide_engine *e, const struct tide_engine_outputs *o)
+{
+    e->outputs = o;
+}
+
+void tide_engine_cancel(struct tide_engine *e)
+{
+    if (e)
+        atomic_store(&e->cancel, 1);
+}
+
+/* ---- counters, information, options ------------------------------------- */
+
+int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out)
+{
+    api_begin(e);
+    if (!e || !out || out->size < API_STATS_V1) {
+        tide_error("tide_engine_stats: %s", !e     ? "the engine is NULL"
+                                            : !out ? "out is NULL"
+                                                   : "out->size is too small (set it to "
+                                                     "sizeof(struct tide_offload_stats))");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    struct tide_offload_stats s;
+    api_stats(&e->total, &s);
+    const uint32_t size = out->size < sizeof s ? out->size : (uint32_t)sizeof s;
+    memcpy(out, &s, size);
+    out->size = size;
+    return TIDE_OK;
+}
+
+int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offload_stats *out)
+{
+    api_begin(e);
+    if (!e || !out || out->size < API_STATS_V1) {
+        tide_error("tide_engine_layer_stats: %s", !e     ? "the engine is NULL"
+                                                  : !out ? "out is NULL"
+                                                         : "out->size is too small (set it to "
+                                                           "sizeof(struct tide_offload_stats))");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    if (layer < 0 || layer >= e->n_layer_total) {
+        tide_error("tide_engine_layer_stats: layer %d: the model has %d MoE layers (0..%d)", layer,
+                   e->n_layer_total, e->n_layer_total - 1);
+        return api_end(e, TIDE_E_RANGE);
+    }
+    struct tide_offload_stats s;
+    api_stats(&e->layer_total[layer], &s);
+    const uint32_t size = out->size < sizeof s ? out->size : (uint32_t)sizeof s;
+    memcpy(out, &s, size);
+    out->size = size;
+    return TIDE_OK;
+}
+
+void tide_engine_reset_stats(struct tide_engine *e)
+{
+    if (!e)
+        return;
+    memset(&e->total, 0, sizeof e->total);
+    for (int l = 0; l < e->n_layer_total; l++)
+        memset(&e->layer_total[l], 0, sizeof e->layer_total[l]);
+}
+
+static const char *api_describe(const struct tide_backend_ref *b)
+{
+    return b->ops->describe ? b->ops->describe(b->bk) : b->name;
+}
+
+int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out)
+{
+    api_begin(e);
+    if (!e || !out || out->size < API_INFO_V1) {
+        tide_error("tide_engine_get_info: %s", !e     ? "the engine is NULL"
+                                               : !out ? "out is NULL"
+                                                      : "out->size is too small (set it to "
+                                                        "sizeof(struct tide_engine_info))");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    const struct tide_model_info *mi = e->mops->info(e->model);
+    const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
+    struct tide_engine_info i = {
+        .size = sizeof i,
+        .model = e->model_dir,
+        .model_plugin = e->model_pl->desc->name,
+        .device = api_describe(&e->dev),
+        .host = api_describe(&e->host),
+        .policy = e->policy_name,
+        .budget = sh ? tide_moe_budget(e->moe) : 0,
+        .n_layers = mi->n_layers,
+        .n_moe_layers = mi->n_moe_layers,
+        .n_experts = mi->n_experts,
+        .experts_per_token = mi->top_k,
+        .vocab_size = mi->vocab_size,
+        .max_ctx = mi->max_ctx,
+        .block_length = e->block,
+        .has_chat_template = mi->chat_template && *mi->chat_template,
+        .expert_bytes = mi->expert_bytes,
+    };
+    const uint32_t size = out->size < sizeof i ? out->size : (uint32_t)sizeof i;
+    memcpy(out, &i, size);
+    out->size = size;
+    return TIDE_OK;
+}
+
+/* Split "section.key" (or "section.key=value") into its parts. */
+static bool api_split(const char *s, char *section, size_t ls, char *key, size_t lk,
+                      const char **value)
+{
+    const char *dot = strchr(s, '.');
+    const char *eq = value ? strchr(s, '=') : NULL;
+    const char *end = eq ? eq : s + strlen(s);
+    if (!dot || dot == s || dot >= end - 1 || (value && !eq) || (size_t)(dot - s) >= ls ||
+        (size_t)(end - dot - 1) >= lk)
+        return false;
+    memcpy(section, s, (size_t)(dot - s));
+    section[dot - s] = 0;
+    memcpy(key, dot + 1, (size_t)(end - dot - 1));
+    key[end - dot - 1] = 0;
+    if (value)
+        *value = eq + 1;
+    return true;
+}
+
+int tide_engine_get_option(struct tide_engine *e, const char *name, const char **value)
+{
+    api_begin(e);
+    char section[128], key[128];
+    const char *v = NULL;
+    if (e && name && value && api_split(name, section, sizeof section, key, sizeof key, NULL))
+        v = tide_config_get_text(e->cfg, section, key);
+    if (!v) {
+        tide_error("tide_engine_get_option: no option '%s' (expected section.key, e.g. "
+                   "generation.steps; see `tide config doc`)",
+                   name ? name : "(null)");
+        return api_end(e, e && name && value ? TIDE_E_NOTFOUND : TIDE_E_INVAL);
+    }
+    *value = v;
+    return TIDE_OK;
+}
+
+/* Sections an open engine can change, and whether they move experts. */
+static bool api_settable(const struct tide_engine *e, const char *section, const char *key,
+                         bool *placement)
+{
+    *placement = false;
+    if (!strcmp(section, "generation"))
+        return strcmp(key, "block_length") != 0;
+    const struct tide_plugin *p = tide_plugins_find(e->own_set, section);
+    if (!strcmp(section, "policy") || (p && p->desc->kind == TIDE_PLUGIN_POLICY)) {
+        *placement = true;
+        return true;
+    }
+    return false;
+}
+
+int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int n_sets)
+{
+    api_begin(e);
+    if (!e || !e->own_cfg || (n_sets > 0 && !sets)) {
+        tide_error("tide_engine_set_options: %s",
+                   !e            ? "the engine is NULL"
+                   : !e->own_cfg ? "the engine was not opened with tide_engine_open"
+                                 : "sets is NULL");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    /* Check every assignment on a copy first: all or nothing. */
+    struct tide_config *tmp = tide_config_clone(e->own_cfg);
+    if (!tmp)
+        return api_end(e, TIDE_E_NOMEM);
+    int rc = TIDE_OK;
+    bool place = false;
+    for (int i = 0; i < n_sets; i++) {
+        char section[128], key[128];
+        const char *value, *s = sets[i] ? sets[i] : "(null)";
+        bool moves;
+        if (!api_split(s, section, sizeof section, key, sizeof key, &value)) {
+            tide_error("tide_engine_set_options: '%s': expected section.key=value", s);
+            rc = TIDE_E_CONFIG;
+        } else if (!api_settable(e, section, key, &moves)) {
+            tide_error("tide_engine_set_options: %s.%s cannot change on an open engine (only "
+                       "[generation] but block_length, [policy] and policy plugins' options "
+                       "can); open a new engine to change it",
+                       section, key);
+            rc = TIDE_E_CONFIG;
+        } else if (tide_config_set_value(tmp, section, key, value, "set_options") != TIDE_OK) {
+            rc = TIDE_E_CONFIG;
+        } else {
+            place = place || moves;
+        }
+    }
+    tide_config_destroy(tmp);
+    for (int i = 0; rc == TIDE_OK && i < n_sets; i++)
+        rc = tide_config_set(e->own_cfg, sets[i]);
+    if (rc == TIDE_OK && place) {
+        int budget;
+        if ((rc = tide_engine_config_budget(e, &budget)) == TIDE_OK)
+            rc = tide_engine_place(e, e->own_set,
+                                   tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
+                                   budget);
+        api_policy_name(e);
+    }
+    return api_end(e, rc);
+}
+
+/* ---- tokens ------------------------------------------------------------- */
+
+int tide_engine_tokenize(struct tide_engine *e, const char *text, size_t len, int chat,
+                         int32_t **ids, size_t *n)
+{
+    api_begin(e);
+    if (!e || (!text && len) || !ids || !n) {
+        tide_error("tide_engine_tokenize: NULL argument");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    int rc;
+    if (chat) {
+        /* The template wants a C string. */
+        char *copy = malloc(len + 1);
+        if (!copy)
+            return api_end(e, TIDE_E_NOMEM);
+        if (len)
+            memcpy(copy, text, len);
+        copy[len] = 0;
+        rc = tide_engine_encode(e, copy, true, ids, n);
+        free(copy);
+    } else {
+        rc = tide_tokenizer_encode(e->tok, text ? text : "", len, ids, n);
+    }
+    return api_end(e, rc);
+}
+
+int tide_engine_detokenize(struct tide_engine *e, const int32_t *ids, size_t n, char **text,
+                           size_t *len)
+{
+    api_begin(e);
+    if (!e || (!ids && n) || !text || !len) {
+        tide_error("tide_engine_detokenize: NULL argument");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    return api_end(e, api_decode(e, ids, (int64_t)n, text, len, NULL));
+}
