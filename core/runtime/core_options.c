@@ -102,6 +102,10 @@ static const struct tide_option generation_options[] = {
      "recompute the whole prefix every step instead of using the KV cache: exactly the "
      "official generate()'s forwards (slow; for verification)",
      NULL, NULL},
+    {"all_logits", TIDE_OPT_BOOL, "false",
+     "compute the output layer for every position of the block, not only the still-masked "
+     "ones the decoder reads (same tokens and logits; slower; for verification)",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -297,6 +297,14 @@ static void eg_step_logits(void *u, int64_t block, int step, const float *logits
         g->user->step_logits(g->user->user, block, step, logits, rows, vocab);
 }
 
+static void eg_step_rows(void *u, int64_t block, int step, int n, const int32_t *pos,
+                         const float *const *rows, int vocab)
+{
+    struct engine_gen *g = u;
+    if (g->user && g->user->step_rows)
+        g->user->step_rows(g->user->user, block, step, n, pos, rows, vocab);
+}
+
 static void eg_step_end(void *u, int block, int step, int committed, int remaining)
 {
     struct engine_gen *g = u;
@@ -356,7 +364,10 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
         .user = &g,
         .block_begin = eg_block_begin,
         .step_begin = eg_step_begin,
-        .step_logits = eg_step_logits,
+        /* Only when the caller wants whole blocks: it makes every step
+         * compute the output layer for all of the block's rows. */
+        .step_logits = user && user->step_logits ? eg_step_logits : NULL,
+        .step_rows = eg_step_rows,
         .step_end = eg_step_end,
         .block_end = eg_block_end,
     };
@@ -414,6 +425,7 @@ void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_param
         .eos_early_stop = tide_opts_bool(g, "eos_early_stop"),
         .mask_in_argmax = tide_opts_bool(g, "mask_in_argmax"),
         .recompute = tide_opts_bool(g, "recompute"),
+        .all_logits = tide_opts_bool(g, "all_logits"),
     };
 }
 

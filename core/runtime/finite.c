@@ -389,21 +389,38 @@ int tide_weights_check(const char *dir, bool remember)
     return rc;
 }
 
-int tide_logits_check(const float *logits, int rows, int vocab, int64_t block, int step)
+int tide_logits_check_rows(const float *const *rows, const int32_t *pos, int n, int vocab,
+                           int64_t block, int step)
 {
-    const size_t n = (size_t)rows * (size_t)vocab;
-    uint64_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += !(fabsf(logits[i]) <= FLT_MAX); /* NaN compares false */
-    if (!bad)
+    static int avx2 = -1;
+    if (avx2 < 0) {
+#if defined(__x86_64__)
+        avx2 = fin_have_avx2();
+#else
+        avx2 = 0;
+#endif
+    }
+    uint64_t nan = 0, inf = 0;
+    int first_row = -1;
+    uint64_t first_tok = 0;
+    for (int r = 0; r < n; r++) {
+        if (!fin_any_bad(rows[r], (size_t)vocab, 4, 0x7fffffffu, 0x7f800000u, avx2))
+            continue;
+        struct fin_count c = fin_detail(rows[r], (size_t)vocab, TIDE_DTYPE_F32);
+        nan += c.nan;
+        inf += c.inf;
+        if (first_row < 0) {
+            first_row = pos[r];
+            first_tok = c.first;
+        }
+    }
+    if (first_row < 0)
         return TIDE_OK;
-    struct fin_count c = fin_detail(logits, n, TIDE_DTYPE_F32);
     tide_error("generation: block %lld, step %d: the logits hold %llu NaN and %llu Inf values "
-               "(first at row %llu, token %llu); no token is committed from them. The weights "
+               "(first at row %d, token %llu); no token is committed from them. The weights "
                "or the backend produced them: check the checkpoint with [model] check_weights "
                "= true, or try another [backend] device",
-               (long long)block, step, (unsigned long long)c.nan, (unsigned long long)c.inf,
-               (unsigned long long)(c.first / (uint64_t)vocab),
-               (unsigned long long)(c.first % (uint64_t)vocab));
+               (long long)block, step, (unsigned long long)nan, (unsigned long long)inf, first_row,
+               (unsigned long long)first_tok);
     return TIDE_E_FORMAT;
 }

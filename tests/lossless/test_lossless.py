@@ -9,6 +9,11 @@ checkpoint (CPU backend in both roles), comparing `tide run --print-ids
          policy-tide at budget 8; 1 and 2 threads.
          Skipped (77) when the CPU has no AVX-512 (both settings would run the
          plain loops).
+  rows   the output layer only for the still-masked rows (the model's
+         forward_rows) against every row of the block (generation.all_logits
+         = true, and --dump-logits, which needs the whole block), with the
+         KV cache and with recompute, with no offload and at budget 4; the
+         logits hash covers the rows the decoder read, so it must match too.
   load   [model] mmap = false (the checkpoint read into RAM) and mlock = true,
          alone and together, against the default mapping; and the NaN/Inf
          scan's marker: never written unless remember_check = true, then the
@@ -77,6 +82,34 @@ def simd(binary, tmp):
     return 1 if failures else 0
 
 
+def rows(binary, tmp):
+    cfg = setup(binary, tmp)
+    failures, cases = 0, 0
+    for base in ([], ["generation.recompute=true"],
+                 ["policy.budget=4", "policy.plugin=policy-tide"]):
+        want, _ = run_ids(binary, cfg, base)
+        for extra, dump in ((["generation.all_logits=true"], False), ([], True)):
+            args = ["run", "-c", cfg, "--ids", PROMPT, "--print-ids", "--logits-hash"]
+            for x in base + extra:
+                args += ["--set", x]
+            path = os.path.join(tmp, "dump.bin")
+            if dump:
+                if os.path.exists(path):
+                    os.remove(path)
+                args += ["--dump-logits", path]
+            got = tide(binary, args).stdout.strip()
+            cases += 1
+            ok = got == want
+            failures += not ok
+            name = " ".join(base + extra) + (" --dump-logits" if dump else "")
+            print("%-70s %s" % (name, "identical" if ok else "DIFFERENT"))
+            if not ok:
+                print("  masked rows:", want)
+                print("  all rows:   ", got)
+    print("%d passed, %d failed" % (cases - failures, failures))
+    return 1 if failures else 0
+
+
 def load(binary, tmp):
     cfg = setup(binary, tmp)
     model = os.path.join(tmp, "tiny")
@@ -121,6 +154,8 @@ def main():
             return simd(binary, tmp)
         if mode == "load":
             return load(binary, tmp)
+        if mode == "rows":
+            return rows(binary, tmp)
         print("unknown mode", mode)
         return 2
     finally:
