@@ -45,8 +45,10 @@ def main():
         tide = (r1.model_extra or {}).get("tide") or {}
         for k in ("steps", "forwards", "hit_rate", "promotions", "gb_moved", "seconds"):
             check(k in tide, "the tide object lacks %s: %r" % (k, tide), failures)
-        check(tide.get("steps") and tide["steps"] % 4 == 0,
-              "steps = 4 per block: %r" % tide.get("steps"), failures)
+        # A block ends early once no mask is left, so at most 4 steps per block.
+        check(tide.get("steps") and tide.get("blocks") and
+              tide["blocks"] <= tide["steps"] <= 4 * tide["blocks"],
+              "steps <= 4 per block: %r" % tide, failures)
         check(r1.id.startswith("cmpl-") and r1.object == "text_completion", "id/object",
               failures)
 
