@@ -23,31 +23,16 @@ Usage: test_lossless.py MODE PATH_TO_TIDE
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-PROMPT = ",".join(str(7 + (i * 37) % 400) for i in range(40))
-
-
-def tide(binary, args):
-    r = subprocess.run([binary] + args, capture_output=True, text=True)
-    if r.returncode != 0:
-        print("FAILED (exit %d): tide %s" % (r.returncode, " ".join(args)))
-        print(r.stdout)
-        print(r.stderr)
-        sys.exit(1)
-    return r
+# The tiny checkpoint, its config and the prompt of the offload tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "offload"))
+from test_offload import PROMPT, setup as setup_model, tide  # noqa: E402
 
 
 def setup(binary, tmp):
-    model = os.path.join(tmp, "tiny")
-    tide(binary, ["--quiet", "mkmodel", model, "--preset", "tiny", "--seed", "11"])
-    cfg = os.path.join(tmp, "t.ini")
-    with open(cfg, "w") as f:
-        f.write("[model]\npath = %s\n[generation]\ngen_length = 64\n"
-                "[output]\nprogress = false\nstream = false\n" % model)
-    return cfg
+    return setup_model(binary, tmp)[1]
 
 
 def run_ids(binary, cfg, sets):
