@@ -32,10 +32,12 @@ static void run_usage(FILE *f)
                "                      (same as --set generation.chat=true)\n"
                "      --print-ids     print the generated token ids instead of text\n"
                "      --logits-hash   also print an FNV-1a hash of every logit the decoding\n"
-               "                      saw (bit-exactness checks across policies)\n"
-               "      --dump-logits F write each step's block logits to F (verification:\n"
-               "                      per step int32 {block, step, rows, vocab}, then\n"
-               "                      float32 [rows, vocab]); refuses to replace F\n"
+               "                      read (the still-masked rows of each step, in order;\n"
+               "                      bit-exactness checks across policies)\n"
+               "      --dump-logits F write each step's logits for the whole block to F\n"
+               "                      (verification: per step int32 {block, step, rows,\n"
+               "                      vocab}, then float32 [rows, vocab]; the output layer\n"
+               "                      then runs for every row); refuses to replace F\n"
                "  -c, --config FILE   configuration (default: built-in defaults; see\n"
                "                      `tide config doc`); --set overrides one value\n\n"
                "Sampling, lengths and the KV-cache debug switch live in [generation];\n"
@@ -53,30 +55,34 @@ struct run_state {
     bool tty;
     size_t printed;    /* bytes of text already printed */
     int64_t committed; /* tokens committed so far */
-    bool hashing;      /* --logits-hash */
-    uint64_t hash;     /* FNV-1a over the bytes of every step's logits */
+    uint64_t hash;     /* --logits-hash: FNV-1a over every logits row the decoding read */
     FILE *dump;        /* --dump-logits, or NULL */
     bool dump_failed;
 };
 
+/* --logits-hash: the rows the decoder read, in step and position order
+ * (the same values whether the model computed the whole block or not). */
+static void run_on_rows(void *user, const struct tide_rows_event *ev)
+{
+    struct run_state *s = user;
+    uint64_t h = s->hash;
+    for (int r = 0; r < ev->n; r++) {
+        const unsigned char *p = (const unsigned char *)ev->rows[r];
+        for (size_t i = 0; i < (size_t)ev->vocab * sizeof *ev->rows[r]; i++)
+            h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    s->hash = h;
+}
+
+/* --dump-logits: the whole block at every step. */
 static void run_on_logits(void *user, const struct tide_logits_event *ev)
 {
     struct run_state *s = user;
-    if (s->hashing) {
-        const unsigned char *p = (const unsigned char *)ev->logits;
-        const size_t bytes = (size_t)ev->rows * (size_t)ev->vocab * sizeof *ev->logits;
-        uint64_t h = s->hash;
-        for (size_t i = 0; i < bytes; i++)
-            h = (h ^ p[i]) * 0x100000001b3ull;
-        s->hash = h;
-    }
-    if (s->dump) {
-        const size_t cells = (size_t)ev->rows * (size_t)ev->vocab;
-        const int32_t head[4] = {(int32_t)ev->block, ev->step, ev->rows, ev->vocab};
-        if (fwrite(head, sizeof head, 1, s->dump) != 1 ||
-            fwrite(ev->logits, sizeof *ev->logits, cells, s->dump) != cells)
-            s->dump_failed = true;
-    }
+    const size_t cells = (size_t)ev->rows * (size_t)ev->vocab;
+    const int32_t head[4] = {(int32_t)ev->block, ev->step, ev->rows, ev->vocab};
+    if (fwrite(head, sizeof head, 1, s->dump) != 1 ||
+        fwrite(ev->logits, sizeof *ev->logits, cells, s->dump) != cells)
+        s->dump_failed = true;
 }
 
 static int run_on_start(void *user, const struct tide_start_event *ev)
@@ -187,7 +193,7 @@ int cmd_run(int argc, char **argv)
     char dump_tmp[4200];
     struct tide_trace_writer *trace = NULL;
     struct tide_trace_sink trace_sink;
-    struct run_state st = {.hashing = logits_hash, .hash = 0xcbf29ce484222325ull};
+    struct run_state st = {.hash = 0xcbf29ce484222325ull};
     int rc = TIDE_OK;
     /* What the command line holds is checked before the model loads. */
     if (prompt_file) {
@@ -239,7 +245,8 @@ int cmd_run(int argc, char **argv)
     req.on_start = run_on_start;
     req.on_step = run_on_step;
     req.on_block = run_on_block;
-    req.on_logits = logits_hash || dump ? run_on_logits : NULL;
+    req.on_logits = dump ? run_on_logits : NULL;
+    req.on_rows = logits_hash ? run_on_rows : NULL;
     const struct tide_engine_outputs outs = {.metrics = metrics,
                                              .trace = trace ? &trace_sink : NULL};
     tide_engine_set_outputs(e, &outs);

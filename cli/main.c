@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "crash.h"
+#include "loader.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 
@@ -56,7 +57,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    tide_crash_install(); /* a crash inside a plugin names the plugin */
+    tide_openmp_env_defaults(); /* before any plugin brings its OpenMP runtime in */
+    tide_crash_install();       /* a crash inside a plugin names the plugin */
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

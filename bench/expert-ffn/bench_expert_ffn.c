@@ -2,8 +2,13 @@
  * on a backend, at 1..64 tokens, with weights streamed from DRAM: the calls
  * cycle over enough distinct experts that none is in cache when it runs.
  * Prints time per expert, weight bandwidth, its ratio to a STREAM triad
- * measured in the same run with the same thread count, and GFLOP/s, for each
- * expert layout the backend offers (`expert_layout`).
+ * measured in the same run with the same thread count, GFLOP/s and its ratio
+ * to the bf16 peak (VDPBF16PS) measured in the same run, for each expert
+ * layout the backend offers (`expert_layout`), called one expert at a time
+ * (expert_ffn) and, when the backend has it, all experts in one call
+ * (expert_ffn_batch, as the dispatcher calls it). The summary compares each
+ * figure with its target: >= 0.9 of STREAM at 1-8 tokens (memory-bound),
+ * >= 0.7 of peak at >= 64 tokens (compute-bound).
  *
  * On a shared machine the bandwidth drifts by tens of percent within a minute,
  * so the layouts are measured interleaved (for each token count: a STREAM
@@ -13,6 +18,10 @@
  *
  * Usage: bench-expert-ffn [--backend NAME] [--threads N] [--mib MiB] [--hidden H]
  *                         [--inter I] [--seconds S] [--reps R] [--tokens 1,4,8,32,64]
+ *                         [--huge 0|1]
+ * --huge 1 puts the weights in transparent huge pages (2 MiB), as the
+ * checkpoint is with [model] mmap = false; by default they are in 4 KiB
+ * pages, as a mapped checkpoint is.
  * Plugins are found as by `tide` (next to the binary, TIDE_PLUGIN_PATH), or
  * in $TIDE_PLUGIN_DIR when set. */
 #define _POSIX_C_SOURCE 200809L
@@ -22,8 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
+#include "common/roofline.h"
 #include "config.h"
 #include "loader.h"
 #include "tide/backend.h"
@@ -37,6 +48,7 @@
 
 struct bench_cfg {
     const char *backend;
+    int huge;    /* raw weights in transparent huge pages (as [model] mmap = false gives) */
     int threads; /* 0 = all cores */
     int mib;     /* weights cycled through */
     int hidden, inter;
@@ -54,69 +66,20 @@ struct bench_run {
     struct tide_expert **experts; /* [n_experts] */
     int n_experts;
     struct tide_buffer *xb, *ob;
-    struct tide_tensor x, out;                      /* bf16 [256,H], f32 [256,H] */
-    double create_ms, slot_ms;                      /* per expert; slot_ms < 0: no slots */
-    double us[BENCH_MAX_TOKENS][BENCH_MAX_REPS];    /* median cycle, per expert */
-    double ratio[BENCH_MAX_TOKENS][BENCH_MAX_REPS]; /* weight GB/s / triad */
+    struct tide_tensor x, out; /* bf16 [256,H], f32 [n_experts * BENCH_BATCH_MAX, H] */
+    double create_ms, slot_ms; /* per expert; slot_ms < 0: no slots */
+    bool has_batch;            /* the backend has expert_ffn_batch */
+    /* [0] one expert_ffn call per expert, [1] one expert_ffn_batch call */
+    double us[2][BENCH_MAX_TOKENS][BENCH_MAX_REPS];     /* median cycle, per expert */
+    double cpu_us[2][BENCH_MAX_TOKENS][BENCH_MAX_REPS]; /* CPU time / threads, per expert */
+    double ratio[2][BENCH_MAX_TOKENS][BENCH_MAX_REPS];  /* weight GB/s / triad */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* Tokens per expert up to which the batch call is measured (its output holds
+ * n_experts x this many rows). */
+#define BENCH_BATCH_MAX 64
 
-/* STREAM triad arrays: a = b + s*c over n doubles each. */
-struct triad {
-    double *a, *b, *c;
-    size_t n;
-    int threads;
-};
-
-static int triad_init(struct triad *t, size_t n, int threads)
-{
-    t->a = malloc(sizeof *t->a * n);
-    t->b = malloc(sizeof *t->b * n);
-    t->c = malloc(sizeof *t->c * n);
-    t->n = n;
-    t->threads = threads;
-    if (!t->a || !t->b || !t->c)
-        return TIDE_E_NOMEM;
-    const long long ln = (long long)n;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long long i = 0; i < ln; i++) { /* first touch by the threads that use it */
-        t->a[i] = 1.0;
-        t->b[i] = 2.0;
-        t->c[i] = 0.5;
-    }
-    return TIDE_OK;
-}
-
-static void triad_free(struct triad *t)
-{
-    free(t->a);
-    free(t->b);
-    free(t->c);
-}
-
-/* Best of 5 passes in GB/s, with STREAM's byte count (3 x 8 bytes per element). */
-static double triad_run(struct triad *t)
-{
-    const long long ln = (long long)t->n;
-    double *a = t->a;
-    const double *b = t->b, *c = t->c;
-    double best = 1e30;
-    for (int it = 0; it < 6; it++) {
-        double t0 = now_s();
-#pragma omp parallel for num_threads(t->threads) schedule(static)
-        for (long long i = 0; i < ln; i++)
-            a[i] = b[i] + 3.0 * c[i];
-        double dt = now_s() - t0;
-        best = dt < best && it > 0 ? dt : best;
-    }
-    return 3.0 * sizeof(double) * (double)t->n / best / 1e9;
-}
+#define now_s roof_now
 
 /* Random bf16 values in about [-0.05, 0.05]: plausible weights, no denormals. */
 static void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
@@ -166,31 +129,62 @@ static void expert_views(const uint16_t *raw, int e, int64_t H, int64_t I, struc
     }
 }
 
-/* Median microseconds per expert call at n tokens, over cycles through all experts. */
-static double time_tokens(struct bench_run *r, int n, double seconds)
+/* Median microseconds per expert at n tokens, over cycles through all
+ * experts: one expert_ffn call each, or (batch) one expert_ffn_batch call for
+ * all of them, each expert writing its own rows of out. */
+static double time_tokens(struct bench_run *r, int n, double seconds, bool batch, int threads,
+                          double *cpu_us)
 {
-    int32_t rows[256];
-    for (int i = 0; i < n; i++)
-        rows[i] = i;
-    double samples[4096];
+    const int E = r->n_experts;
+    int32_t *rows = malloc(sizeof *rows * (size_t)E * 256),
+            *dst = malloc(sizeof *dst * (size_t)E * 256);
+    const struct tide_expert **ex = malloc(sizeof *ex * (size_t)E);
+    int64_t *off = malloc(sizeof *off * (size_t)(E + 1));
+    double *samples = malloc(sizeof *samples * 4096), *cpu = malloc(sizeof *cpu * 4096);
     int ns = 0;
-    double t_end = 0.0;
+    double t_end = 0.0, result = -1.0;
+    if (!rows || !dst || !ex || !off || !samples || !cpu)
+        goto out;
+    off[0] = 0;
+    for (int e = 0; e < E; e++) {
+        for (int i = 0; i < n; i++) {
+            rows[e * n + i] = i;
+            dst[e * n + i] = batch ? e * n + i : i;
+        }
+        ex[e] = r->experts[e];
+        off[e + 1] = off[e] + n;
+    }
     for (int cycle = -1; ns < 4096; cycle++) {
-        double t0 = now_s();
-        for (int e = 0; e < r->n_experts; e++)
-            if (r->ops->expert_ffn(r->bk, r->experts[e], &r->x, rows, rows, n, &r->out))
-                return -1.0;
+        double t0 = now_s(), c0 = roof_cpu_now();
+        if (batch) {
+            if (r->ops->expert_ffn_batch(r->bk, E, ex, &r->x, rows, dst, off, &r->out))
+                goto out;
+        } else {
+            for (int e = 0; e < E; e++)
+                if (r->ops->expert_ffn(r->bk, r->experts[e], &r->x, rows, dst, n, &r->out))
+                    goto out;
+        }
         r->ops->sync(r->bk);
-        double t1 = now_s();
+        double t1 = now_s(), c1 = roof_cpu_now();
         if (cycle < 0) { /* warm-up: primitives, scratch, the previous layout's cache */
             t_end = t1 + seconds;
             continue;
         }
-        samples[ns++] = 1e6 * (t1 - t0) / r->n_experts;
+        cpu[ns] = 1e6 * (c1 - c0) / threads / E;
+        samples[ns++] = 1e6 * (t1 - t0) / E;
         if (t1 > t_end && ns >= 3)
             break;
     }
-    return median(samples, ns);
+    result = median(samples, ns);
+    *cpu_us = median(cpu, ns);
+out:
+    free(cpu);
+    free(rows);
+    free(dst);
+    free(ex);
+    free(off);
+    free(samples);
+    return result;
 }
 
 /* Milliseconds per slot_load (a promotion), cycling over the experts; -1 when
@@ -252,11 +246,13 @@ static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tid
     if (rc)
         return rc;
     r->slot_ms = slot_load_ms(r, raw, H, I);
+    r->has_batch = TIDE_OPS_HAS(r->ops, expert_ffn_batch);
+    const int64_t out_rows = r->has_batch ? (int64_t)n_experts * BENCH_BATCH_MAX : 256;
     if ((rc = r->ops->buffer_alloc(r->bk, (size_t)(256 * H) * 2, &r->xb)) ||
-        (rc = r->ops->buffer_alloc(r->bk, (size_t)(256 * H) * 4, &r->ob)))
+        (rc = r->ops->buffer_alloc(r->bk, (size_t)(out_rows * H) * 4, &r->ob)))
         return rc;
     r->x = tide_tensor_2d(r->xb, TIDE_DTYPE_BF16, 256, H);
-    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, 256, H);
+    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, out_rows > 256 ? out_rows : 256, H);
     uint16_t *xh = malloc(sizeof *xh * (size_t)(256 * H));
     if (!xh)
         return TIDE_E_NOMEM;
@@ -298,7 +294,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--backend NAME] [--threads N] [--mib MiB] [--hidden H] [--inter I] "
-            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64]\n",
+            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64] [--huge 0|1]\n",
             argv0);
     return 2;
 }
@@ -319,6 +315,8 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
             bc->hidden = atoi(v);
         else if (!strcmp(argv[i], "--inter"))
             bc->inter = atoi(v);
+        else if (!strcmp(argv[i], "--huge"))
+            bc->huge = atoi(v);
         else if (!strcmp(argv[i], "--seconds"))
             bc->seconds = atof(v);
         else if (!strcmp(argv[i], "--reps"))
@@ -331,38 +329,82 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
 }
 
 /* The interleaved sweeps and the table. */
-static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc, struct triad *tr)
+static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
+                 struct roof_triad *tr, double peak, double peak_cpu, int threads)
 {
     const double mat = (double)bc->hidden * bc->inter, bytes = 3.0 * mat * 2.0;
     double triad[BENCH_MAX_TOKENS][BENCH_MAX_REPS];
     for (int rep = 0; rep < bc->reps; rep++)
         for (int i = 0; i < bc->n_tokens; i++) {
-            triad[i][rep] = triad_run(tr);
-            for (int l = 0; l < n_runs; l++) {
-                double us = time_tokens(&runs[l], bc->tokens[i], bc->seconds);
-                if (us < 0)
-                    return TIDE_E_DEVICE;
-                runs[l].us[i][rep] = us;
-                runs[l].ratio[i][rep] = bytes / (1e-6 * us) / 1e9 / triad[i][rep];
-            }
+            triad[i][rep] = roof_triad_run(tr);
+            for (int l = 0; l < n_runs; l++)
+                for (int b = 0; b < 2; b++) {
+                    if (b && (!runs[l].has_batch || bc->tokens[i] > BENCH_BATCH_MAX))
+                        continue;
+                    double cus = 0;
+                    double us = time_tokens(&runs[l], bc->tokens[i], bc->seconds, b, threads, &cus);
+                    if (us < 0)
+                        return TIDE_E_DEVICE;
+                    runs[l].us[b][i][rep] = us;
+                    runs[l].cpu_us[b][i][rep] = cus;
+                    runs[l].ratio[b][i][rep] = bytes / (1e-6 * us) / 1e9 / triad[i][rep];
+                }
         }
-    printf("%6s  %-8s %10s %11s %8s %10s %10s\n", "tokens", "layout", "us/expert", "weight GB/s",
-           "/triad", "GFLOP/s", "triad GB/s");
+    printf("%6s  %-8s %-6s %10s %11s %8s %10s %8s %10s %9s %9s\n", "tokens", "layout", "call",
+           "us/expert", "weight GB/s", "/triad", "GFLOP/s", "/peak", "triad GB/s", "cpu us",
+           "cpu/peak");
     for (int i = 0; i < bc->n_tokens; i++) {
         double tri = median(triad[i], bc->reps);
-        for (int l = 0; l < n_runs; l++) {
-            double us = median(runs[l].us[i], bc->reps), t = 1e-6 * us;
-            printf("%6d  %-8s %10.1f %11.1f %8.2f %10.1f %10.1f\n", bc->tokens[i], runs[l].layout,
-                   us, bytes / t / 1e9, median(runs[l].ratio[i], bc->reps),
-                   2.0 * bc->tokens[i] * 3.0 * mat / t / 1e9, tri);
-        }
+        for (int l = 0; l < n_runs; l++)
+            for (int b = 0; b < 2; b++) {
+                if (b && (!runs[l].has_batch || bc->tokens[i] > BENCH_BATCH_MAX))
+                    continue;
+                double us = median(runs[l].us[b][i], bc->reps), t = 1e-6 * us;
+                double gf = 2.0 * bc->tokens[i] * 3.0 * mat / t / 1e9;
+                double cus = median(runs[l].cpu_us[b][i], bc->reps);
+                double gf_cpu = 2.0 * bc->tokens[i] * 3.0 * mat / (1e-6 * cus) / 1e9;
+                printf("%6d  %-8s %-6s %10.1f %11.1f %8.2f %10.1f %8.2f %10.1f %9.1f %9.2f\n",
+                       bc->tokens[i], runs[l].layout, b ? "batch" : "single", us, bytes / t / 1e9,
+                       median(runs[l].ratio[b][i], bc->reps), gf, peak > 0 ? gf / peak : 0.0, tri,
+                       cus, peak_cpu > 0 ? gf_cpu / peak_cpu : 0.0);
+            }
     }
+    /* Against the targets: memory-bound counts (<= 8 tokens) by the triad,
+     * compute-bound ones (>= 64) by the peak; the dispatcher's call is the batch. */
+    printf("# targets: >= 0.90 of the triad at 1-8 tokens, >= 0.70 of the bf16 peak at >= 64\n");
+    for (int l = 0; l < n_runs; l++)
+        for (int b = 0; b < 2; b++) {
+            if (b && !runs[l].has_batch)
+                continue;
+            printf("# %s %s:", runs[l].layout, b ? "batch" : "single");
+            for (int i = 0; i < bc->n_tokens; i++) {
+                const int n = bc->tokens[i];
+                if (b && n > BENCH_BATCH_MAX)
+                    continue;
+                const double us = median(runs[l].us[b][i], bc->reps);
+                if (n <= 8)
+                    printf(" %d: %.2f of triad", n, median(runs[l].ratio[b][i], bc->reps));
+                else if (peak > 0)
+                    printf(" %d: %.2f of peak", n, 2.0 * n * 3.0 * mat / (1e-6 * us) / 1e9 / peak);
+            }
+            printf("\n");
+        }
     return TIDE_OK;
 }
 
 int main(int argc, char **argv)
 {
-    struct bench_cfg bc = {"backend-cpu-onednn", 0, 384, 2048, 512, 0.5, 3, {1, 4, 8, 32, 64}, 5};
+    roof_openmp_env(argv); /* the OpenMP defaults `tide` runs with */
+    struct bench_cfg bc = {
+        .backend = "backend-cpu-onednn",
+        .mib = 384,
+        .hidden = 2048,
+        .inter = 512,
+        .seconds = 0.5,
+        .reps = 3,
+        .tokens = {1, 4, 8, 32, 64},
+        .n_tokens = 5,
+    };
     if (parse_args(argc, argv, &bc))
         return usage(argv[0]);
     struct tide_plugin_set *set = NULL;
@@ -383,7 +425,11 @@ int main(int argc, char **argv)
     const size_t expert_bytes = (size_t)3 * (size_t)bc.hidden * (size_t)bc.inter * 2;
     int n_experts = (int)(((size_t)bc.mib << 20) / expert_bytes);
     n_experts = n_experts < 2 ? 2 : n_experts;
-    uint16_t *raw = malloc(expert_bytes * (size_t)n_experts);
+    const size_t raw_bytes =
+        (expert_bytes * (size_t)n_experts + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    uint16_t *raw = aligned_alloc(2u << 20, raw_bytes);
+    if (raw && bc.huge)
+        madvise(raw, raw_bytes, MADV_HUGEPAGE);
     struct bench_run runs[BENCH_MAX_LAYOUTS];
     memset(runs, 0, sizeof runs);
     int n_runs = 0, rc = raw ? TIDE_OK : TIDE_E_NOMEM;
@@ -401,9 +447,10 @@ int main(int argc, char **argv)
     for (; c && !rc && n_runs < BENCH_MAX_LAYOUTS; c = strtok_r(NULL, "|", &save))
         if (strcmp(c, "auto"))
             rc = run_open(&runs[n_runs++], p, cfg, &bc, c, raw, n_experts);
-    struct triad tr = {0};
+    struct roof_triad tr = {0};
     if (!rc)
-        rc = triad_init(&tr, (size_t)32 << 20, threads); /* 3 x 256 MiB */
+        rc = roof_triad_init(&tr, (size_t)32 << 20, threads) ? TIDE_E_NOMEM
+                                                             : TIDE_OK; /* 3 x 256 MiB */
     if (!rc) {
         printf("# expert FFN H=%d I=%d bf16, %d experts x %.2f MiB = %.0f MiB cycled, %d "
                "threads, %d sweeps\n",
@@ -416,11 +463,18 @@ int main(int argc, char **argv)
         printf("# packed keeps a second host copy of every expert (+%.2f MiB each); inplace "
                "none\n",
                expert_bytes / 1048576.0);
-        printf("# STREAM triad: 3 x 256 MiB, %d threads, measured before each token count\n",
-               threads);
-        rc = bench(runs, n_runs, &bc, &tr);
+        double peak_cpu = 0;
+        const double peak = roof_peak2(threads, true, &peak_cpu);
+        printf("# STREAM triad: 3 x 256 MiB, %d threads, measured before each token count; "
+               "bf16 peak (VDPBF16PS, %d threads) %.0f GFLOP/s (%.0f per CPU-second x "
+               "threads)\n",
+               threads, threads, peak, peak_cpu);
+        printf("# cpu us: the process's CPU time per expert / threads; cpu/peak: its GFLOP/s "
+               "against the peak in CPU time. On a machine shared with other jobs, an estimate "
+               "of the idle machine for compute-bound counts\n");
+        rc = bench(runs, n_runs, &bc, &tr, peak, peak_cpu, threads);
     }
-    triad_free(&tr);
+    roof_triad_free(&tr);
     if (rc)
         fprintf(stderr, "bench-expert-ffn: failed: %s\n", tide_status_str(rc));
     for (int l = 0; l < n_runs; l++)

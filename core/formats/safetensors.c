@@ -45,6 +45,7 @@ struct tide_st {
     int n_ents;
     struct st_ent **by_name; /* [n_ents], sorted by name, for tide_st_find */
     uint64_t data_bytes;     /* sum of every tensor's bytes */
+    unsigned flags;          /* enum tide_st_flags */
 };
 
 /* DIR/NAME without a doubled slash; NULL when out of memory. */
@@ -368,6 +369,50 @@ static int st_open_regular(const char *path, int *fd, uint64_t *size)
     return TIDE_OK;
 }
 
+/* Read size bytes of the open file fd into buf (TIDE_ST_READ): anonymous
+ * memory, in huge pages where the kernel allows (far fewer page faults than
+ * 4 KiB pages for a multi-GB checkpoint). */
+static int st_read_all(const char *path, int fd, void *buf, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    madvise(buf, size, MADV_HUGEPAGE);
+#endif
+    if (size >= ((size_t)1 << 30))
+        tide_info("%s: reading %.2f GiB into memory ([model] mmap = false)", path,
+                  (double)size / 1073741824.0);
+    size_t done = 0;
+    while (done < size) {
+        const size_t want = size - done < ((size_t)64 << 20) ? size - done : (size_t)64 << 20;
+        ssize_t k = pread(fd, (char *)buf + done, want, (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            tide_error("%s: read failed at byte %zu of %zu: %s", path, done, size,
+                       k < 0 ? strerror(errno) : "the file shrank");
+            return TIDE_E_IO;
+        }
+        done += (size_t)k;
+    }
+    return TIDE_OK;
+}
+
+/* Lock a file's memory in RAM (TIDE_ST_MLOCK); a refusal is a warning, as
+ * in llama.cpp: the model still runs, its pages just may be evicted. */
+static void st_lock(const char *path, void *map, size_t len)
+{
+    if (mlock(map, len) == 0)
+        return;
+    const int e = errno;
+    struct rlimit rl;
+    char lim[96] = "";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(lim, sizeof lim, " (the memlock limit is %.2f GiB)",
+                 (double)rl.rlim_cur / 1073741824.0);
+    tide_warn("%s: cannot lock %.2f GiB in RAM: %s%s; raise it (ulimit -l, or LimitMEMLOCK= for "
+              "a systemd service) or set [model] mlock = false; continuing unlocked",
+              path, (double)len / 1073741824.0, strerror(e), lim);
+}
+
 /* Map PATH and append its tensors to st. A missing file is TIDE_E_NOTFOUND. */
 static int st_load_file(struct tide_st *st, const char *path)
 {
@@ -394,9 +439,22 @@ static int st_load_file(struct tide_st *st, const char *path)
         close(fd);
         return TIDE_E_FORMAT;
     }
-    void *map =
-        size > SIZE_MAX ? MAP_FAILED : mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
+    void *map = MAP_FAILED;
+    int map_errno = ENOMEM;
+    if (size <= SIZE_MAX && (st->flags & TIDE_ST_READ)) {
+        map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        map_errno = errno;
+        if (map != MAP_FAILED && (rc = st_read_all(path, fd, map, (size_t)size)) != TIDE_OK) {
+            munmap(map, (size_t)size);
+            close(fd);
+            return rc;
+        }
+        if (map != MAP_FAILED)
+            mprotect(map, (size_t)size, PROT_READ);
+    } else if (size <= SIZE_MAX) {
+        map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        map_errno = errno;
+    }
     close(fd);
     if (map == MAP_FAILED) {
         char why[160] = "";
@@ -416,6 +474,8 @@ static int st_load_file(struct tide_st *st, const char *path)
     f->map_len = (size_t)size;
     /* Weights can be many GB: keep them out of core dumps. */
     madvise(map, f->map_len, MADV_DONTDUMP);
+    if (st->flags & TIDE_ST_MLOCK)
+        st_lock(path, map, f->map_len);
 
     const uint8_t *p = map;
     uint64_t hlen = 0;
@@ -631,6 +691,11 @@ out:
 
 int tide_st_open(const char *path, struct tide_st **out)
 {
+    return tide_st_open_flags(path, 0, out);
+}
+
+int tide_st_open_flags(const char *path, unsigned flags, struct tide_st **out)
+{
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -643,6 +708,7 @@ int tide_st_open(const char *path, struct tide_st **out)
         free(st);
         return TIDE_E_NOMEM;
     }
+    st->flags = flags;
     int rc;
     if (S_ISDIR(sb.st_mode)) {
         char *idx = st_join(path, ST_INDEX_NAME), *single = st_join(path, ST_SINGLE_NAME);

@@ -16,8 +16,22 @@ static const struct tide_option model_options[] = {
      NULL, "[0,]"},
     {"create_seed", TIDE_OPT_INT, "1", "seed of the generated checkpoint's weights", NULL, NULL},
     {"check_weights", TIDE_OPT_BOOL, "true",
-     "scan the weights for NaN and Inf when the model loads (one pass over the checkpoint)", NULL,
-     NULL},
+     "scan the weights for NaN and Inf when the model loads (one pass over the checkpoint); "
+     "skipped when the checkpoint folder holds a matching .tide-weights-verified",
+     NULL, NULL},
+    {"remember_check", TIDE_OPT_BOOL, "false",
+     "after a clean scan, write .tide-weights-verified (each file's size and mtime) into the "
+     "checkpoint folder so later loads of the unchanged files skip the scan; false: nothing "
+     "is written there",
+     NULL, NULL},
+    {"mmap", TIDE_OPT_BOOL, "true",
+     "map the checkpoint: pages are read on first use and the kernel may evict them; false = "
+     "read it into RAM at load (slower start, no page faults later), like llama.cpp's --no-mmap",
+     NULL, NULL},
+    {"mlock", TIDE_OPT_BOOL, "false",
+     "lock the checkpoint's memory in RAM so it is never paged out, like llama.cpp's --mlock; "
+     "needs a memlock limit (ulimit -l) as large as the checkpoint, else a warning",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -91,6 +105,10 @@ static const struct tide_option generation_options[] = {
     {"recompute", TIDE_OPT_BOOL, "false",
      "recompute the whole prefix every step instead of using the KV cache: exactly the "
      "official generate()'s forwards (slow; for verification)",
+     NULL, NULL},
+    {"all_logits", TIDE_OPT_BOOL, "false",
+     "compute the output layer for every position of the block, not only the still-masked "
+     "ones the decoder reads (same tokens and logits; slower; for verification)",
      NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -229,6 +229,7 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         (rc = engine_backend(e, e->host_pl, TIDE_ROLE_HOST, &e->host)) != TIDE_OK ||
         (rc = tide_moe_create(&e->dev, &e->host, &e->moe)) != TIDE_OK)
         return rc;
+    const struct tide_opts *mo = tide_config_section(e->cfg, "model");
     const struct tide_model_args ma = {
         .size = sizeof ma,
         .dir = e->model_dir,
@@ -236,11 +237,13 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         .dev = &e->dev,
         .moe = e->moe,
         .block = (int)tide_opts_int(tide_config_section(e->cfg, "generation"), "block_length"),
+        .load_flags = (tide_opts_bool(mo, "mmap") ? 0u : TIDE_ST_READ) |
+                      (tide_opts_bool(mo, "mlock") ? TIDE_ST_MLOCK : 0u),
     };
     if ((rc = e->mops->open(&ma, &e->model)) != TIDE_OK)
         return rc;
-    if (tide_opts_bool(tide_config_section(e->cfg, "model"), "check_weights") &&
-        (rc = tide_weights_check(e->model_dir)) != TIDE_OK)
+    if (tide_opts_bool(mo, "check_weights") &&
+        (rc = tide_weights_check(e->model_dir, tide_opts_bool(mo, "remember_check"))) != TIDE_OK)
         return rc;
     const struct tide_model_info *info = e->mops->info(e->model);
     if ((rc = engine_lookup(e, info->mask_token, true, &e->ids.mask)) != TIDE_OK ||
@@ -303,6 +306,14 @@ static void eg_step_logits(void *u, int64_t block, int step, const float *logits
     struct engine_gen *g = u;
     if (g->user && g->user->step_logits)
         g->user->step_logits(g->user->user, block, step, logits, rows, vocab);
+}
+
+static void eg_step_rows(void *u, int64_t block, int step, int n, const int32_t *pos,
+                         const float *const *rows, int vocab)
+{
+    struct engine_gen *g = u;
+    if (g->user && g->user->step_rows)
+        g->user->step_rows(g->user->user, block, step, n, pos, rows, vocab);
 }
 
 static void eg_step_end(void *u, int block, int step, int committed, int remaining)
@@ -391,7 +402,10 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
         .user = &g,
         .block_begin = eg_block_begin,
         .step_begin = eg_step_begin,
-        .step_logits = eg_step_logits,
+        /* Only when the caller wants whole blocks: it makes every step
+         * compute the output layer for all of the block's rows. */
+        .step_logits = user && user->step_logits ? eg_step_logits : NULL,
+        .step_rows = eg_step_rows,
         .step_end = eg_step_end,
         .block_end = eg_block_end,
     };
@@ -449,6 +463,7 @@ void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_param
         .eos_early_stop = tide_opts_bool(g, "eos_early_stop"),
         .mask_in_argmax = tide_opts_bool(g, "mask_in_argmax"),
         .recompute = tide_opts_bool(g, "recompute"),
+        .all_logits = tide_opts_bool(g, "all_logits"),
     };
 }
 

@@ -369,6 +369,22 @@ static void ag_step_logits(void *u, int64_t block, int step, const float *logits
     g->r->on_logits(g->r->user, &ev);
 }
 
+static void ag_step_rows(void *u, int64_t block, int step, int n, const int32_t *pos,
+                         const float *const *rows, int vocab)
+{
+    struct api_gen *g = u;
+    const struct tide_rows_event ev = {
+        .size = sizeof ev,
+        .block = block,
+        .step = step,
+        .n = n,
+        .pos = pos,
+        .rows = rows,
+        .vocab = vocab,
+    };
+    g->r->on_rows(g->r->user, &ev);
+}
+
 static void ag_step_end(void *u, int block, int step, int committed, int remaining)
 {
     struct api_gen *g = u;
@@ -607,6 +623,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
         .user = &g,
         .step_begin = ag_step_begin,
         .step_logits = r.on_logits ? ag_step_logits : NULL,
+        .step_rows = r.on_rows ? ag_step_rows : NULL,
         .step_end = ag_step_end,
         .block_end = ag_block_end,
     };

@@ -10,6 +10,7 @@
 #ifndef TIDE_FINITE_H
 #define TIDE_FINITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,13 +25,19 @@ int tide_st_check_finite(const struct tide_st *st, uint64_t *bytes_scanned);
 
 /* tide_st_check_finite over the checkpoint directory DIR, when DIR holds a
  * safetensors checkpoint (model.safetensors or its index); other layouts are
- * skipped. Logs the time it took at debug level. Returns TIDE_OK,
- * TIDE_E_FORMAT (non-finite weights), or tide_st_open's status. */
-int tide_weights_check(const char *dir);
+ * skipped. Logs the time it took at debug level.
+ * Skipped when DIR/.tide-weights-verified lists exactly the checkpoint's files
+ * with their current sizes and modification times (a clean scan was recorded).
+ * remember: after a clean scan, write that marker into DIR (only then is
+ * anything written there; a failure to write is a warning).
+ * Returns TIDE_OK, TIDE_E_FORMAT (non-finite weights), or tide_st_open's status. */
+int tide_weights_check(const char *dir, bool remember);
 
-/* Check rows x vocab logits of one step (block = absolute block index).
- * Returns TIDE_OK, or TIDE_E_FORMAT after logging the first non-finite value
- * and how many there are. */
-int tide_logits_check(const float *logits, int rows, int vocab, int64_t block, int step);
+/* Check the logits rows of one step (block = absolute block index): rows[i]
+ * holds vocab values for position pos[i] of the block. Returns TIDE_OK, or
+ * TIDE_E_FORMAT after logging the first non-finite value and how many there
+ * are. */
+int tide_logits_check_rows(const float *const *rows, const int32_t *pos, int n, int vocab,
+                           int64_t block, int step);
 
 #endif

@@ -28,7 +28,9 @@
 
 #include "finite.h"
 #include "generate.h"
+#include "probs.h"
 #include "tide/log.h"
+#include "tide/plugin.h"
 #include "tide/status.h"
 
 static volatile sig_atomic_t gen_stop;
@@ -155,33 +157,12 @@ struct gen_scratch {
 };
 
 /* The row kernels below are the hot loops over the vocabulary: each is a
- * plain reduction so that it can be vectorised on its own. */
+ * plain reduction so that it can be vectorised on its own. The greedy pick
+ * over unfiltered logits is tide_greedy_pick (probs.h): argmax and the
+ * softmax sum in one vectorised pass. */
 
-/* Largest logit and its first (lowest) id; skip is left out (-1: none). */
-static float gen_row_max(const float *l, int V, int32_t skip, int32_t *arg)
-{
-    float mx = -INFINITY;
-    int32_t best = -1;
-    for (int v = 0; v < V; v++)
-        if (v != skip && (best < 0 || l[v] > mx)) {
-            mx = l[v];
-            best = v;
-        }
-    *arg = best;
-    return mx;
-}
-
-/* sum over v of exp(l[v] - mx), in double, in id order. */
-static double gen_row_sumexp(const float *l, int V, int32_t skip, float mx)
-{
-    double sum = 0;
-    for (int v = 0; v < V; v++)
-        if (v != skip)
-            sum += exp((double)l[v] - (double)mx);
-    return sum;
-}
-
-/* The same two over filtered logits (-inf entries contribute nothing). */
+/* Largest filtered logit and its first id, and the softmax sum over them
+ * (-inf entries contribute nothing). */
 static double gen_srow_max(const double *s, int V, int32_t *arg)
 {
     double mx = -INFINITY;
@@ -291,8 +272,7 @@ static int32_t gen_sample(const float *logits, int V, const struct gen_sampler *
 {
     int32_t best;
     if (sp->plain) {
-        const float mx = gen_row_max(logits, V, sp->skip, &best);
-        *conf = 1.0 / gen_row_sumexp(logits, V, sp->skip, mx);
+        tide_greedy_pick(logits, V, sp->skip, &best, conf);
         return best;
     }
     double *s = sc->s;
@@ -447,7 +427,16 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
     };
     struct gen_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
-    if (!canvas || !logits || !cand || !x0 || (!sp.plain && (!sc.s || !sc.tmp || !sc.ord))) {
+    /* The masked positions of a step (block-relative and in the forward's
+     * span) and their logits rows. */
+    int32_t *mpos = malloc(sizeof *mpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
+    const float **row = malloc(sizeof *row * (size_t)L);
+    /* Every row of the block is computed when asked for (all_logits), when a
+     * hook wants the whole block, or when the model cannot do less. */
+    const bool all_rows =
+        p->all_logits || (hooks && hooks->step_logits) || !TIDE_OPS_HAS(ops, forward_rows);
+    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row ||
+        (!sp.plain && (!sc.s || !sc.tmp || !sc.ord))) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -487,25 +476,41 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
             if (hooks && hooks->step_begin &&
                 (rc = hooks->step_begin(hooks->user, (int)(b - first), s)) != TIDE_OK)
                 goto done;
-            /* R8: one forward per step; only the block's rows are used. */
+            /* R8: one forward per step; only the block's masked rows are
+             * read, so the model computes its output layer for those alone
+             * (forward_rows) unless every row is wanted. */
             const int64_t f0 = p->recompute ? 0 : b0, fn = cwe - f0;
-            if ((rc = ops->forward(m, canvas + f0, fn, f0, logits)) != TIDE_OK)
+            n_cand = 0;
+            for (int i = 0; i < L; i++)
+                if (canvas[b0 + i] == tok->mask) {
+                    mpos[n_cand] = i;
+                    span[n_cand++] = (int32_t)(b0 - f0 + i);
+                }
+            const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
+            if (all_rows) {
+                rc = ops->forward(m, canvas + f0, fn, f0, logits);
+                for (int j = 0; j < n_cand; j++)
+                    row[j] = lb + (size_t)mpos[j] * (size_t)V;
+            } else {
+                rc = ops->forward_rows(m, canvas + f0, fn, f0, span, n_cand, logits);
+                for (int j = 0; j < n_cand; j++)
+                    row[j] = logits + (size_t)j * (size_t)V;
+            }
+            if (rc != TIDE_OK)
                 goto done;
             out->forwards++;
             out->steps++;
-            const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
-            if (hooks && hooks->step_logits)
+            if (all_rows && hooks && hooks->step_logits)
                 hooks->step_logits(hooks->user, b, s, lb, L, V);
-            if ((rc = tide_logits_check(lb, L, V, b, s)) != TIDE_OK)
+            if (hooks && hooks->step_rows)
+                hooks->step_rows(hooks->user, b, s, n_cand, mpos, row, V);
+            if ((rc = tide_logits_check_rows(row, mpos, n_cand, V, b, s)) != TIDE_OK)
                 goto done;
             /* R9: a token and a confidence for every masked position. */
-            n_cand = 0;
-            for (int i = 0; i < L; i++) {
-                if (canvas[b0 + i] != tok->mask)
-                    continue;
+            for (int j = 0; j < n_cand; j++) {
                 double conf;
-                x0[i] = gen_sample(lb + (size_t)i * V, V, &sp, &rng, &sc, &conf);
-                cand[n_cand++] = (struct gen_pos){conf, i};
+                x0[mpos[j]] = gen_sample(row[j], V, &sp, &rng, &sc, &conf);
+                cand[j] = (struct gen_pos){conf, mpos[j]};
             }
             /* R10-R12: commit, in place. A position given the mask token
              * stays a candidate. */
@@ -578,5 +583,8 @@ done:
     free(sc.ord);
     free(cand);
     free(x0);
+    free(mpos);
+    free(span);
+    free(row);
     return rc;
 }

@@ -23,6 +23,8 @@ struct tide_gen_params {
     bool mask_in_argmax; /* the mask token competes in argmax/softmax (official); false
                           * leaves it out */
     bool recompute;      /* recompute the whole prefix each step (no KV cache) */
+    bool all_logits;     /* the output layer for every row of the block, not only the masked
+                          * rows the decoder reads (same decisions; for checks) */
 };
 
 /* Most extra stop tokens ([generation] stop_tokens). */
@@ -43,10 +45,16 @@ struct tide_gen_hooks {
     /* A denoising step is about to run its forward; a status other than
      * TIDE_OK stops the generation with it. */
     int (*step_begin)(void *user, int block, int step);
-    /* The logits a step decided on: rows [block, vocab] of the active block
-     * (block = absolute block index on the canvas). */
+    /* Every row of the active block's logits, [block length, vocab] (block =
+     * absolute block index on the canvas). Setting this hook makes each step
+     * compute the output layer for the whole block, not only its masked rows. */
     void (*step_logits)(void *user, int64_t block, int step, const float *logits, int rows,
                         int vocab);
+    /* The logits a step decided on: for i < n, rows[i] holds the vocab
+     * logits of the masked position pos[i] (block-relative, increasing). The
+     * same values whether or not the whole block was computed. */
+    void (*step_rows)(void *user, int64_t block, int step, int n, const int32_t *pos,
+                      const float *const *rows, int vocab);
     /* After each step: how many positions were committed (a position given the
      * mask token stays masked but counts), how many masks remain. */
     void (*step_end)(void *user, int block, int step, int committed, int remaining);

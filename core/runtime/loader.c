@@ -406,3 +406,9 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
     }
     return p;
 }
+
+void tide_openmp_env_defaults(void)
+{
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+        setenv("GOMP_SPINCOUNT", "1000", 0);
+}

@@ -48,6 +48,16 @@ int tide_plugins_scan(struct tide_plugin_set **out);
 
 void tide_plugins_free(struct tide_plugin_set *set);
 
+/* Defaults for the OpenMP runtime that CPU backend plugins bring in, which
+ * reads its environment once, when the first such plugin is loaded: so call
+ * this first thing in main(), before any thread starts (it uses setenv).
+ * Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, idle OpenMP threads
+ * spin about 1000 rounds (tens of microseconds) before sleeping, instead of
+ * libgomp's 300000 (milliseconds): back-to-back ops still find the team
+ * awake, but on a machine shared with other work no core is burnt waiting
+ * for a thread the scheduler has preempted. README.md, "CPU threads". */
+void tide_openmp_env_defaults(void);
+
 /* Resolve a plugin named in the configuration for a slot of the given kind.
  * `what` names the config key for messages ("[policy] plugin"). Logs and
  * returns NULL when: the name holds a path separator, no plugin has that name

@@ -64,9 +64,11 @@ struct tide_moe {
     int32_t *h_rows; /* [cap] tokens of host assignments, grouped by expert */
     int32_t *h_dst;  /* [cap] assignment index of host assignments */
     int64_t cap;
-    int32_t *promote, *evict; /* [n_experts] plan */
-    uint8_t *place;           /* [n_experts] */
-    uint8_t *mark;            /* [n_experts] plan validation scratch */
+    int32_t *promote, *evict;       /* [n_experts] plan */
+    uint8_t *place;                 /* [n_experts] */
+    uint8_t *mark;                  /* [n_experts] plan validation scratch */
+    const struct tide_expert **run; /* [n_experts] experts of one expert_ffn_batch */
+    int64_t *run_off;               /* [n_experts + 1] their row offsets */
     struct tide_prefetch pf;
     struct tide_buffer *parts; /* dev f32 [cap, hidden] */
     struct tide_buffer *xg;    /* dev bf16 [cap, hidden] gathered host rows */
@@ -173,6 +175,8 @@ void tide_moe_destroy(struct tide_moe *moe)
     free(moe->evict);
     free(moe->place);
     free(moe->mark);
+    free(moe->run);
+    free(moe->run_off);
     free(moe->pf.layer);
     free(moe->pf.expert);
     free(moe->pf.evict);
@@ -202,13 +206,15 @@ int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *s)
     moe->evict = calloc(E, sizeof *moe->evict);
     moe->place = calloc(E, sizeof *moe->place);
     moe->mark = calloc(E, sizeof *moe->mark);
+    moe->run = calloc(E, sizeof *moe->run);
+    moe->run_off = calloc(E + 1, sizeof *moe->run_off);
     moe->pf.cap = (int)(L * E);
     moe->pf.layer = calloc(L * E, sizeof *moe->pf.layer);
     moe->pf.expert = calloc(L * E, sizeof *moe->pf.expert);
     moe->pf.evict = calloc(L * E, sizeof *moe->pf.evict);
     if (!moe->views || !moe->layers || !moe->resident_rows || !moe->count || !moe->start ||
-        !moe->fill || !moe->promote || !moe->evict || !moe->place || !moe->mark || !moe->pf.layer ||
-        !moe->pf.expert || !moe->pf.evict)
+        !moe->fill || !moe->promote || !moe->evict || !moe->place || !moe->mark || !moe->run ||
+        !moe->run_off || !moe->pf.layer || !moe->pf.expert || !moe->pf.evict)
         return TIDE_E_NOMEM;
     for (size_t l = 0; l < L; l++) {
         struct moe_layer *ly = &moe->layers[l];
@@ -720,6 +726,22 @@ static void moe_default_place(struct tide_moe *moe, int l)
         moe->place[e] = moe->layers[l].resident[e] ? TIDE_PLACE_DEVICE : TIDE_PLACE_HOST;
 }
 
+/* Run the n experts collected in moe->run (rows segments at moe->run_off) on
+ * backend b: one expert_ffn_batch call when b has it (it may run them
+ * concurrently), else one expert_ffn per expert. Same results either way. */
+static int moe_run_experts(struct tide_moe *moe, const struct tide_backend_ref *b, int n,
+                           const struct tide_tensor *x, const int32_t *rows, const int32_t *dst,
+                           const struct tide_tensor *out)
+{
+    if (TIDE_OPS_HAS(b->ops, expert_ffn_batch))
+        return b->ops->expert_ffn_batch(b->bk, n, moe->run, x, rows, dst, moe->run_off, out);
+    int rc = TIDE_OK;
+    for (int j = 0; j < n && rc == TIDE_OK; j++)
+        rc = b->ops->expert_ffn(b->bk, moe->run[j], x, rows + moe->run_off[j],
+                                dst + moe->run_off[j], moe->run_off[j + 1] - moe->run_off[j], out);
+    return rc;
+}
+
 /* Host experts run in three parts so that, on an asynchronous device, the
  * device experts (enqueued between them) overlap the host compute:
  * send: gather the host rows on the device and copy them to the host (waits
@@ -746,17 +768,17 @@ static int moe_host_compute(struct tide_moe *moe, int l, int64_t nh)
     struct tide_tensor xh = tide_tensor_2d(moe->xh, TIDE_DTYPE_BF16, nh, moe->shape.hidden);
     struct tide_tensor yh = tide_tensor_2d(moe->yh, TIDE_DTYPE_F32, nh, moe->shape.hidden);
     const double t0 = moe_now();
-    int64_t at = 0;
-    int rc = TIDE_OK;
+    int n = 0, rc = TIDE_OK;
+    moe->run_off[0] = 0;
     for (int e = 0; e < moe->shape.n_experts && rc == TIDE_OK; e++) {
         if (!moe->count[e] || moe->place[e] != TIDE_PLACE_HOST)
             continue;
-        const struct tide_expert *ex;
-        if ((rc = moe_expert_on(moe, &moe->host, &L->host_expert, l, e, &ex)) == TIDE_OK)
-            rc = h->expert_ffn(moe->host.bk, ex, &xh, moe->local + at, moe->local + at,
-                               moe->count[e], &yh);
-        at += moe->count[e];
+        rc = moe_expert_on(moe, &moe->host, &L->host_expert, l, e, &moe->run[n]);
+        moe->run_off[n + 1] = moe->run_off[n] + moe->count[e];
+        n++;
     }
+    if (rc == TIDE_OK)
+        rc = moe_run_experts(moe, &moe->host, n, &xh, moe->local, moe->local, &yh);
     if (rc == TIDE_OK)
         rc = h->sync(moe->host.bk);
     L->cur.host_seconds += moe_now() - t0;
@@ -898,19 +920,22 @@ int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *
     double dev0 = 0, dev1 = 0;
     const bool timed = moe_dev_timer(moe, &dev0);
     const double t0 = moe_now();
+    int n_dev = 0;
+    moe->run_off[0] = 0;
     for (int e = 0; e < E; e++) {
         if (!moe->count[e] || moe->place[e] != TIDE_PLACE_DEVICE)
             continue;
-        const struct tide_expert *ex;
         if (moe->offload)
-            ex = L->slot[L->slot_of[e]];
-        else if ((rc = moe_expert_on(moe, &moe->dev, &L->dev_expert, layer, e, &ex)) != TIDE_OK)
+            moe->run[n_dev] = L->slot[L->slot_of[e]];
+        else if ((rc = moe_expert_on(moe, &moe->dev, &L->dev_expert, layer, e, &moe->run[n_dev])) !=
+                 TIDE_OK)
             return rc;
-        rc = moe->dev.ops->expert_ffn(moe->dev.bk, ex, x, moe->rows + moe->start[e],
-                                      moe->dst + moe->start[e], moe->count[e], &parts);
-        if (rc != TIDE_OK)
-            return rc;
+        /* Device experts' segments are contiguous, in expert order, from 0. */
+        moe->run_off[n_dev + 1] = moe->start[e] + moe->count[e];
+        n_dev++;
     }
+    if (n_dev && (rc = moe_run_experts(moe, &moe->dev, n_dev, x, moe->rows, moe->dst, &parts)))
+        return rc;
     const double t1 = moe_now();
     if (nh && ((rc = moe_host_compute(moe, layer, nh)) != TIDE_OK ||
                (rc = moe_host_receive(moe, layer, nh, &parts)) != TIDE_OK))

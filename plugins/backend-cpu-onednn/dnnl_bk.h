@@ -21,6 +21,10 @@
 /* Largest M of one oneDNN matmul call; larger T is processed in chunks. */
 #define DNNL_BK_MAX_BUCKET 256
 
+/* Weights of at least this many elements (32 MiB of bf16) get a matmul
+ * primitive per exact row count instead of a padded bucket. */
+#define DNNL_BK_EXACT_M_MIN ((int64_t)16 << 20)
+
 /* Tag in every buffer, to refuse tensors of another backend's memory. */
 #define DNNL_BK_BUF_MAGIC 0x7d1eb0f5u
 
@@ -84,9 +88,16 @@ struct tide_backend {
     int n_prims, cap_prims;
     void *scratch; /* staging for padded matmuls and expert_ffn, 64-byte aligned */
     size_t scratch_bytes;
-    int n_experts;         /* live experts */
-    bool warned_ref;       /* logged once that oneDNN picked a reference kernel */
-    bool raw_kernel;       /* this CPU runs raw_kernel.c (AVX512-BF16) */
+    int n_experts;   /* live experts */
+    bool warned_ref; /* logged once that oneDNN picked a reference kernel */
+    bool raw_kernel; /* this CPU runs raw_kernel.c (AVX512-BF16) */
+    bool simd;       /* `simd` option: the AVX-512 kernels of simd.c where they run */
+    /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
+     * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
+    float *rope_cs;
+    int64_t rope_pos;
+    float rope_theta;
+    int rope_rot;
     double copy_seconds;   /* slot_load, cumulative */
     double expert_seconds; /* expert_ffn, cumulative */
     char desc[192];
@@ -146,6 +157,11 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
  * than oneDNN on the raw layout (see bench/expert-ffn). */
 #define DNNL_BK_RAW_MAX_M 64
 
+/* Software prefetch distance of raw_kernel.c for the weight rows, in bytes:
+ * enough to cover DRAM latency at full bandwidth (measured: 8 KiB beats 4 KiB
+ * and is no worse than 16-64 KiB; prefetchnta beats t0/t1/t2 at 4-8 tokens). */
+#define DNNL_BK_RAW_PF_BYTES 8192
+
 /* One weight matrix of a raw-kernel call: rows w[n][k] (bf16, row-major) and
  * the output rows: y[t][0..n) for token t. */
 struct dnnl_bk_raw_seg {
@@ -158,9 +174,26 @@ struct dnnl_bk_raw_seg {
 bool dnnl_bk_raw_available(void);
 
 /* For each segment: y[t][j] = x[t] . w[j] over k, for t < m, in f32 with
- * VDPBF16PS; x[t] are bf16 rows of k values. Runs on `threads` threads. */
+ * VDPBF16PS; x[t] are bf16 rows of k values. Runs on `threads` threads
+ * (1: inline on the calling thread, no OpenMP region). Each output is computed
+ * the same way whatever the thread count. */
 void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads);
+
+/* simd.c. Start-up check of the vector exp against this process's expf
+ * (once per process); false, with the reason in why, when the AVX-512 paths
+ * cannot run or would differ. */
+bool dnnl_bk_simd_init(char *why, size_t why_len);
+/* True when bk runs the AVX-512 paths (option on and the check passed). */
+bool dnnl_bk_simd_on(const struct tide_backend *bk);
+/* h[i] = bf16(silu(g[i]) * u[i]) (dnnl_bk_silu_mul), n elements. */
+void dnnl_bk_silu_mul_bf16(bool simd, const float *g, const float *u, uint16_t *h, int64_t n);
+/* x[i] = expf(x[i] - m). */
+void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
+/* y[i] = tide_f32_to_bf16(x[i]). */
+void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
+/* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
+int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
 
 /* Seconds on a monotonic clock. */
 double dnnl_bk_now(void);
@@ -186,6 +219,11 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
 int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
                        const struct tide_tensor *x_all, const int32_t *rows,
                        const int32_t *dst_rows, int64_t n, const struct tide_tensor *out);
+int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
+                             const struct tide_expert *const *experts,
+                             const struct tide_tensor *x_all, const int32_t *rows,
+                             const int32_t *dst_rows, const int64_t *offsets,
+                             const struct tide_tensor *out);
 int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
                   int64_t n, const struct tide_tensor *out);
 int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,

@@ -10,6 +10,7 @@
  * packed weights, so strided views are staged through scratch instead.
  * The packed weight layout oneDNN picks (BA16a64b2a on avx512_core_bf16) is
  * the same for every M, so one packed copy serves all buckets. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,7 +248,11 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
         int64_t rows = x->rows - t0 < DNNL_BK_MAX_BUCKET ? x->rows - t0 : DNNL_BK_MAX_BUCKET;
-        int64_t mb = dnnl_bk_bucket(rows);
+        /* A big matrix (the output layer) is compute-bound from ~16 rows on, where
+         * padded rows would cost as much as real ones: one primitive per exact
+         * row count. A row's result does not depend on M (checked for oneDNN's
+         * brgemm, and by the model's forward_rows test), so this is lossless. */
+        int64_t mb = N * K >= DNNL_BK_EXACT_M_MIN ? rows : dnnl_bk_bucket(rows);
         /* Use the caller's memory when it is dense and holds the whole bucket. */
         bool xd = mb == rows && x->stride == K, yd = mb == rows && y->stride == N;
         size_t xb = xd ? 0 : dnnl_bk_lines(sizeof(uint16_t) * (size_t)(mb * K));
@@ -296,22 +301,28 @@ static int dnnl_bk_ffn_check(const struct tide_expert *e, const struct tide_tens
     return TIDE_OK;
 }
 
+/* Scratch of one raw-kernel expert call of m rows and width I: row pointers
+ * x, h, g, u, y [m] | g, u [m,I] f32 | h [m,I] bf16. */
+static size_t dnnl_bk_ffn_raw_bytes(int64_t m, int64_t I)
+{
+    return dnnl_bk_lines(5 * sizeof(void *) * (size_t)m) +
+           dnnl_bk_lines(2 * sizeof(float) * (size_t)(m * I)) +
+           dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I));
+}
+
 /* expert_ffn for m <= DNNL_BK_RAW_MAX_M rows of an inplace expert with
- * raw_kernel.c: no gather, no padding, results written straight to out. */
-static int dnnl_bk_ffn_raw(struct tide_backend *bk, const struct tide_expert *e,
-                           const struct tide_tensor *x_all, const int32_t *rows,
-                           const int32_t *dst_rows, int64_t m, const struct tide_tensor *out)
+ * raw_kernel.c: no gather, no padding, results written straight to out.
+ * `scratch` holds dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
+static void dnnl_bk_ffn_raw(const struct tide_expert *e, const struct tide_tensor *x_all,
+                            const int32_t *rows, const int32_t *dst_rows, int64_t m,
+                            const struct tide_tensor *out, void *scratch, int threads, bool simd)
 {
     const int64_t H = e->hidden, I = e->inter;
-    /* Scratch: row pointers x, h, g, u, y [m] | g, u [m,I] f32 | h [m,I] bf16. */
     size_t bp = dnnl_bk_lines(5 * sizeof(void *) * (size_t)m);
     size_t bgu = dnnl_bk_lines(2 * sizeof(float) * (size_t)(m * I));
-    int rc = dnnl_bk_scratch(bk, bp + bgu + sizeof(uint16_t) * (size_t)(m * I));
-    if (rc)
-        return rc;
-    const uint16_t **xr = bk->scratch, **hr = xr + m;
+    const uint16_t **xr = scratch, **hr = xr + m;
     float **gr = (float **)(hr + m), **ur = gr + m, **yr = ur + m;
-    float *g = (float *)((char *)bk->scratch + bp), *u = g + m * I;
+    float *g = (float *)((char *)scratch + bp), *u = g + m * I;
     uint16_t *h = (uint16_t *)((char *)g + bgu);
     for (int64_t t = 0; t < m; t++) {
         xr[t] = dnnl_bk_at(x_all, rows[t], 0);
@@ -321,32 +332,29 @@ static int dnnl_bk_ffn_raw(struct tide_backend *bk, const struct tide_expert *e,
         yr[t] = dnnl_bk_at(out, dst_rows[t], 0);
     }
     const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
-    dnnl_bk_raw_gemm(xr, m, gu, 2, H, bk->threads);
-#pragma omp parallel for num_threads(bk->threads) if (m * I >= 4096)
-    for (int64_t i = 0; i < m * I; i++)
-        h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
+    dnnl_bk_raw_gemm(xr, m, gu, 2, H, threads);
+#pragma omp parallel for num_threads(threads) if (threads > 1 && m * I >= 4096)
+    for (int64_t t = 0; t < m; t++)
+        dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
     const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
-    dnnl_bk_raw_gemm(hr, m, &d, 1, I, bk->threads);
-    return TIDE_OK;
+    dnnl_bk_raw_gemm(hr, m, &d, 1, I, threads);
 }
 
-int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
-                       const struct tide_tensor *x_all, const int32_t *rows,
-                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+/* One expert on all the backend's threads (checked arguments). */
+static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
+                           const struct tide_tensor *x_all, const int32_t *rows,
+                           const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
 {
     const char *op = "expert_ffn";
-    int rc = dnnl_bk_ffn_check(e, x_all, rows, dst_rows, n, out);
-    if (rc)
-        return rc;
-    dnnl_bk_enter(bk);
-    const double t_start = dnnl_bk_now();
     const int64_t H = e->hidden, I = e->inter;
+    int rc;
     for (int64_t i0 = 0; i0 < n; i0 += DNNL_BK_MAX_BUCKET) {
         int64_t m = n - i0 < DNNL_BK_MAX_BUCKET ? n - i0 : DNNL_BK_MAX_BUCKET;
         if (e->layout == DNNL_BK_RAW && bk->raw_kernel && m <= DNNL_BK_RAW_MAX_M) {
-            rc = dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out);
-            if (rc)
+            if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(m, I))))
                 return rc;
+            dnnl_bk_ffn_raw(e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch, bk->threads,
+                            bk->simd);
             continue;
         }
         int64_t mb = dnnl_bk_bucket(m);
@@ -379,10 +387,10 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
         const int64_t ld = fused ? 2 * I : I, uo = fused ? I : mb * I;
 #pragma omp parallel for num_threads(bk->threads) if (m * I >= 4096)
         for (int64_t r = 0; r < mb; r++) {
-            const float *g = gu + r * ld, *u = gu + uo + r * ld;
-            uint16_t *h = hs + r * I;
-            for (int64_t j = 0; j < I; j++)
-                h[j] = r < m ? tide_f32_to_bf16(dnnl_bk_silu_mul(g[j], u[j])) : 0;
+            if (r < m)
+                dnnl_bk_silu_mul_bf16(bk->simd, gu + r * ld, gu + uo + r * ld, hs + r * I, I);
+            else
+                memset(hs + r * I, 0, sizeof *hs * (size_t)I);
         }
         rc = dnnl_bk_gemm(bk, &e->down, hs, mb, ys, op);
         if (rc)
@@ -390,6 +398,118 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
         for (int64_t r = 0; r < m; r++)
             memcpy(dnnl_bk_at(out, dst_rows[i0 + r], 0), ys + r * H, sizeof(float) * (size_t)H);
     }
-    bk->expert_seconds += dnnl_bk_now() - t_start;
     return TIDE_OK;
+}
+
+int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
+                       const struct tide_tensor *x_all, const int32_t *rows,
+                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+{
+    int rc = dnnl_bk_ffn_check(e, x_all, rows, dst_rows, n, out);
+    if (rc)
+        return rc;
+    dnnl_bk_enter(bk);
+    const double t_start = dnnl_bk_now();
+    rc = dnnl_bk_ffn_run(bk, e, x_all, rows, dst_rows, n, out);
+    bk->expert_seconds += dnnl_bk_now() - t_start;
+    return rc;
+}
+
+/* Rows up to which an expert of a batch runs on one thread (the raw kernel). */
+#define DNNL_BK_BATCH_MAX_M DNNL_BK_RAW_MAX_M
+
+/* Fetch the first bytes of each of e's matrices towards the caches: the
+ * kernel's own prefetch runs ahead inside a matrix but not into the next. */
+static void dnnl_bk_expert_touch(const struct tide_expert *e)
+{
+    const char *m[3] = {e->gate.data, e->up.data, e->down.data};
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < DNNL_BK_RAW_PF_BYTES; b += 64)
+            __builtin_prefetch(m[i] + b, 0, 2);
+}
+
+int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
+                             const struct tide_expert *const *experts,
+                             const struct tide_tensor *x_all, const int32_t *rows,
+                             const int32_t *dst_rows, const int64_t *offsets,
+                             const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn_batch";
+    if (n_experts < 0 || (n_experts > 0 && (!experts || !offsets)) || (offsets && offsets[0]))
+        return dnnl_bk_inval(op, "%d experts with experts %s and offsets %s (offsets[0] must be 0)",
+                             n_experts, experts ? "set" : "NULL", offsets ? "set" : "NULL");
+    int rc;
+    for (int j = 0; j < n_experts; j++) {
+        if (offsets[j + 1] < offsets[j])
+            return dnnl_bk_inval(op, "offsets decrease at %d (%lld, then %lld)", j,
+                                 (long long)offsets[j], (long long)offsets[j + 1]);
+        if ((rc = dnnl_bk_ffn_check(experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                    offsets[j + 1] - offsets[j], out)))
+            return rc;
+    }
+    dnnl_bk_enter(bk);
+    const double t_start = dnnl_bk_now();
+    /* Experts of few rows on the raw kernel: one thread each, the threads
+     * working on different experts at once, so there is no team barrier per
+     * expert. The others (many rows, packed layout) run one by one on all
+     * threads. */
+    const int T = bk->threads;
+    const bool spread = T > 1 && bk->raw_kernel && dnnl_bk_simd_on(bk);
+    int *bin = malloc(sizeof *bin * (size_t)(n_experts + 1));
+    double load[64] = {0};
+    int64_t max_m = 0, max_i = 0;
+    int n_spread = 0;
+    if (!bin)
+        return TIDE_E_NOMEM;
+    for (int j = 0; j < n_experts; j++) {
+        const struct tide_expert *e = experts[j];
+        const int64_t m = offsets[j + 1] - offsets[j];
+        bin[j] = -1;
+        if (!spread || !m || e->layout != DNNL_BK_RAW || m > DNNL_BK_BATCH_MAX_M)
+            continue;
+        /* Greedy balance: a matrix is streamed once, plus about one tenth of
+         * that per row of compute; ties go to the lowest thread. */
+        int best = 0;
+        for (int t = 1; t < T && t < 64; t++)
+            best = load[t] < load[best] ? t : best;
+        load[best] += (double)(e->hidden * e->inter) * (10.0 + (double)m);
+        bin[j] = best;
+        n_spread++;
+        max_m = m > max_m ? m : max_m;
+        max_i = e->inter > max_i ? e->inter : max_i;
+    }
+    rc = TIDE_OK;
+    for (int j = 0; j < n_experts && !rc; j++)
+        if (bin[j] < 0 && offsets[j + 1] > offsets[j])
+            rc = dnnl_bk_ffn_run(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                 offsets[j + 1] - offsets[j], out);
+    const size_t per = dnnl_bk_lines(dnnl_bk_ffn_raw_bytes(max_m, max_i));
+    const int bins = T < 64 ? T : 64;
+    if (!rc && n_spread && !(rc = dnnl_bk_scratch(bk, per * (size_t)bins))) {
+        char *scratch = bk->scratch;
+        const bool simd = bk->simd;
+#pragma omp parallel num_threads(bins)
+        {
+            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+            for (int b = me; b < bins; b += nt) {
+                int j = 0;
+                while (j < n_experts && bin[j] != b)
+                    j++;
+                while (j < n_experts) {
+                    int next = j + 1;
+                    while (next < n_experts && bin[next] != b)
+                        next++;
+                    if (next < n_experts)
+                        dnnl_bk_expert_touch(experts[next]);
+                    dnnl_bk_ffn_raw(experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                    offsets[j + 1] - offsets[j], out, scratch + (size_t)me * per, 1,
+                                    simd);
+                    j = next;
+                }
+            }
+        }
+    }
+    free(bin);
+    bk->expert_seconds += dnnl_bk_now() - t_start;
+    return rc;
 }

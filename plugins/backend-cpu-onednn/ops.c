@@ -81,38 +81,73 @@ int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
     return TIDE_OK;
 }
 
+/* Make bk->rope_cs hold the angles of positions [0, npos) for (theta,
+ * rot_dim), computed exactly as the loop they replace did: the inverse
+ * frequency pow(theta, -2j/rot) in double rounded to f32, the angle pos * inv
+ * in f32, its cos and sin in double rounded to f32. */
+static int dnnl_bk_rope_table(struct tide_backend *bk, float theta, int rot_dim, int64_t npos)
+{
+    const int half = rot_dim / 2;
+    if (bk->rope_cs && bk->rope_theta == theta && bk->rope_rot == rot_dim && npos <= bk->rope_pos)
+        return TIDE_OK;
+    int64_t cap = npos < 4096 ? 4096 : npos;
+    if (bk->rope_cs && bk->rope_theta == theta && bk->rope_rot == rot_dim && cap < 2 * bk->rope_pos)
+        cap = 2 * bk->rope_pos;
+    float *cs = malloc(sizeof *cs * 2 * (size_t)half * (size_t)cap + 1);
+    float *inv = malloc(sizeof *inv * (size_t)half + 1);
+    if (!cs || !inv) {
+        free(cs);
+        free(inv);
+        tide_error(DNNL_BK_NAME ": rope: out of memory for the angles of %lld positions",
+                   (long long)cap);
+        return TIDE_E_NOMEM;
+    }
+    for (int j = 0; j < half; j++)
+        inv[j] = (float)pow((double)theta, -2.0 * j / rot_dim);
+#pragma omp parallel for num_threads(bk->threads) if (cap * half >= DNNL_BK_PAR_MIN)
+    for (int64_t p = 0; p < cap; p++)
+        for (int j = 0; j < half; j++) {
+            const float angle = (float)p * inv[j];
+            cs[(p * half + j) * 2] = (float)cos((double)angle);
+            cs[(p * half + j) * 2 + 1] = (float)sin((double)angle);
+        }
+    free(inv);
+    free(bk->rope_cs);
+    bk->rope_cs = cs;
+    bk->rope_pos = cap;
+    bk->rope_theta = theta;
+    bk->rope_rot = rot_dim;
+    return TIDE_OK;
+}
+
 int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_dim, int rot_dim,
                  float theta, int64_t pos0)
 {
     int rc = bkc_check_rope(&dnnl_bk_id, x, head_dim, rot_dim, theta, pos0);
     if (rc)
         return rc;
-    if (rot_dim == 0)
+    if (rot_dim == 0 || x->rows == 0)
         return TIDE_OK;
-    const int half = rot_dim / 2;
-    float *inv = malloc(sizeof *inv * (size_t)half);
-    if (!inv)
-        return TIDE_E_NOMEM;
-    for (int j = 0; j < half; j++)
-        inv[j] = (float)pow((double)theta, -2.0 * j / rot_dim);
     dnnl_bk_enter(bk);
+    if ((rc = dnnl_bk_rope_table(bk, theta, rot_dim, pos0 + x->rows)))
+        return rc;
+    const int half = rot_dim / 2;
     const int64_t heads = x->cols / head_dim;
 #pragma omp parallel for num_threads(bk->threads) if (x->rows * heads * half >= DNNL_BK_PAR_MIN / 4)
     for (int64_t i = 0; i < x->rows; i++) {
         float *row = dnnl_bk_at(x, i, 0);
-        const float pos = (float)(pos0 + i);
-        for (int j = 0; j < half; j++) {
-            float angle = pos * inv[j];
-            float c = (float)cos((double)angle), s = (float)sin((double)angle);
-            for (int64_t h = 0; h < heads; h++) {
-                float *p = row + h * head_dim;
-                float x1 = p[j], x2 = p[j + half];
+        const float *cs = bk->rope_cs + (size_t)(pos0 + i) * (size_t)half * 2;
+        for (int64_t h = 0; h < heads; h++) {
+            float *p = row + h * head_dim;
+#pragma omp simd
+            for (int j = 0; j < half; j++) {
+                const float c = cs[2 * j], s = cs[2 * j + 1];
+                const float x1 = p[j], x2 = p[j + half];
                 p[j] = x1 * c - x2 * s;
                 p[j + half] = x2 * c + x1 * s;
             }
         }
     }
-    free(inv);
     return TIDE_OK;
 }
 
@@ -127,6 +162,8 @@ int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
     if (n == 0)
         return TIDE_OK;
     dnnl_bk_enter(bk);
+    if (dnnl_bk_simd_on(bk) && hd % 16 == 0)
+        return dnnl_bk_attention_simd(bk, a);
     int failed = 0;
 #pragma omp parallel num_threads(bk->threads) if (n * a->n_heads > 1)
     {
@@ -195,12 +232,9 @@ int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
         return rc;
     dnnl_bk_enter(bk);
 #pragma omp parallel for num_threads(bk->threads) if (g->rows * g->cols >= DNNL_BK_PAR_MIN / 4)
-    for (int64_t r = 0; r < g->rows; r++) {
-        const float *gr = dnnl_bk_at(g, r, 0), *ur = dnnl_bk_at(u, r, 0);
-        uint16_t *o = dnnl_bk_at(out, r, 0);
-        for (int64_t j = 0; j < g->cols; j++)
-            o[j] = tide_f32_to_bf16(dnnl_bk_silu_mul(gr[j], ur[j]));
-    }
+    for (int64_t r = 0; r < g->rows; r++)
+        dnnl_bk_silu_mul_bf16(bk->simd, dnnl_bk_at(g, r, 0), dnnl_bk_at(u, r, 0),
+                              dnnl_bk_at(out, r, 0), g->cols);
     return TIDE_OK;
 }
 

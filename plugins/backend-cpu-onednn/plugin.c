@@ -52,6 +52,10 @@ static const struct tide_option dnnl_bk_options[] = {
      "copy in host RAM (0-30% faster, +1 copy of every expert); auto = inplace when the CPU "
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
+    {"simd", TIDE_OPT_BOOL, "true",
+     "AVX-512 kernels for attention, exp/SiLU and the expert batch where the CPU has them; they "
+     "give the same bits as the plain C loops, which false selects (for checking)",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -134,6 +138,7 @@ static void dnnl_bk_destroy(struct tide_backend *bk)
     if (bk->eng)
         dnnl_engine_destroy(bk->eng);
     free(bk->scratch);
+    free(bk->rope_cs);
     free(bk);
 }
 
@@ -156,6 +161,11 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     bk->role = args->role;
     bk->threads = threads ? (int)threads : omp_get_num_procs();
     bk->raw_kernel = dnnl_bk_raw_available();
+    char simd_why[160];
+    const bool simd_can = dnnl_bk_simd_init(simd_why, sizeof simd_why);
+    bk->simd = args->opts ? tide_opts_bool(args->opts, "simd") : true;
+    if (bk->simd && !simd_can)
+        tide_info(DNNL_BK_NAME ": simd kernels off: %s", simd_why);
     bk->expert_layout = !strcmp(layout, "packed") || (!strcmp(layout, "auto") && !bk->raw_kernel)
                             ? DNNL_BK_PACKED
                             : DNNL_BK_RAW;
@@ -167,11 +177,12 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         return dnnl_bk_fail("create", "dnnl_engine_create/dnnl_stream_create", st);
     }
     const dnnl_version_t *v = dnnl_version();
-    snprintf(bk->desc, sizeof bk->desc, "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s%s",
-             v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
+    snprintf(bk->desc, sizeof bk->desc,
+             "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s%s, simd %s", v->major, v->minor,
+             v->patch, bk->threads, bk->threads == 1 ? "" : "s",
              dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
              bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
-             strcmp(layout, "auto") ? "" : " (auto)");
+             strcmp(layout, "auto") ? "" : " (auto)", dnnl_bk_simd_on(bk) ? "on" : "off");
     *out = bk;
     return TIDE_OK;
 }
@@ -428,6 +439,7 @@ static const struct tide_backend_ops dnnl_bk_ops = {
     .copy_sync = dnnl_bk_copy_sync,
     .timings = dnnl_bk_timings,
     .mem_info = dnnl_bk_mem_info,
+    .expert_ffn_batch = dnnl_bk_expert_ffn_batch,
 };
 
 static const struct tide_plugin_desc dnnl_bk_desc = {

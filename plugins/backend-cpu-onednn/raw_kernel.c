@@ -27,11 +27,6 @@
 /* Weight rows per block: 32 rows of K = 2048 bf16 are 128 KiB, well inside L2. */
 #define DNNL_BK_RAW_RB 32
 
-/* Software prefetch distance for the weight rows, in bytes: enough to cover
- * DRAM latency at full bandwidth (measured: 8 KiB beats 4 KiB and is no worse
- * than 16-64 KiB; prefetchnta beats t0/t1/t2 at 4-8 tokens). */
-#define DNNL_BK_RAW_PF_BYTES 8192
-
 #define RK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define RK_INLINE static inline __attribute__((always_inline)) RK_TARGET
 
@@ -259,6 +254,13 @@ void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + DNNL_BK_RAW_RB - 1) / DNNL_BK_RAW_RB;
+    if (threads <= 1) { /* inline, e.g. one expert per thread of an expert batch */
+        for (int i = 0; i < n_segs; i++)
+            for (int64_t r0 = 0; r0 < segs[i].n; r0 += DNNL_BK_RAW_RB)
+                rk_block(x, m, &segs[i], k, r0,
+                         r0 + DNNL_BK_RAW_RB < segs[i].n ? r0 + DNNL_BK_RAW_RB : segs[i].n);
+        return;
+    }
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t rb = b;

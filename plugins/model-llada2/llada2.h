@@ -61,6 +61,10 @@ const struct tide_model_info *llada2_info(const struct tide_model *m);
 int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                    float *logits);
 int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
+int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                        const int32_t *rows, int64_t n_rows, float *logits);
+int llada2_profile(struct tide_model *m, bool on);
+int llada2_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 int llada2_inspect(const char *dir, const struct tide_inspect_args *args);
 int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed);
 

@@ -3,11 +3,14 @@
  * feed-forward, then the final norm and the head. Routed experts go through
  * the core's dispatcher (tide_moe_forward). */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llada2.h"
 #include "tide/log.h"
+#include "tide/plugin.h"
 #include "tide/status.h"
 
 const char llada2_chat_template[] = "<role>SYSTEM</role>detailed thinking off<|role_end|>"
@@ -22,6 +25,29 @@ struct llada2_layer {
     struct tide_weight *sh_gate, *sh_up, *sh_down;
     int moe_index;                         /* -1 for dense layers */
     struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
+};
+
+/* Phases of the forward pass, for the profile slots. */
+enum llada2_phase {
+    LLADA2_PH_ATTENTION, /* qkv, q/k norms, rope, K/V write, attention, dense, residual */
+    LLADA2_PH_DENSE,     /* the dense SwiGLU of the first layers */
+    LLADA2_PH_SHARED,    /* the shared expert of MoE layers */
+    LLADA2_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
+    LLADA2_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
+    LLADA2_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
+    LLADA2_N_PHASES
+};
+
+static const char *const llada2_phase_names[LLADA2_N_PHASES] = {
+    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
+};
+
+struct llada2_prof {
+    bool on;
+    int cur;  /* the phase being timed; LLADA2_N_PHASES: none */
+    double t, cpu; /* when it started: wall and process CPU clocks */
+    struct tide_phase_stats ph[LLADA2_N_PHASES];
+    unsigned char *seen; /* [n_experts] scratch for counting distinct experts */
 };
 
 struct tide_model {
@@ -39,6 +65,7 @@ struct tide_model {
     int32_t *ids; /* host [max_tokens * top_k] */
     float *wts;   /* host [max_tokens * top_k] */
     char arch[32];
+    struct llada2_prof prof;
 };
 
 static const struct tide_backend_ops *ops_of(const struct tide_model *m)
@@ -260,7 +287,11 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .stop_token = "<|role_end|>",
         .chat_template = llada2_chat_template,
     };
-    if ((rc = tide_st_open(args->dir, &m->st)) != TIDE_OK)
+    const unsigned load =
+        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
+            ? args->load_flags
+            : 0u;
+    if ((rc = tide_st_open_flags(args->dir, load, &m->st)) != TIDE_OK)
         goto fail;
     const struct tide_moe_shape shape = {
         .size = sizeof shape,
@@ -334,6 +365,7 @@ void llada2_close(struct tide_model *m)
         free_buffers(m);
     }
     free(m->layers);
+    free(m->prof.seen);
     tide_st_close(m->st);
     free(m);
 }
@@ -342,6 +374,82 @@ const struct tide_model_info *llada2_info(const struct tide_model *m)
 {
     return &m->info;
 }
+
+/* ---- phase profiling ---------------------------------------------------- */
+
+static double llada2_clock(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* End the phase being timed and start `next`. Costs nothing when profiling is
+ * off; otherwise waits for the backend so the time lands in the right phase. */
+static int llada2_phase(struct tide_model *m, int next)
+{
+    struct llada2_prof *p = &m->prof;
+    if (!p->on)
+        return TIDE_OK;
+    int rc = ops_of(m)->sync(m->dev.bk);
+    const double t = llada2_clock(CLOCK_MONOTONIC), cpu = llada2_clock(CLOCK_PROCESS_CPUTIME_ID);
+    if (p->cur < LLADA2_N_PHASES) {
+        p->ph[p->cur].seconds += t - p->t;
+        p->ph[p->cur].cpu_seconds += cpu - p->cpu;
+    }
+    if (next < LLADA2_N_PHASES)
+        p->ph[next].calls++;
+    p->cur = next;
+    p->t = t;
+    p->cpu = cpu;
+    return rc;
+}
+
+/* Count the work of the phase being timed: bytes read and FLOPs. */
+static void llada2_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
+{
+    struct llada2_prof *p = &m->prof;
+    if (!p->on || p->cur >= LLADA2_N_PHASES)
+        return;
+    p->ph[p->cur].bytes += bytes;
+    p->ph[p->cur].flops += flops;
+    p->ph[p->cur].flops_f32 += flops_f32;
+}
+
+/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
+static void llada2_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
+{
+    llada2_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
+}
+
+int llada2_profile(struct tide_model *m, bool on)
+{
+    struct llada2_prof *p = &m->prof;
+    if (on && !p->seen && !(p->seen = calloc((size_t)m->cfg.n_experts + 1, 1)))
+        return TIDE_E_NOMEM;
+    memset(p->ph, 0, sizeof p->ph);
+    for (int i = 0; i < LLADA2_N_PHASES; i++)
+        p->ph[i].name = llada2_phase_names[i];
+    p->on = on;
+    p->cur = LLADA2_N_PHASES; /* between forwards: not timed */
+    p->t = llada2_clock(CLOCK_MONOTONIC);
+    p->cpu = llada2_clock(CLOCK_PROCESS_CPUTIME_ID);
+    return TIDE_OK;
+}
+
+int llada2_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n)
+{
+    if (!n || (max > 0 && !out))
+        return TIDE_E_INVAL;
+    for (int i = 0; i < LLADA2_N_PHASES && i < max; i++) {
+        out[i] = m->prof.ph[i];
+        out[i].name = llada2_phase_names[i];
+    }
+    *n = LLADA2_N_PHASES;
+    return TIDE_OK;
+}
+
+/* ---- forward ------------------------------------------------------------ */
 
 /* y = down(silu(x gate^T) * (x up^T)) for a dense SwiGLU MLP of width I. */
 static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t n, int64_t I,
@@ -357,7 +465,22 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
     if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
         (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
         return rc;
+    const int64_t H = m->cfg.hidden;
+    llada2_mm_work(m, n, 3 * I, H);
     return TIDE_OK;
+}
+
+/* FLOPs of block-causal attention for queries pos0 .. pos0+n-1: scores and
+ * mixing, 2 x 2 per visible key and dimension. */
+static uint64_t llada2_attn_flops(const struct tide_model *m, int64_t n, int64_t pos0)
+{
+    const int64_t total = pos0 + n, hd = m->cfg.head_dim;
+    uint64_t keys = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t end = ((pos0 + i) / m->block + 1) * m->block;
+        keys += (uint64_t)(end < total ? end : total);
+    }
+    return 4u * keys * (uint64_t)(m->cfg.n_heads * hd);
 }
 
 static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t n, int64_t pos0,
@@ -407,7 +530,29 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
     if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, L->dense, &tmp)) ||
         (rc = o->add(bk, &h, &tmp)))
         return rc;
+    if (m->prof.on) {
+        llada2_mm_work(m, n, qw + 2 * kw, c->hidden);
+        llada2_mm_work(m, n, c->hidden, qw);
+        llada2_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0, llada2_attn_flops(m, n, pos0));
+    }
     return TIDE_OK;
+}
+
+/* Distinct experts among the n x top_k routing ids: bytes and FLOPs of the routed experts. */
+static void llada2_routed_work(struct tide_model *m, int64_t n)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    if (!m->prof.on)
+        return;
+    uint64_t distinct = 0;
+    memset(m->prof.seen, 0, (size_t)c->n_experts);
+    for (int64_t a = 0; a < n * c->top_k; a++)
+        if (m->ids[a] >= 0 && m->ids[a] < c->n_experts && !m->prof.seen[m->ids[a]]++)
+            distinct++;
+    llada2_mm_work(m, n, c->n_experts, c->hidden); /* router */
+    llada2_work(m, distinct * llada2_expert_bytes(c),
+                2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
+                0);
 }
 
 static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
@@ -417,7 +562,9 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
-    int rc = o->matmul(bk, x, L->router, &rl);
+    int rc = llada2_phase(m, LLADA2_PH_ROUTED);
+    if (!rc)
+        rc = o->matmul(bk, x, L->router, &rl);
     if (rc)
         return rc;
     const struct tide_router_args ra = {
@@ -436,16 +583,67 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
         return rc;
     if ((rc = tide_moe_forward(m->moe, L->moe_index, x, m->ids, m->wts, n, y)))
         return rc;
+    llada2_routed_work(m, n);
     if (!c->n_shared)
         return TIDE_OK;
     struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = swiglu_mlp(m, x, n, (int64_t)c->moe_inter * c->n_shared, L->sh_gate, L->sh_up,
+    if ((rc = llada2_phase(m, LLADA2_PH_SHARED)) ||
+        (rc = swiglu_mlp(m, x, n, (int64_t)c->moe_inter * c->n_shared, L->sh_gate, L->sh_up,
                          L->sh_down, &sh)))
         return rc;
     return o->add(bk, y, &sh);
 }
 
-int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
+/* The output layer for the rows asked for: final norm and head on h's rows
+ * rows[0..n_rows) (NULL: rows 0..n_rows-1), read into logits. Every op is
+ * row by row, so a row's logits do not depend on which others are computed. */
+static int llada2_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
+{
+    const struct llada2_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t H = c->hidden;
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n_rows, H);
+    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n_rows, H);
+    struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n_rows, c->vocab);
+    int rc = TIDE_OK;
+    if (rows) {
+        /* Gather the rows first (tmp is free: the layers are done). */
+        struct tide_tensor hall = tide_tensor_2d(m->h, TIDE_DTYPE_F32, m->max_tokens, H);
+        h = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n_rows, H);
+        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
+    }
+    if (!rc && !(rc = o->rmsnorm(bk, &h, m->norm, (int)H, (float)c->eps, &x)) &&
+        !(rc = o->matmul(bk, &x, m->head, &lg)))
+        rc = o->read(bk, &lg, logits);
+    llada2_mm_work(m, n_rows, c->vocab, H);
+    return rc;
+}
+
+/* Check rows[0..n_rows) against a span of n positions. */
+static int llada2_check_rows(const int32_t *rows, int64_t n_rows, int64_t n, const float *logits)
+{
+    if (n_rows < 0 || n_rows > n || (n_rows > 0 && (!rows || !logits))) {
+        tide_error("model-llada2: forward_rows: %lld rows of a %lld-token span (rows %s, logits "
+                   "%s)",
+                   (long long)n_rows, (long long)n, rows ? "set" : "NULL", logits ? "set" : "NULL");
+        return TIDE_E_INVAL;
+    }
+    for (int64_t i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            tide_error("model-llada2: forward_rows: rows[%lld] = %d is outside the %lld-token "
+                       "span",
+                       (long long)i, rows[i], (long long)n);
+            return TIDE_E_RANGE;
+        }
+    }
+    return TIDE_OK;
+}
+
+/* The forward pass; logits for rows[0..n_rows) (rows NULL: all n rows, when
+ * logits is set). */
+static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                      const int32_t *rows, int64_t n_rows, float *logits)
 {
     const struct llada2_cfg *c = &m->cfg;
     if (n < 1 || n > m->max_tokens || pos0 < 0 || pos0 + n > m->n_ctx) {
@@ -469,28 +667,33 @@ int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t 
     struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
     struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
     const float eps = (float)c->eps;
-    int rc = o->embed(bk, m->embed, ids, n, &h);
+    int rc = llada2_phase(m, LLADA2_PH_OTHER);
+    if (!rc)
+        rc = o->embed(bk, m->embed, ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct llada2_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = llada2_phase(m, LLADA2_PH_ATTENTION)) ||
+            (rc = attention_block(m, L, n, pos0, &x)) || (rc = llada2_phase(m, LLADA2_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
-        if (L->moe_index < 0)
-            rc = swiglu_mlp(m, &x, n, c->inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
-        else
+        if (L->moe_index < 0) {
+            if (!(rc = llada2_phase(m, LLADA2_PH_DENSE)))
+                rc = swiglu_mlp(m, &x, n, c->inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
+        } else {
             rc = moe_block(m, L, n, &x, &tmp);
-        if (rc == TIDE_OK)
+        }
+        if (rc == TIDE_OK && (rc = llada2_phase(m, LLADA2_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
-    if (rc == TIDE_OK && logits) {
-        struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n, c->vocab);
-        if (!(rc = o->rmsnorm(bk, &h, m->norm, (int)H, eps, &x)) &&
-            !(rc = o->matmul(bk, &x, m->head, &lg)))
-            rc = o->read(bk, &lg, logits);
+    if (rc == TIDE_OK && logits && n_rows > 0) {
+        if (!(rc = llada2_phase(m, LLADA2_PH_OUTPUT)))
+            rc = llada2_output(m, rows, n_rows, logits);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
+    if (rc == TIDE_OK)
+        rc = llada2_phase(m, LLADA2_N_PHASES);
     return rc;
 }
 
@@ -526,4 +729,31 @@ int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, fl
         out[j] = (float)(acc[j] / (double)n);
     free(acc);
     return TIDE_OK;
+}
+
+int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
+{
+    return llada2_run(m, ids, n, pos0, NULL, logits ? n : 0, logits);
+}
+
+int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                        const int32_t *rows, int64_t n_rows, float *logits)
+{
+    int rc = llada2_check_rows(rows, n_rows, n, logits);
+    if (rc != TIDE_OK)
+        return rc;
+    /* Without a row gather on this backend, compute every row and keep those asked for. */
+    const struct tide_backend_ops *o = ops_of(m);
+    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
+        const int64_t V = m->cfg.vocab;
+        float *all = malloc(sizeof *all * (size_t)(n * V));
+        if (!all)
+            return TIDE_E_NOMEM;
+        rc = llada2_run(m, ids, n, pos0, NULL, n, all);
+        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
+            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
+        free(all);
+        return rc;
+    }
+    return llada2_run(m, ids, n, pos0, rows, n_rows, logits);
 }

@@ -18,6 +18,9 @@ static const struct tide_model_ops llada2_ops = {
     .mkmodel = llada2_mkmodel,
     .chat_template = llada2_chat,
     .prompt_vector = llada2_prompt_vector,
+    .forward_rows = llada2_forward_rows,
+    .profile = llada2_profile,
+    .profile_read = llada2_profile_read,
 };
 
 static const struct tide_plugin_desc llada2_desc = {

@@ -65,6 +65,7 @@ def test_layouts_match_the_library(engine, prompt_ids):
     req.on_step = _lib.ON_STEP(keep("step"))
     req.on_block = _lib.ON_BLOCK(keep("block"))
     req.on_logits = _lib.ON_LOGITS(lambda u, ev: sizes.__setitem__("logits", ev.contents.size))
+    req.on_rows = _lib.ON_ROWS(lambda u, ev: sizes.__setitem__("rows", ev.contents.size))
     out = ctypes.POINTER(_lib.Result)()
     assert lib.tide_engine_generate(h, ctypes.byref(req), ctypes.byref(out)) == 0
     sizes["result"] = out.contents.size
@@ -72,6 +73,7 @@ def test_layouts_match_the_library(engine, prompt_ids):
     assert sizes == {"start": ctypes.sizeof(_lib.StartEvent), "step": ctypes.sizeof(_lib.StepEvent),
                      "block": ctypes.sizeof(_lib.BlockEvent),
                      "logits": ctypes.sizeof(_lib.LogitsEvent),
+                     "rows": ctypes.sizeof(_lib.RowsEvent),
                      "result": ctypes.sizeof(_lib.Result)}
 
 

@@ -61,10 +61,16 @@ class LogitsEvent(Structure):
                 ("logits", POINTER(c_float)), ("rows", c_int), ("vocab", c_int)]
 
 
+class RowsEvent(Structure):
+    _fields_ = [("size", c_uint32), ("block", c_int64), ("step", c_int), ("n", c_int),
+                ("pos", POINTER(c_int32)), ("rows", POINTER(POINTER(c_float))), ("vocab", c_int)]
+
+
 ON_START = CFUNCTYPE(c_int, c_void_p, POINTER(StartEvent))
 ON_STEP = CFUNCTYPE(c_int, c_void_p, POINTER(StepEvent))
 ON_BLOCK = CFUNCTYPE(c_int, c_void_p, POINTER(BlockEvent))
 ON_LOGITS = CFUNCTYPE(None, c_void_p, POINTER(LogitsEvent))
+ON_ROWS = CFUNCTYPE(None, c_void_p, POINTER(RowsEvent))
 
 
 class Request(Structure):
@@ -74,7 +80,7 @@ class Request(Structure):
                 ("temperature", c_double), ("top_k", c_int), ("top_p", c_double),
                 ("seed", c_int64), ("sets", POINTER(c_char_p)), ("n_sets", c_int),
                 ("user", c_void_p), ("on_start", ON_START), ("on_step", ON_STEP),
-                ("on_block", ON_BLOCK), ("on_logits", ON_LOGITS)]
+                ("on_block", ON_BLOCK), ("on_logits", ON_LOGITS), ("on_rows", ON_ROWS)]
 
 
 class OffloadStats(Structure):

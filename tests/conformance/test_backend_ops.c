@@ -743,6 +743,80 @@ static void test_expert_ffn(void)
     run_expert(1100, 40, 7, 4, 7);
 }
 
+/* expert_ffn_batch (optional): several experts in one call give exactly the
+ * results of one expert_ffn call each, whatever the mix of row counts (none,
+ * few, more than a one-thread kernel takes), and match the reference. */
+static void test_expert_batch(void)
+{
+    if (!TIDE_OPS_HAS(ops, expert_ffn_batch)) {
+        fprintf(stderr, "  (no expert_ffn_batch)\n");
+        return;
+    }
+    enum { NE = 7 };
+    const int H = 72, I = 40, T = 20;
+    const int counts[NE] = {3, 0, 1, 8, 70, 2, 5};
+    struct test_expert te[NE];
+    const struct tide_expert *ex[NE];
+    int64_t off[NE + 1] = {0};
+    for (int j = 0; j < NE; j++) {
+        expert_make(&te[j], H, I);
+        struct tide_expert *e = NULL;
+        CHECK_EQ_INT(ops->expert_create(bk, &te[j].gv, &te[j].uv, &te[j].dv, &e), TIDE_OK);
+        ex[j] = e;
+        off[j + 1] = off[j] + counts[j];
+    }
+    const int A = (int)off[NE];
+    int32_t *rows = malloc(sizeof *rows * (size_t)A), *dst = malloc(sizeof *dst * (size_t)A);
+    for (int i = 0; i < A; i++) {
+        rows[i] = (int32_t)((i * 7 + 3) % T);
+        dst[i] = (int32_t)((i * 37 + 5) % A); /* a permutation: 37 is coprime to A = 89 */
+    }
+    float *x = rnd_array((size_t)T * H, true);
+    struct tide_tensor xt = new_view(TIDE_DTYPE_BF16, T, H, H + 8, 4);
+    struct tide_tensor o1 = new_view(TIDE_DTYPE_F32, A, H, H + 1, 1);
+    struct tide_tensor o2 = new_view(TIDE_DTYPE_F32, A, H, H + 1, 1);
+    put(&xt, x);
+    for (int j = 0; j < NE; j++)
+        if (ex[j])
+            CHECK_EQ_INT(
+                ops->expert_ffn(bk, ex[j], &xt, rows + off[j], dst + off[j], counts[j], &o1),
+                TIDE_OK);
+    CHECK_EQ_INT(ops->expert_ffn_batch(bk, NE, ex, &xt, rows, dst, off, &o2), TIDE_OK);
+    float *a = get(&o1), *b = get(&o2);
+    check_exact("expert_ffn_batch vs expert_ffn one by one", b, a, (size_t)A * H);
+    /* And the reference, expert by expert. */
+    double *want = malloc(sizeof *want * (size_t)A * H), *err = malloc(sizeof *err * (size_t)A * H);
+    float *got = malloc(sizeof *got * (size_t)A * H);
+    for (int j = 0; j < NE; j++) {
+        if (!counts[j])
+            continue;
+        ref_expert_ffn(x, rows + off[j], counts[j], te[j].gate, te[j].up, te[j].down, H, I,
+                       want + off[j] * H, err + off[j] * H);
+        for (int i = 0; i < counts[j]; i++)
+            memcpy(got + (off[j] + i) * H, b + (size_t)dst[off[j] + i] * H, sizeof *got * H);
+    }
+    check_values("expert_ffn_batch", got, want, err, (size_t)A * H, false);
+    /* Decreasing offsets are refused. */
+    int64_t bad[3] = {0, 2, 1};
+    capture_errors(true);
+    CHECK_EQ_INT(ops->expert_ffn_batch(bk, 2, ex, &xt, rows, dst, bad, &o2), TIDE_E_INVAL);
+    capture_errors(false);
+    CHECK_CONTAINS(last_error, "expert_ffn_batch");
+    for (int j = 0; j < NE; j++) {
+        ops->expert_destroy(bk, (struct tide_expert *)ex[j]);
+        expert_free(&te[j]);
+    }
+    free(rows);
+    free(dst);
+    free(x);
+    free(a);
+    free(b);
+    free(want);
+    free(err);
+    free(got);
+    free_all();
+}
+
 /* Row gather and scatter between a strided table and a packed block. */
 static void run_rows(enum tide_dtype dt)
 {
@@ -910,6 +984,7 @@ static void run_all(void)
     TEST_RUN(test_embed);
     TEST_RUN(test_router);
     TEST_RUN(test_expert_ffn);
+    TEST_RUN(test_expert_batch);
     TEST_RUN(test_slots);
     TEST_RUN(test_moe_combine);
     TEST_RUN(test_errors);
@@ -926,6 +1001,7 @@ static bool open_backend(const struct tide_plugin *p, const struct tide_opts *op
 
 int main(int argc, char **argv)
 {
+    tide_openmp_env_defaults(); /* as `tide` runs (the machine may be shared) */
     const char *bk_name = argc > 1 ? argv[1] : "backend-cpu-onednn";
     const char *dir = getenv("TIDE_PLUGIN_DIR");
     if (!dir) {
@@ -969,9 +1045,25 @@ int main(int argc, char **argv)
             fprintf(stderr, "expert_layout = %s\n", c);
             if (open_backend(p, opts)) {
                 TEST_RUN(test_expert_ffn);
+                TEST_RUN(test_expert_batch);
                 TEST_RUN(test_slots);
                 ops->destroy(bk);
             }
+        }
+    }
+    /* The plain loops behind a `simd` switch, when the backend has one. */
+    for (const struct tide_option *o = p->desc->options; o && o->name; o++) {
+        if (strcmp(o->name, "simd"))
+            continue;
+        CHECK_EQ_INT(tide_config_set_value(cfg, p->desc->name, "simd", "false", "test"), TIDE_OK);
+        fprintf(stderr, "simd = false\n");
+        if (open_backend(p, opts)) {
+            TEST_RUN(test_rope);
+            TEST_RUN(test_attention);
+            TEST_RUN(test_swiglu);
+            TEST_RUN(test_expert_ffn);
+            TEST_RUN(test_expert_batch);
+            ops->destroy(bk);
         }
     }
     ops->destroy(NULL);

@@ -655,6 +655,47 @@ static void test_concurrent_readers(void)
     tide_st_close(st);
 }
 
+/* tide_st_open_flags: read into memory and/or locked, the same tensors and
+ * bytes as the mapping; a refused lock is a warning, not a failure. */
+static void test_open_flags(void)
+{
+    char path[PATH_MAX];
+    path_of(path, "mixed.safetensors");
+    const unsigned flags[] = {TIDE_ST_READ, TIDE_ST_MLOCK, TIDE_ST_READ | TIDE_ST_MLOCK};
+    struct tide_st *ref = NULL;
+    CHECK_EQ_INT(tide_st_open(path, &ref), TIDE_OK);
+    if (!ref)
+        return;
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        struct tide_st *st = NULL;
+        log_reset();
+        CHECK_EQ_INT(tide_st_open_flags(path, flags[f], &st), TIDE_OK);
+        CHECK_EQ_INT(n_errors, 0);
+        if (!st)
+            continue;
+        CHECK_EQ_INT(tide_st_count(st), tide_st_count(ref));
+        check_tensors(st, 0, mixed, N_MIXED, 11);
+        for (int i = 0; i < tide_st_count(st); i++) {
+            const struct tide_view *a = tide_st_at(st, i), *b = tide_st_at(ref, i);
+            CHECK(a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes));
+            /* Read into memory: the views point there, not into a file mapping. */
+            if (flags[f] & TIDE_ST_READ)
+                CHECK(a->data != b->data);
+        }
+        tide_st_close(st);
+    }
+    /* A bad file is refused the same way when read. */
+    char bad[PATH_MAX];
+    path_of(bad, "short-read.safetensors");
+    write_text(bad, "1234");
+    struct tide_st *st = NULL;
+    log_reset();
+    CHECK_EQ_INT(tide_st_open_flags(bad, TIDE_ST_READ, &st), TIDE_E_FORMAT);
+    CHECK(st == NULL);
+    CHECK_CONTAINS(logbuf, "too short");
+    tide_st_close(ref);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -678,6 +719,7 @@ int main(void)
     TEST_RUN(test_sharded);
     TEST_RUN(test_directories);
     TEST_RUN(test_concurrent_readers);
+    TEST_RUN(test_open_flags);
     tide_log_set_sink(NULL, NULL);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     TEST_DONE();

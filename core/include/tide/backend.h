@@ -193,6 +193,20 @@ struct tide_backend_ops {
     /* Memory this backend can still allocate, and its total, in bytes (for a
      * host backend: available and total RAM). */
     int (*mem_info)(struct tide_backend *bk, uint64_t *free_bytes, uint64_t *total_bytes);
+
+    /* ---- Appended: optional. ---- */
+
+    /* Several experts in one call: for j < n_experts, what expert_ffn(experts[j],
+     * x_all, rows + offsets[j], dst_rows + offsets[j], offsets[j+1] - offsets[j],
+     * out) computes, bit for bit. The experts' dst_rows are distinct, so a
+     * backend may run them concurrently (and fetch the next one's weights
+     * ahead). offsets [n_experts + 1], rows, dst_rows and experts are host
+     * arrays; offsets[0] = 0 and it never decreases. */
+    int (*expert_ffn_batch)(struct tide_backend *bk, int n_experts,
+                            const struct tide_expert *const *experts,
+                            const struct tide_tensor *x_all, const int32_t *rows,
+                            const int32_t *dst_rows, const int64_t *offsets,
+                            const struct tide_tensor *out);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))

@@ -151,14 +151,30 @@ struct tide_block_event {
     double seconds; /* wall time since the request started */
 };
 
-/* Passed to on_logits at every denoising step: the logits the decoder chose
- * from (verification, e.g. `tide run --logits-hash`). Valid during the call. */
+/* Passed to on_logits at every denoising step: the logits of every row of
+ * the block (verification, e.g. `tide run --dump-logits`). Setting on_logits
+ * makes each step compute the output layer for the whole block, where
+ * otherwise only the still-masked rows are computed. Valid during the call. */
 struct tide_logits_event {
     uint32_t size;       /* sizeof(struct tide_logits_event) of the library */
     int64_t block;       /* absolute block on the canvas (prompt blocks included) */
     int step;            /* denoising step within the block */
     const float *logits; /* [rows][vocab] f32 */
     int rows;            /* block length */
+    int vocab;
+};
+
+/* Passed to on_rows at every denoising step: the logits the decoder read,
+ * one row per still-masked position (`tide run --logits-hash`). They are the
+ * same values whether or not the whole block was computed. Valid during the
+ * call. */
+struct tide_rows_event {
+    uint32_t size;            /* sizeof(struct tide_rows_event) of the library */
+    int64_t block;            /* absolute block on the canvas (prompt blocks included) */
+    int step;                 /* denoising step within the block */
+    int n;                    /* rows */
+    const int32_t *pos;       /* [n] their positions in the block, increasing */
+    const float *const *rows; /* [n] each [vocab] f32 */
     int vocab;
 };
 
@@ -194,6 +210,8 @@ struct tide_request {
     int (*on_step)(void *user, const struct tide_step_event *ev);
     int (*on_block)(void *user, const struct tide_block_event *ev);
     void (*on_logits)(void *user, const struct tide_logits_event *ev);
+    /* --- appended --- */
+    void (*on_rows)(void *user, const struct tide_rows_event *ev);
 };
 
 /* Reset a request: size set, every parameter negative (configured), chat

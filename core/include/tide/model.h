@@ -8,6 +8,7 @@
 #ifndef TIDE_MODEL_H
 #define TIDE_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "tide/backend.h"
 #include "tide/moe.h"
 #include "tide/option.h"
+#include "tide/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +55,9 @@ struct tide_model_args {
     const struct tide_backend_ref *dev; /* runs the forward */
     struct tide_moe *moe;               /* the core's dispatcher; register experts here */
     int block;                          /* block length of the block-causal mask */
+    /* --- appended (check args->size) --- */
+    unsigned
+        load_flags; /* TIDE_ST_READ / TIDE_ST_MLOCK for tide_st_open_flags ([model] mmap, mlock) */
 };
 
 /* Arguments of `tide inspect`. */
@@ -60,6 +65,18 @@ struct tide_inspect_args {
     uint32_t size;
     int budget; /* experts per MoE layer kept on the device */
     FILE *out;
+};
+
+/* One phase of the forward pass (attention, dense feed-forward, ...), summed
+ * over the forwards since profiling was switched on (model ops `profile`). */
+struct tide_phase_stats {
+    const char *name;   /* "attention", "routed experts", ...; owned by the plugin */
+    uint64_t calls;     /* times the phase ran (per layer and forward) */
+    double seconds;     /* wall time */
+    double cpu_seconds; /* CPU time of the process (all threads) during the phase */
+    uint64_t bytes;     /* weights (and K/V cache) read, counting each matrix once per call */
+    uint64_t flops;     /* in bf16 matmuls, 2 per multiply-add */
+    uint64_t flops_f32; /* in f32 arithmetic (attention scores and mixing) */
 };
 
 struct tide_model_ops {
@@ -96,6 +113,22 @@ struct tide_model_ops {
      * (tide/policy.h prompt_begin). Returns TIDE_OK, or TIDE_E_RANGE for an
      * id outside the vocabulary or n < 1 (logged). */
     int (*prompt_vector)(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
+    /* Like forward, but logits are wanted only for the n_rows positions
+     * pos0 + rows[i] (0 <= rows[i] < n, distinct, any order): logits receives
+     * f32 [n_rows, vocab_size], row i for rows[i], each bit-identical to that
+     * row of forward's logits. The K/V written and every hidden state are
+     * those of forward, so a model may skip the output layer (final norm and
+     * head) for the other rows. n_rows = 0 (rows and logits may be NULL) is
+     * forward with logits NULL. */
+    int (*forward_rows)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                        const int32_t *rows, int64_t n_rows, float *logits);
+    /* Phase profiling, off after open. profile(m, true) zeroes the counters
+     * and times every later forward by phase (the backend is synced at each
+     * phase boundary, so keep it off outside measurements); false stops.
+     * profile_read copies up to max phases into out and sets *n to the
+     * number the model has. Both return TIDE_OK or a status. */
+    int (*profile)(struct tide_model *m, bool on);
+    int (*profile_read)(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))

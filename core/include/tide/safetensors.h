@@ -36,6 +36,22 @@ struct tide_st; /* an opened checkpoint: one file, or a directory of shards */
  * file, unsupported dtype, overlapping tensors, ...), TIDE_E_NOMEM. */
 int tide_st_open(const char *path, struct tide_st **out);
 
+/* How tide_st_open_flags holds the files (llama.cpp's --no-mmap and --mlock). */
+enum tide_st_flags {
+    /* Read each file into anonymous memory (transparent huge pages where the
+     * kernel allows) instead of mapping it: the load reads every byte, and
+     * nothing is paged in later or evicted back to the file. */
+    TIDE_ST_READ = 1u << 0,
+    /* Lock the memory (mlock) so it is never paged out. When the memlock
+     * limit (RLIMIT_MEMLOCK) is too small, a warning says so and the files
+     * stay unlocked. With a mapping, locking reads the whole file at open. */
+    TIDE_ST_MLOCK = 1u << 1,
+};
+
+/* tide_st_open with flags (enum tide_st_flags, or 0: map the files). Same
+ * return codes; TIDE_E_IO also when reading a file fails. */
+int tide_st_open_flags(const char *path, unsigned flags, struct tide_st **out);
+
 /* Unmap and free everything; every view from st becomes invalid. NULL is a no-op. */
 void tide_st_close(struct tide_st *st);
 

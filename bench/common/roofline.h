@@ -1,0 +1,189 @@
+/* The machine's limits, measured in the benchmark's own run, for rooflines:
+ * a STREAM triad (memory bandwidth) and peak arithmetic (bf16 dot products
+ * with VDPBF16PS, f32 with FMA), on the same OpenMP thread count as the code
+ * measured. Header-only: each benchmark includes it once. */
+#ifndef TIDE_BENCH_ROOFLINE_H
+#define TIDE_BENCH_ROOFLINE_H
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loader.h"
+
+/* The OpenMP defaults `tide` runs with (tide_openmp_env_defaults): this
+ * benchmark links OpenMP itself, whose runtime has read the environment
+ * before main, so when the defaults were missing the program runs itself
+ * again with them set. Returns only when the environment is final. */
+static void roof_openmp_env(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    tide_openmp_env_defaults();
+    execv("/proc/self/exe", argv);
+    /* exec failed: run on with the runtime's defaults */
+}
+
+static double roof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds this process has used, all threads. On a machine shared with
+ * other jobs, wall time includes the time our threads wait for a core; CPU
+ * time does not, so CPU-time ratios estimate what an idle machine would do
+ * (closely for compute-bound work; memory-bound work still shares the DRAM). */
+static double roof_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* STREAM triad arrays: a = b + s*c over n doubles each. */
+struct roof_triad {
+    double *a, *b, *c;
+    size_t n;
+    int threads;
+};
+
+/* 0, or -1 when out of memory. */
+static int roof_triad_init(struct roof_triad *t, size_t n, int threads)
+{
+    t->a = malloc(sizeof *t->a * n);
+    t->b = malloc(sizeof *t->b * n);
+    t->c = malloc(sizeof *t->c * n);
+    t->n = n;
+    t->threads = threads;
+    if (!t->a || !t->b || !t->c)
+        return -1;
+    const long long ln = (long long)n;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long long i = 0; i < ln; i++) { /* first touch by the threads that use it */
+        t->a[i] = 1.0;
+        t->b[i] = 2.0;
+        t->c[i] = 0.5;
+    }
+    return 0;
+}
+
+static void roof_triad_free(struct roof_triad *t)
+{
+    free(t->a);
+    free(t->b);
+    free(t->c);
+}
+
+/* Best of 5 passes in GB/s, with STREAM's byte count (3 x 8 bytes per
+ * element). *per_cpu (may be NULL): the same per CPU-second x threads. */
+static double roof_triad_run2(struct roof_triad *t, double *per_cpu)
+{
+    const long long ln = (long long)t->n;
+    double *a = t->a;
+    const double *b = t->b, *c = t->c;
+    double best = 1e30, best_cpu = 1e30;
+    for (int it = 0; it < 6; it++) {
+        double t0 = roof_now(), c0 = roof_cpu_now();
+#pragma omp parallel for num_threads(t->threads) schedule(static)
+        for (long long i = 0; i < ln; i++)
+            a[i] = b[i] + 3.0 * c[i];
+        double dt = roof_now() - t0, dc = (roof_cpu_now() - c0) / t->threads;
+        best = dt < best && it > 0 ? dt : best;
+        best_cpu = dc < best_cpu && it > 0 ? dc : best_cpu;
+    }
+    if (per_cpu)
+        *per_cpu = 3.0 * sizeof(double) * (double)t->n / best_cpu / 1e9;
+    return 3.0 * sizeof(double) * (double)t->n / best / 1e9;
+}
+
+static inline double roof_triad_run(struct roof_triad *t)
+{
+    return roof_triad_run2(t, NULL);
+}
+
+#define ROOF_TARGET __attribute__((target("avx512f,avx512bf16")))
+
+static bool roof_has_bf16(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+/* iters x 20 independent VDPBF16PS (64 FLOP each); returns a lane so the
+ * work is not optimised away. */
+ROOF_TARGET static float roof_bf16_loop(long iters)
+{
+    __m512 acc[20];
+    for (int i = 0; i < 20; i++)
+        acc[i] = _mm512_set1_ps((float)i);
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x0001);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 20
+        for (int i = 0; i < 20; i++)
+            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __m512 s = acc[0];
+    for (int i = 1; i < 20; i++)
+        s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+/* iters x 20 independent 16-lane FMAs (32 FLOP each). */
+ROOF_TARGET static float roof_f32_loop(long iters)
+{
+    __m512 acc[20];
+    for (int i = 0; i < 20; i++)
+        acc[i] = _mm512_set1_ps((float)i);
+    const __m512 a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(1e-9f);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 20
+        for (int i = 0; i < 20; i++)
+            acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __m512 s = acc[0];
+    for (int i = 1; i < 20; i++)
+        s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+/* Peak GFLOP/s on `threads` threads, best of 5 runs of about 20 ms: bf16
+ * (VDPBF16PS) when bf16 is true, else f32 FMA. 0 when the CPU lacks
+ * AVX512-BF16 (then nothing is measured). *per_cpu (may be NULL) gets the
+ * same in GFLOP per CPU-second times threads: the peak of an idle machine. */
+static double roof_peak2(int threads, bool bf16, double *per_cpu)
+{
+    if (per_cpu)
+        *per_cpu = 0.0;
+    if (!roof_has_bf16())
+        return 0.0;
+    const long iters = 200000; /* 4M instructions per thread */
+    double best = 1e30, best_cpu = 1e30;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 6; rep++) {
+        double t0 = roof_now(), c0 = roof_cpu_now();
+#pragma omp parallel num_threads(threads)
+        {
+            float v = bf16 ? roof_bf16_loop(iters) : roof_f32_loop(iters);
+#pragma omp atomic
+            sink += v;
+        }
+        double dt = roof_now() - t0, dc = (roof_cpu_now() - c0) / threads;
+        best = dt < best && rep > 0 ? dt : best;
+        best_cpu = dc < best_cpu && rep > 0 ? dc : best_cpu;
+    }
+    (void)sink;
+    const double flops = (double)threads * (double)iters * 20.0 * (bf16 ? 64.0 : 32.0);
+    if (per_cpu)
+        *per_cpu = flops / best_cpu / 1e9;
+    return flops / best / 1e9;
+}
+
+static inline double roof_peak(int threads, bool bf16)
+{
+    return roof_peak2(threads, bf16, NULL);
+}
+
+#endif

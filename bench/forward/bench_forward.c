@@ -1,0 +1,368 @@
+/* bench-forward: milliseconds per forward of a denoising step on a real-sized
+ * checkpoint, by phase (attention, dense ffn, shared expert, routed experts,
+ * output layer, other, and the probabilities the decoder computes), each
+ * against its roofline: bytes read / STREAM triad and FLOPs / peak, both
+ * measured in the same run on the same threads.
+ *
+ * A step is decoded as the generator does: the prompt's blocks are prefilled
+ * into the KV cache, then the next block starts all masks and each step runs
+ * the model on the block, turns the logits of the masked rows into a greedy
+ * pick and its probability, and commits the most confident row (one per
+ * step, as a 32-step schedule does on an undertrained model), so the masked
+ * rows go block, block-1, ..., 1. The block is decoded --repeats times after
+ * one untimed pass (first touch of the weights, oneDNN primitives).
+ *
+ *   --rows masked  logits only for the masked rows (model slot forward_rows)
+ *   --rows all     logits for every row of the block (forward), the plain path
+ *   --probs plain  probabilities as the generator computed them before (libm
+ *                  exp in double per element) instead of tide_greedy_pick
+ * A model plugin without forward_rows or profile (an older build, for a
+ * before/after comparison) runs with --rows all and prints totals only.
+ *
+ * Usage: bench-forward --model DIR [--threads N] [--prompt N] [--block N]
+ *                      [--repeats N] [--rows masked|all] [--probs fast|plain]
+ *                      [--set section.key=value ...]
+ * Plugins come from $TIDE_PLUGIN_DIR when set, else as `tide` finds them. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/roofline.h"
+#include "config.h"
+#include "core_options.h"
+#include "engine.h"
+#include "loader.h"
+#include "probs.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+#define BF_MAX_SETS   32
+#define BF_MAX_PHASES 16
+
+struct bf_cfg {
+    const char *model;
+    int threads;
+    int prompt, block, repeats;
+    bool all_rows, plain_probs;
+    const char *sets[BF_MAX_SETS];
+    int n_sets;
+};
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s --model DIR [--threads N] [--prompt N] [--block N] [--repeats N]\n"
+            "          [--rows masked|all] [--probs fast|plain] [--set section.key=value ...]\n",
+            argv0);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, struct bf_cfg *c)
+{
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return 1;
+        if (!strcmp(a, "--model"))
+            c->model = v;
+        else if (!strcmp(a, "--threads"))
+            c->threads = atoi(v);
+        else if (!strcmp(a, "--prompt"))
+            c->prompt = atoi(v);
+        else if (!strcmp(a, "--block"))
+            c->block = atoi(v);
+        else if (!strcmp(a, "--repeats"))
+            c->repeats = atoi(v);
+        else if (!strcmp(a, "--rows") && (!strcmp(v, "masked") || !strcmp(v, "all")))
+            c->all_rows = !strcmp(v, "all");
+        else if (!strcmp(a, "--probs") && (!strcmp(v, "fast") || !strcmp(v, "plain")))
+            c->plain_probs = !strcmp(v, "plain");
+        else if (!strcmp(a, "--set") && c->n_sets < BF_MAX_SETS)
+            c->sets[c->n_sets++] = v;
+        else
+            return 1;
+    }
+    return !c->model || c->threads < 0 || c->prompt < 1 || c->block < 1 || c->block > 4096 ||
+           c->repeats < 1;
+}
+
+/* The generator's probabilities before tide_greedy_pick: argmax, then a sum
+ * of exp in double over the row. */
+static void plain_pick(const float *l, int V, int32_t *id, double *prob)
+{
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (l[v] > l[best])
+            best = v;
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)l[v] - (double)l[best]);
+    *id = best;
+    *prob = 1.0 / sum;
+}
+
+struct bf_run {
+    struct tide_engine *e;
+    const struct tide_model_ops *mo;
+    int V, L;
+    int64_t b0;      /* first position of the decoded block */
+    int32_t *canvas; /* [b0 + L] */
+    int32_t mask;
+    float *logits; /* [L, V] */
+    int32_t *rows;
+    double fwd_s, prob_s;     /* summed over timed steps */
+    double fwd_cpu, prob_cpu; /* CPU seconds of the forwards (all threads), probabilities */
+    int64_t forwards, rows_out;
+};
+
+/* Decode one block from all masks; timed when `timed`. */
+static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool use_rows)
+{
+    const int L = r->L, V = r->V;
+    for (int i = 0; i < L; i++)
+        r->canvas[r->b0 + i] = r->mask;
+    for (int s = 0; s < L; s++) {
+        int n = 0;
+        for (int i = 0; i < L; i++)
+            if (r->canvas[r->b0 + i] == r->mask)
+                r->rows[n++] = i;
+        double t0 = roof_now(), c0 = roof_cpu_now();
+        int rc = use_rows ? r->mo->forward_rows(r->e->model, r->canvas + r->b0, L, r->b0, r->rows,
+                                                n, r->logits)
+                          : r->mo->forward(r->e->model, r->canvas + r->b0, L, r->b0, r->logits);
+        if (rc)
+            return rc;
+        double t1 = roof_now(), c1 = roof_cpu_now();
+        int best_row = -1;
+        int32_t best_id = 0;
+        double best_p = -1;
+        for (int j = 0; j < n; j++) {
+            const float *row = r->logits + (size_t)(use_rows ? j : r->rows[j]) * (size_t)V;
+            int32_t id;
+            double p;
+            if (c->plain_probs)
+                plain_pick(row, V, &id, &p);
+            else
+                tide_greedy_pick(row, V, -1, &id, &p);
+            if (p > best_p) {
+                best_p = p;
+                best_id = id;
+                best_row = r->rows[j];
+            }
+        }
+        double t2 = roof_now(), c2 = roof_cpu_now();
+        r->canvas[r->b0 + best_row] = best_id;
+        if (timed) {
+            r->fwd_s += t1 - t0;
+            r->fwd_cpu += c1 - c0;
+            r->prob_cpu += c2 - c1;
+            r->prob_s += t2 - t1;
+            r->forwards++;
+            r->rows_out += n;
+        }
+    }
+    return TIDE_OK;
+}
+
+static int bf_setup(const struct bf_cfg *c, struct tide_plugin_set **set, struct tide_config **cfg)
+{
+    const char *dir = getenv("TIDE_PLUGIN_DIR");
+    int rc = dir ? tide_plugins_scan_dirs(&dir, 1, set) : tide_plugins_scan(set);
+    if (rc)
+        return rc;
+    if (!(*cfg = tide_config_create()))
+        return TIDE_E_NOMEM;
+    char path[4200], threads[64], block[64];
+    snprintf(path, sizeof path, "model.path=%s", c->model);
+    snprintf(threads, sizeof threads, "backend-cpu-onednn.threads=%d", c->threads);
+    snprintf(block, sizeof block, "generation.block_length=%d", c->block);
+    const char *mine[] = {path, "backend.device=backend-cpu-onednn", threads, block,
+                          "output.progress=false"};
+    if ((rc = tide_core_register_sections(*cfg)) || (rc = tide_config_add_plugins(*cfg, *set)))
+        return rc;
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        if ((rc = tide_config_set(*cfg, mine[i])))
+            return rc;
+    for (int i = 0; i < c->n_sets; i++)
+        if ((rc = tide_config_set(*cfg, c->sets[i])))
+            return rc;
+    return TIDE_OK;
+}
+
+/* The limits a roofline is drawn with: STREAM triad GB/s and peak GFLOP/s,
+ * measured in wall time, and per CPU-second x threads. */
+struct bf_limits {
+    double triad, bf16, f32;
+    double triad_cpu, bf16_cpu, f32_cpu;
+};
+
+/* Roofline seconds of a phase: the memory or the arithmetic bound. */
+static double bf_roof(double bytes, double flops, double flops_f32, double triad, double bf16,
+                      double f32, bool *mem)
+{
+    double tm = bytes / (triad * 1e9);
+    double tc = (bf16 > 0 ? flops / (bf16 * 1e9) : 0) + (f32 > 0 ? flops_f32 / (f32 * 1e9) : 0);
+    *mem = tm >= tc;
+    return tm > tc ? tm : tc;
+}
+
+/* One line of the table: wall time and its roofline, CPU time and its. */
+static void bf_line(const char *name, double ms, double cpu_ms, double gb, double gf, double gf32,
+                    const struct bf_limits *lim, double *roof_sum, double *cpu_roof_sum)
+{
+    bool mem, mem_c;
+    const double roof =
+        1e3 * bf_roof(gb * 1e9, gf * 1e9, gf32 * 1e9, lim->triad, lim->bf16, lim->f32, &mem);
+    const double roof_c = 1e3 * bf_roof(gb * 1e9, gf * 1e9, gf32 * 1e9, lim->triad_cpu,
+                                        lim->bf16_cpu, lim->f32_cpu, &mem_c);
+    *roof_sum += roof;
+    *cpu_roof_sum += roof_c;
+    if (roof <= 0) {
+        printf("%-16s %8.2f %8s %9s %8s %8s %8s | %8.2f %8s %8s\n", name, ms, "-", "-", "-", "-",
+               "-", cpu_ms, "-", "-");
+        return;
+    }
+    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f\n", name, ms, gb, gf + gf32,
+           roof, mem ? "memory" : "compute", roof / ms, cpu_ms, roof_c, roof_c / cpu_ms);
+}
+
+static void bf_report(const struct bf_run *r, const struct tide_phase_stats *ph, int n_ph,
+                      const struct bf_limits *lim, int threads)
+{
+    const double nf = (double)r->forwards;
+    double sum_s = 0, roof = 0, roof_c = 0, bytes = 0, flops = 0;
+    printf("\n%-16s %8s %8s %9s %8s %8s %8s | %8s %8s %8s\n", "phase", "ms/fwd", "GB/fwd",
+           "GFLOP/fwd", "roof ms", "bound", "achieved", "cpu ms", "roof ms", "achieved");
+    for (int i = 0; i < n_ph; i++) {
+        const double gb = (double)ph[i].bytes / nf / 1e9, gf = (double)ph[i].flops / nf / 1e9;
+        const double gf32 = (double)ph[i].flops_f32 / nf / 1e9;
+        sum_s += ph[i].seconds;
+        bytes += gb;
+        flops += gf + gf32;
+        bf_line(ph[i].name, 1e3 * ph[i].seconds / nf, 1e3 * ph[i].cpu_seconds / threads / nf, gb,
+                gf, gf32, lim, &roof, &roof_c);
+    }
+    /* Probabilities: the logits of the masked rows are read once (memory
+     * bound); one thread, so its CPU time is not divided. */
+    const double prob_ms = 1e3 * r->prob_s / nf, prob_cpu = 1e3 * r->prob_cpu / nf;
+    const double prob_gb = (double)r->rows_out * r->V * 4.0 / nf / 1e9;
+    bf_line("probabilities", prob_ms, prob_cpu, prob_gb, 0, 0, lim, &roof, &roof_c);
+    bytes += prob_gb;
+    const double step_ms = 1e3 * r->fwd_s / nf + prob_ms;
+    const double step_cpu = 1e3 * r->fwd_cpu / threads / nf + prob_cpu;
+    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f\n", "whole step", step_ms,
+           bytes, flops, roof, "", roof / step_ms, step_cpu, roof_c, roof_c / step_cpu);
+    printf("# phases sum to %.2f ms of the %.2f ms forward; the right-hand columns use CPU time "
+           "(/ threads) and limits per CPU-second\n",
+           1e3 * sum_s / nf, 1e3 * r->fwd_s / nf);
+}
+
+int main(int argc, char **argv)
+{
+    roof_openmp_env(argv); /* the OpenMP defaults `tide` runs with */
+    struct bf_cfg c = {.threads = 2, .prompt = 64, .block = 32, .repeats = 3};
+    if (parse_args(argc, argv, &c))
+        return usage(argv[0]);
+    const int threads = c.threads ? c.threads : omp_get_num_procs();
+    struct tide_plugin_set *set = NULL;
+    struct tide_config *cfg = NULL;
+    struct bf_run r = {.L = c.block};
+    struct roof_triad tr = {0};
+    int rc = bf_setup(&c, &set, &cfg);
+    if (!rc && roof_triad_init(&tr, (size_t)32 << 20, threads)) /* 3 x 256 MiB */
+        rc = TIDE_E_NOMEM;
+    if (!rc && !(rc = tide_engine_prepare(cfg, set, &r.e)))
+        rc = tide_engine_load(r.e, set);
+    if (rc)
+        goto done;
+    r.mo = r.e->mops;
+    const struct tide_model_info *info = r.mo->info(r.e->model);
+    r.V = info->vocab_size;
+    r.mask = r.e->ids.mask;
+    const int64_t first = c.prompt / c.block, n_ctx = (first + 1) * (int64_t)c.block;
+    r.b0 = first * c.block;
+    const bool use_rows = !c.all_rows && TIDE_OPS_HAS(r.mo, forward_rows);
+    const bool prof = TIDE_OPS_HAS(r.mo, profile) && TIDE_OPS_HAS(r.mo, profile_read);
+    r.canvas = malloc(sizeof *r.canvas * (size_t)n_ctx);
+    r.logits = malloc(sizeof *r.logits * (size_t)c.block * (size_t)r.V);
+    r.rows = malloc(sizeof *r.rows * (size_t)c.block);
+    if (!r.canvas || !r.logits || !r.rows) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    /* The prompt: fixed ids spread over the vocabulary; the partial tail
+     * block (if any) is part of the decoded block, as in the generator. */
+    for (int64_t i = 0; i < r.b0; i++)
+        r.canvas[i] = (int32_t)(100 + (i * 7919) % (r.V - 200));
+    if ((rc = r.mo->reserve(r.e->model, n_ctx, c.block)))
+        goto done;
+    for (int64_t b = 0; b < first && !rc; b++)
+        rc = r.mo->forward(r.e->model, r.canvas + b * c.block, c.block, b * c.block, NULL);
+    if (!rc)
+        rc = bf_block(&r, &c, false, use_rows); /* warm-up */
+    struct bf_limits lim;
+    double triad0_cpu, triad1_cpu;
+    const double triad0 = roof_triad_run2(&tr, &triad0_cpu);
+    lim.bf16 = roof_peak2(threads, true, &lim.bf16_cpu);
+    lim.f32 = roof_peak2(threads, false, &lim.f32_cpu);
+    if (!rc && prof)
+        rc = r.mo->profile(r.e->model, true);
+    for (int rep = 0; rep < c.repeats && !rc; rep++)
+        rc = bf_block(&r, &c, true, use_rows);
+    if (rc)
+        goto done;
+    const double triad1 = roof_triad_run2(&tr, &triad1_cpu);
+    lim.triad = (triad0 + triad1) / 2;
+    lim.triad_cpu = (triad0_cpu + triad1_cpu) / 2;
+    printf("# bench-forward: %s: %d layers (%d MoE x %d experts, top-%d), vocab %d\n", c.model,
+           info->n_layers, info->n_moe_layers, info->n_experts, info->top_k, r.V);
+    printf("# %s\n", r.e->dev.ops->describe ? r.e->dev.ops->describe(r.e->dev.bk) : "");
+    printf("# prompt %d, block %d, %d timed blocks = %lld forwards, %.1f masked rows per "
+           "forward; logits for %s rows; probabilities %s\n",
+           c.prompt, c.block, c.repeats, (long long)r.forwards,
+           (double)r.rows_out / (double)r.forwards, use_rows ? "the masked" : "all",
+           c.plain_probs ? "plain (libm exp, double)" : "tide_greedy_pick");
+    printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
+           "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
+           threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);
+    printf("# per CPU-second x threads: triad %.1f GB/s, peak bf16 %.0f GFLOP/s, f32 %.0f "
+           "GFLOP/s\n",
+           lim.triad_cpu, lim.bf16_cpu, lim.f32_cpu);
+    printf("# ms per forward: %.2f (probabilities %.2f more)\n", 1e3 * r.fwd_s / r.forwards,
+           1e3 * r.prob_s / r.forwards);
+    printf("# CPU ms per forward / threads: %.2f (time on a core, not waiting for one: on a "
+           "machine shared with other jobs, an estimate of the idle machine's ms per forward, "
+           "low by the time threads sit idle in serial parts)\n",
+           1e3 * r.fwd_cpu / threads / r.forwards);
+    if (prof) {
+        struct tide_phase_stats ph[BF_MAX_PHASES];
+        int n = 0;
+        if (!(rc = r.mo->profile_read(r.e->model, ph, BF_MAX_PHASES, &n))) {
+            bf_report(&r, ph, n < BF_MAX_PHASES ? n : BF_MAX_PHASES, &lim, threads);
+            for (int i = 0; i < n && i < BF_MAX_PHASES; i++)
+                if (!strcmp(ph[i].name, "routed experts") && ph[i].calls && info->expert_bytes)
+                    printf("# routed experts: %.1f distinct experts per MoE layer and forward\n",
+                           (double)ph[i].bytes / (double)ph[i].calls / (double)info->expert_bytes);
+        }
+        r.mo->profile(r.e->model, false);
+    } else {
+        printf("# (the model plugin has no profile slot: totals only)\n");
+    }
+done:
+    if (rc)
+        fprintf(stderr, "bench-forward: failed: %s\n", tide_status_str(rc));
+    roof_triad_free(&tr);
+    free(r.canvas);
+    free(r.logits);
+    free(r.rows);
+    tide_engine_close(r.e);
+    tide_config_destroy(cfg);
+    tide_plugins_free(set);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,229 @@
+/* Greedy choice and probability of a row of logits (probs.h). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "probs.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PROBS_X86 1
+#endif
+
+#define PROBS_LANES 16
+
+/* Below this, exp(x) is taken as 0: 2^n stays a normal float for n >= -124. */
+#define PROBS_EXP_MIN (-86.0f)
+
+/* Cephes expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-7 polynomial. */
+#define PROBS_LOG2E  1.44269504088896341f
+#define PROBS_LN2_HI 0.693359375f
+#define PROBS_LN2_LO (-2.12194440e-4f)
+#define PROBS_P0     1.9875691500e-4f
+#define PROBS_P1     1.3981999507e-3f
+#define PROBS_P2     8.3334519073e-3f
+#define PROBS_P3     4.1665795894e-2f
+#define PROBS_P4     1.6666665459e-1f
+#define PROBS_P5     5.0000001201e-1f
+
+static bool probs_scalar_forced;
+
+bool tide_probs_force_scalar(bool on)
+{
+    bool was = probs_scalar_forced;
+    probs_scalar_forced = on;
+    return was;
+}
+
+float tide_exp_neg(float x)
+{
+    if (!(x >= PROBS_EXP_MIN))
+        return 0.0f;
+    /* Each step is one rounded operation, as in the vector code (C11 without
+     * extensions does not contract a*b+c into an FMA). */
+    float n = rintf(x * PROBS_LOG2E);
+    float r = x - n * PROBS_LN2_HI;
+    r = r - n * PROBS_LN2_LO;
+    float y = PROBS_P0;
+    y = y * r + PROBS_P1;
+    y = y * r + PROBS_P2;
+    y = y * r + PROBS_P3;
+    y = y * r + PROBS_P4;
+    y = y * r + PROBS_P5;
+    y = y * (r * r) + r + 1.0f;
+    uint32_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    bits += (uint32_t)((int32_t)n * (1 << 23));
+    memcpy(&y, &bits, sizeof y);
+    return y;
+}
+
+/* Per-lane state of the one-pass scan. */
+struct probs_lanes {
+    float m[PROBS_LANES];   /* running maximum */
+    int32_t i[PROBS_LANES]; /* first index where it was reached */
+    double s[PROBS_LANES];  /* sum of exp(l - m) */
+};
+
+/* Lanes to result: the maximum over lanes, the lowest index reaching it, and
+ * the sum of every lane's s rescaled to it, in lane order. */
+static void probs_finish(const struct probs_lanes *st, int32_t *id, double *prob)
+{
+    float mx = st->m[0];
+    for (int l = 1; l < PROBS_LANES; l++)
+        mx = st->m[l] > mx ? st->m[l] : mx;
+    int32_t best = INT32_MAX;
+    double sum = 0.0;
+    for (int l = 0; l < PROBS_LANES; l++) {
+        if (st->m[l] == mx && st->i[l] < best)
+            best = st->i[l];
+        sum = sum + st->s[l] * (double)tide_exp_neg(st->m[l] - mx);
+    }
+    *id = best;
+    *prob = 1.0 / sum;
+}
+
+/* One element into one lane. */
+static inline void probs_step(struct probs_lanes *st, int l, float x, int32_t idx)
+{
+    if (x > st->m[l]) {
+        st->s[l] = st->s[l] * (double)tide_exp_neg(st->m[l] - x) + 1.0;
+        st->m[l] = x;
+        st->i[l] = idx;
+    } else {
+        st->s[l] = st->s[l] + (double)tide_exp_neg(x - st->m[l]);
+    }
+}
+
+static void probs_init(struct probs_lanes *st)
+{
+    for (int l = 0; l < PROBS_LANES; l++) {
+        /* -FLT_MAX, not -inf: x - m stays a number for x = -inf (an excluded
+         * or padding lane), and exp of it is 0. */
+        st->m[l] = -FLT_MAX;
+        st->i[l] = INT32_MAX;
+        st->s[l] = 0.0;
+    }
+}
+
+static void probs_scalar(const float *x, int64_t V, int64_t exclude, int32_t *id, double *prob)
+{
+    struct probs_lanes st;
+    probs_init(&st);
+    for (int64_t v0 = 0; v0 < V; v0 += PROBS_LANES)
+        for (int l = 0; l < PROBS_LANES; l++) {
+            const int64_t v = v0 + l;
+            probs_step(&st, l, v < V && v != exclude ? x[v] : -INFINITY, (int32_t)v);
+        }
+    probs_finish(&st, id, prob);
+}
+
+#ifdef PROBS_X86
+#define PROBS_TARGET __attribute__((target("avx512f,avx512dq")))
+
+PROBS_TARGET static inline __m512 probs_exp16(__m512 x)
+{
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(PROBS_EXP_MIN), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(PROBS_EXP_MIN)); /* keep the masked lanes finite */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(PROBS_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(PROBS_LN2_HI)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(PROBS_LN2_LO)));
+    __m512 y = _mm512_set1_ps(PROBS_P0);
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(PROBS_P1));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(PROBS_P2));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(PROBS_P3));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(PROBS_P4));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(PROBS_P5));
+    y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(y, _mm512_mul_ps(r, r)), r),
+                      _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
+    return _mm512_maskz_mov_ps(ok, y);
+}
+
+/* Lanes 8..15 of a as doubles. */
+PROBS_TARGET static inline __m512d probs_hi_pd(__m512 a)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+/* One vector of 16 logits at v0 into the lanes: s += exp(x - m) where x does
+ * not exceed the lane's maximum, else s = s * exp(m - x) + 1 and m = x. */
+PROBS_TARGET static inline void probs_vec(__m512 xv, int64_t v0, __m512 *m, __m512i *best,
+                                          __m512d s[2])
+{
+    const __mmask16 up = _mm512_cmp_ps_mask(xv, *m, _CMP_GT_OQ);
+    const __m512 e = probs_exp16(_mm512_sub_ps(xv, *m));
+    __m512d keep[2] = {_mm512_add_pd(s[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e))),
+                       _mm512_add_pd(s[1], probs_hi_pd(e))};
+    if (__builtin_expect(up != 0, 0)) { /* rare after the first vectors */
+        const __m512 g = probs_exp16(_mm512_sub_ps(*m, xv));
+        const __m512d one = _mm512_set1_pd(1.0);
+        const __m512d grow[2] = {
+            _mm512_add_pd(_mm512_mul_pd(s[0], _mm512_cvtps_pd(_mm512_castps512_ps256(g))), one),
+            _mm512_add_pd(_mm512_mul_pd(s[1], probs_hi_pd(g)), one)};
+        keep[0] = _mm512_mask_mov_pd(keep[0], (__mmask8)up, grow[0]);
+        keep[1] = _mm512_mask_mov_pd(keep[1], (__mmask8)(up >> 8), grow[1]);
+        *m = _mm512_mask_mov_ps(*m, up, xv);
+        const __m512i lane =
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        *best = _mm512_mask_mov_epi32(*best, up,
+                                      _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)v0)));
+    }
+    s[0] = keep[0];
+    s[1] = keep[1];
+}
+
+PROBS_TARGET static void probs_avx512(const float *x, int64_t V, int64_t exclude, int32_t *id,
+                                      double *prob)
+{
+    __m512 m = _mm512_set1_ps(-FLT_MAX);
+    __m512i best = _mm512_set1_epi32(INT32_MAX);
+    __m512d s[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    /* The vector holding `exclude` and the partial last one are loaded with
+     * those lanes at -inf (which adds exp(-inf) = 0 and never wins). */
+    const int64_t ex0 = exclude >= 0 ? exclude / PROBS_LANES * PROBS_LANES : -1;
+    const int64_t full = V / PROBS_LANES * PROBS_LANES;
+    for (int64_t v0 = 0; v0 < full; v0 += PROBS_LANES) {
+        __m512 xv = _mm512_loadu_ps(x + v0);
+        if (__builtin_expect(v0 == ex0, 0))
+            xv = _mm512_mask_mov_ps(xv, (__mmask16)(1u << (exclude - v0)), ninf);
+        probs_vec(xv, v0, &m, &best, s);
+    }
+    if (full < V) {
+        __mmask16 in = (__mmask16)((1u << (V - full)) - 1u);
+        if (ex0 == full)
+            in &= (__mmask16) ~(1u << (exclude - full));
+        probs_vec(_mm512_mask_loadu_ps(ninf, in, x + full), full, &m, &best, s);
+    }
+    struct probs_lanes st;
+    _mm512_storeu_ps(st.m, m);
+    _mm512_storeu_si512(st.i, best);
+    _mm512_storeu_pd(st.s, s[0]);
+    _mm512_storeu_pd(st.s + 8, s[1]);
+    probs_finish(&st, id, prob);
+}
+
+static bool probs_have_avx512(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    }
+    return have;
+}
+#endif
+
+void tide_greedy_pick(const float *logits, int64_t V, int64_t exclude, int32_t *id, double *prob)
+{
+#ifdef PROBS_X86
+    if (!probs_scalar_forced && probs_have_avx512()) {
+        probs_avx512(logits, V, exclude, id, prob);
+        return;
+    }
+#endif
+    probs_scalar(logits, V, exclude, id, prob);
+}

@@ -1,0 +1,383 @@
+/* AVX-512 versions of the backend's element-wise math: exp, SiLU x up with
+ * the bf16 rounding, and f32 -> bf16 rows. Each returns the same bits as the
+ * plain C loop it replaces (dnnl_bk_math.h), so the `simd` option never
+ * changes a token or a logit:
+ *  - exp is expf as glibc 2.27+ computes it on a CPU with FMA (the
+ *    exp2f-table method: x/ln2 split into k/32 + r with one FMA, 2^(k/32) from
+ *    a 32-entry table, a cubic in r, all in double, rounded once to float),
+ *    evaluated 8 lanes at a time with the same fused operations. Inputs with
+ *    |x| >= 88, where glibc takes its special paths, go to expf itself. At
+ *    start-up (dnnl_bk_simd_init) the vector code is checked against this
+ *    process's expf on ~70k inputs spanning the range; any difference (another
+ *    libm) turns the vector path off and logs why.
+ *  - division, multiplication and the bf16 rounding (integer round to nearest
+ *    even, quiet NaNs) are exact IEEE operations in both versions. */
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+#include "dnnl_bk_math.h"
+
+#define SIMD_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
+
+/* 2^(i/32) as double bits, minus i << 47 (so adding k << 47 scales by 2^(k>>5)). */
+static double simd_tab[32];
+static bool simd_ok;
+
+/* The constants of the method: 32/ln2, 1.5 * 2^52 (round to integer by
+ * addition), and the cubic's coefficients for 2^(r/32) - 1 ~ C2 r + C1 r^2 + C0 r^3. */
+static const double SIMD_INVLN2N = 0x1.71547652b82fep+5;
+static const double SIMD_SHIFT = 0x1.8p+52;
+static const double SIMD_C0 = 0x1.c6af84b912394p-20;
+static const double SIMD_C1 = 0x1.ebfce50fac4f3p-13;
+static const double SIMD_C2 = 0x1.62e42ff0c52d6p-6;
+
+/* exp of 8 floats given as doubles with |x| < 88. */
+SIMD_TARGET static inline __m256 simd_exp8(__m512d xd)
+{
+    const __m512d inv = _mm512_set1_pd(SIMD_INVLN2N), shift = _mm512_set1_pd(SIMD_SHIFT);
+    __m512d z = _mm512_fmadd_pd(inv, xd, shift);
+    __m512i ki = _mm512_castpd_si512(z);
+    __m512d kd = _mm512_sub_pd(z, shift);
+    __m512d r = _mm512_fmsub_pd(inv, xd, kd);
+    __m512i idx = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    const double *t = simd_tab;
+    __m512d lo = _mm512_permutex2var_pd(_mm512_loadu_pd(t), idx, _mm512_loadu_pd(t + 8));
+    __m512d hi = _mm512_permutex2var_pd(_mm512_loadu_pd(t + 16), idx, _mm512_loadu_pd(t + 24));
+    __mmask8 upper = _mm512_test_epi64_mask(idx, _mm512_set1_epi64(16));
+    __m512i tb = _mm512_castpd_si512(_mm512_mask_mov_pd(lo, upper, hi));
+    __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(tb, _mm512_slli_epi64(ki, 47)));
+    __m512d zz = _mm512_fmadd_pd(_mm512_set1_pd(SIMD_C0), r, _mm512_set1_pd(SIMD_C1));
+    __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(SIMD_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(zz, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, s));
+}
+
+/* expf of 16 floats: the vector method where |x| < 88, libm's expf elsewhere. */
+SIMD_TARGET static inline __m512 simd_exp16(__m512 x)
+{
+    __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    __m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(simd_exp8(a)), simd_exp8(b), 1);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(88.0f), _CMP_NLT_UQ);
+    if (big) { /* rare: overflow, underflow, infinities, NaN */
+        float xs[16], ys[16];
+        _mm512_storeu_ps(xs, x);
+        _mm512_storeu_ps(ys, y);
+        for (int i = 0; i < 16; i++)
+            if (big & (1u << i))
+                ys[i] = expf(xs[i]);
+        y = _mm512_loadu_ps(ys);
+    }
+    return y;
+}
+
+/* tide_f32_to_bf16 on 16 lanes: round to nearest even; NaNs stay quiet NaNs. */
+SIMD_TARGET static inline __m256i simd_bf16(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+SIMD_TARGET static void simd_silu_mul_bf16(const float *g, const float *u, uint16_t *h, int64_t n)
+{
+    int64_t i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = simd_exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        __m512 y = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i));
+        _mm256_storeu_si256((__m256i *)(h + i), simd_bf16(y));
+    }
+    for (; i < n; i++)
+        h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
+}
+
+SIMD_TARGET static void simd_exp_sub(float *x, int64_t n, float m)
+{
+    int64_t i = 0;
+    const __m512 mv = _mm512_set1_ps(m);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, simd_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv)));
+    for (; i < n; i++)
+        x[i] = expf(x[i] - m);
+}
+
+SIMD_TARGET static void simd_to_bf16(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), simd_bf16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++)
+        y[i] = tide_f32_to_bf16(x[i]);
+}
+
+/* expf over 16 inputs by the vector path, for the start-up check. */
+SIMD_TARGET static void simd_exp_block(const float *x, float *y)
+{
+    _mm512_storeu_ps(y, simd_exp16(_mm512_loadu_ps(x)));
+}
+
+bool dnnl_bk_simd_init(char *why, size_t why_len)
+{
+    static int state = -1; /* -1 unknown, 0 off, 1 on */
+    static char reason[160];
+    if (state >= 0) {
+        snprintf(why, why_len, "%s", reason);
+        return state == 1;
+    }
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") ||
+        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("fma")) {
+        snprintf(reason, sizeof reason, "this CPU lacks AVX-512 (F, DQ, BW, VL) or FMA");
+        state = 0;
+        snprintf(why, why_len, "%s", reason);
+        return false;
+    }
+    for (int i = 0; i < 32; i++) {
+        double v = exp2((double)i / 32.0);
+        uint64_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        bits -= (uint64_t)i << 47;
+        memcpy(&simd_tab[i], &bits, sizeof bits);
+    }
+    /* Inputs: every 2^16th float bit pattern in (-104, 89) of both signs,
+     * plus the edges of the vector path's range and values near 0. */
+    int bad = 0, checked = 0;
+    float first_x = 0, xs[16], ys[16];
+    int k = 0;
+    for (uint64_t b = 0; b <= 0xffffffffu && !bad; b += 0x10000u - 7u) {
+        float x;
+        uint32_t u = (uint32_t)b;
+        memcpy(&x, &u, sizeof x);
+        if (!(fabsf(x) < 104.0f))
+            continue;
+        xs[k++] = x;
+        if (k < 16)
+            continue;
+        simd_exp_block(xs, ys);
+        for (int i = 0; i < 16; i++, checked++)
+            if (memcmp(&ys[i], &(float){expf(xs[i])}, sizeof(float)) && !bad++)
+                first_x = xs[i];
+        k = 0;
+    }
+    const float edges[16] = {87.99999f, -87.99999f, 88.0f, -88.0f, 0.0f, -0.0f, 1e-30f,  -1e-30f,
+                             FLT_MIN,   -FLT_MIN,   1.0f,  -1.0f,  0.5f, 80.0f, -100.0f, 103.9f};
+    simd_exp_block(edges, ys);
+    for (int i = 0; i < 16; i++, checked++)
+        if (memcmp(&ys[i], &(float){expf(edges[i])}, sizeof(float)) && !bad++)
+            first_x = edges[i];
+    if (bad) {
+        snprintf(reason, sizeof reason,
+                 "the vector exp differs from this libm's expf (first at x = %.9g, %d of %d "
+                 "inputs)",
+                 (double)first_x, bad, checked);
+        state = 0;
+    } else {
+        snprintf(reason, sizeof reason, "AVX-512, exp checked against expf on %d inputs", checked);
+        state = 1;
+    }
+    simd_ok = state == 1;
+    snprintf(why, why_len, "%s", reason);
+    return simd_ok;
+}
+
+void dnnl_bk_silu_mul_bf16(bool simd, const float *g, const float *u, uint16_t *h, int64_t n)
+{
+    if (simd && simd_ok) {
+        simd_silu_mul_bf16(g, u, h, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
+}
+
+void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m)
+{
+    if (simd && simd_ok) {
+        simd_exp_sub(x, n, m);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = expf(x[i] - m);
+}
+
+void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n)
+{
+    if (simd && simd_ok) {
+        simd_to_bf16(x, y, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = tide_f32_to_bf16(x[i]);
+}
+
+bool dnnl_bk_simd_on(const struct tide_backend *bk)
+{
+    return bk->simd && simd_ok;
+}
+
+/* ---- attention ------------------------------------------------------------
+ * Block-causal GQA attention with the plain loop's arithmetic (ops.c), done
+ * 16 keys at a time: K is transposed per call into kt[kv head][dim][key], so
+ * one vector holds the partial dot products of 16 keys, each lane summing
+ * q[d] * k[d] in the order d = 0, 1, ... as the scalar loop does. The
+ * softmax sum stays a sequential loop; exp, the mixing o += (p / sum) v
+ * (over dimensions, in key order) and the bf16 rounding are the same
+ * operations vectorised. */
+
+/* Heads of one GQA group handled together (they share the K loads). */
+#define SIMD_ATT_HEADS 4
+
+/* p[h][j] = scale * q_h . k_j for j in [0, len), the SIMD_ATT_HEADS or fewer
+ * heads nh whose queries are q[h]; kt is [hd][ldk] for this KV head. */
+SIMD_TARGET static void simd_scores(const float *const *q, int nh, const float *kt, int64_t ldk,
+                                    int hd, int64_t len, float scale, float *const *p)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t j0 = 0; j0 < len; j0 += 16) {
+        __m512 acc[SIMD_ATT_HEADS];
+        for (int h = 0; h < SIMD_ATT_HEADS; h++)
+            acc[h] = _mm512_setzero_ps();
+        const float *k = kt + j0;
+        if (nh == SIMD_ATT_HEADS) {
+            for (int d = 0; d < hd; d++) {
+                const __m512 kv = _mm512_loadu_ps(k + (int64_t)d * ldk);
+#pragma GCC unroll 4
+                for (int h = 0; h < SIMD_ATT_HEADS; h++)
+                    acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d]), kv));
+            }
+        } else {
+            for (int d = 0; d < hd; d++) {
+                const __m512 kv = _mm512_loadu_ps(k + (int64_t)d * ldk);
+                for (int h = 0; h < nh; h++)
+                    acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d]), kv));
+            }
+        }
+        for (int h = 0; h < nh; h++)
+            _mm512_storeu_ps(p[h] + j0, _mm512_mul_ps(acc[h], sc));
+    }
+}
+
+/* o[0..hd) = sum_j (p[j] / sum) v_j, in key order; v rows at stride ldv. */
+SIMD_TARGET static void simd_mix(const float *p, float sum, int64_t len, const float *v,
+                                 int64_t ldv, int hd, float *o)
+{
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const int w = hd - d0 >= 64 ? 64 : hd - d0; /* a multiple of 16 */
+        for (int64_t j = 0; j < len; j++) {
+            const __m512 pj = _mm512_set1_ps(p[j] / sum);
+            const float *vj = v + j * ldv + d0;
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(pj, _mm512_loadu_ps(vj)));
+            if (w > 16)
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 16)));
+            if (w > 32)
+                a2 = _mm512_add_ps(a2, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 32)));
+            if (w > 48)
+                a3 = _mm512_add_ps(a3, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 48)));
+        }
+        _mm512_storeu_ps(o + d0, a0);
+        if (w > 16)
+            _mm512_storeu_ps(o + d0 + 16, a1);
+        if (w > 32)
+            _mm512_storeu_ps(o + d0 + 32, a2);
+        if (w > 48)
+            _mm512_storeu_ps(o + d0 + 48, a3);
+    }
+}
+
+/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
+static void simd_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total,
+                             int64_t ldk, float *kt, int threads)
+{
+    const int64_t jb = (total + 63) / 64;
+#pragma omp parallel for collapse(2) num_threads(threads) if (total * nkv * hd >= 65536)
+    for (int g = 0; g < nkv; g++)
+        for (int64_t b = 0; b < jb; b++) {
+            const int64_t j0 = b * 64, j1 = j0 + 64 < ldk ? j0 + 64 : ldk;
+            for (int64_t j = j0; j < j1; j++) {
+                const float *k = j < total ? (const float *)dnnl_bk_at(kc, j, 0) + g * hd : NULL;
+                for (int d = 0; d < hd; d++)
+                    kt[((int64_t)g * hd + d) * ldk + j] = k ? k[d] : 0.0f;
+            }
+        }
+}
+
+int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a)
+{
+    const int64_t n = a->n, total = a->pos0 + a->n, ldk = (total + 15) / 16 * 16;
+    const int hd = a->head_dim, nkv = a->n_kv_heads, group = a->n_heads / a->n_kv_heads;
+    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
+    int rc = dnnl_bk_scratch(bk, sizeof(float) * (size_t)(nkv * hd) * (size_t)ldk);
+    if (rc)
+        return rc;
+    float *kt = bk->scratch;
+    simd_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
+    int failed = 0;
+#pragma omp parallel num_threads(bk->threads) if (n * nkv > 1)
+    {
+        /* Per thread: scores of the group's heads over the visible keys, and
+         * one output row. */
+        float *p = malloc(sizeof *p * ((size_t)SIMD_ATT_HEADS * (size_t)ldk + (size_t)hd));
+        if (!p) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int64_t i = 0; i < n; i++)
+            for (int g = 0; g < nkv; g++) {
+                if (!p)
+                    continue;
+                float *o = p + (size_t)SIMD_ATT_HEADS * (size_t)ldk;
+                const int64_t pos = a->pos0 + i;
+                const int64_t vis_end = (pos / a->block + 1) * a->block;
+                const int64_t len = vis_end < total ? vis_end : total;
+                const float *vg = (const float *)dnnl_bk_at(a->v_cache, 0, 0) + (int64_t)g * hd;
+                for (int h0 = 0; h0 < group; h0 += SIMD_ATT_HEADS) {
+                    const int nh = group - h0 < SIMD_ATT_HEADS ? group - h0 : SIMD_ATT_HEADS;
+                    const float *q[SIMD_ATT_HEADS];
+                    float *ph[SIMD_ATT_HEADS];
+                    for (int h = 0; h < nh; h++) {
+                        q[h] = (const float *)dnnl_bk_at(a->q, i, 0) +
+                               (int64_t)(g * group + h0 + h) * hd;
+                        ph[h] = p + (size_t)h * (size_t)ldk;
+                    }
+                    simd_scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
+                    for (int h = 0; h < nh; h++) {
+                        float mx = -INFINITY;
+                        for (int64_t j = 0; j < len; j++)
+                            mx = ph[h][j] > mx ? ph[h][j] : mx;
+                        simd_exp_sub(ph[h], len, mx);
+                        float sum = 0.0f;
+                        for (int64_t j = 0; j < len; j++)
+                            sum += ph[h][j];
+                        simd_mix(ph[h], sum, len, vg, a->v_cache->stride, hd, o);
+                        const int head = g * group + h0 + h;
+                        void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
+                                    (size_t)head * (size_t)hd * tide_dtype_size(a->out->dtype);
+                        if (ob)
+                            simd_to_bf16(o, dst, hd);
+                        else
+                            memcpy(dst, o, sizeof *o * (size_t)hd);
+                    }
+                }
+            }
+        free(p);
+    }
+    if (failed) {
+        tide_error(DNNL_BK_NAME ": attention: out of memory for %lld scores", (long long)total);
+        return TIDE_E_NOMEM;
+    }
+    return TIDE_OK;
+}

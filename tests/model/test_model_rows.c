@@ -1,0 +1,192 @@
+/* model-llada2's optional slots on a generated tiny checkpoint, on the CPU
+ * backend:
+ *  - forward_rows: the logits of any subset of rows (in any order) are
+ *    bit-identical to those rows of forward, and the K/V it writes are
+ *    forward's (the next block's logits are identical after either);
+ *  - bad rows are refused with a message naming the slot;
+ *  - profile / profile_read: every phase is named, the work counted is what
+ *    the shapes say (output layer FLOPs = 2 x rows x vocab x hidden), and
+ *    nothing is counted while profiling is off.
+ * Usage: test_model_rows (TIDE_PLUGIN_DIR names the plugins). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "core_options.h"
+#include "engine.h"
+#include "harness.h"
+#include "loader.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+#define L 8 /* block length */
+
+static struct tide_engine *e;
+static const struct tide_model_ops *mo;
+static int V;
+
+static int32_t ids[3 * L];
+
+/* Logits of block b (all rows) after the prefix was written by forward. */
+static float *block_logits(int b)
+{
+    float *lg = malloc(sizeof *lg * (size_t)L * (size_t)V);
+    CHECK_EQ_INT(mo->forward(e->model, ids + b * L, L, b * L, lg), TIDE_OK);
+    return lg;
+}
+
+static void test_rows(void)
+{
+    CHECK(TIDE_OPS_HAS(mo, forward_rows));
+    CHECK_EQ_INT(mo->forward(e->model, ids, L, 0, NULL), TIDE_OK);
+    float *all = block_logits(1);
+    float *next_all = block_logits(2);
+    static const int32_t subsets[][L + 1] = {
+        /* count, rows... */
+        {1, 0}, {1, L - 1}, {3, 5, 1, 6}, {L, 0, 1, 2, 3, 4, 5, 6, 7}, {4, 7, 6, 5, 4},
+    };
+    for (size_t s = 0; s < sizeof subsets / sizeof subsets[0]; s++) {
+        const int n = subsets[s][0];
+        const int32_t *rows = subsets[s] + 1;
+        float *got = malloc(sizeof *got * (size_t)n * (size_t)V);
+        CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, n, got), TIDE_OK);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += memcmp(got + (size_t)i * V, all + (size_t)rows[i] * V, sizeof *got * V) != 0;
+        if (bad)
+            fprintf(stderr, "subset %zu: %d of %d rows differ from forward\n", s, bad, n);
+        CHECK_EQ_INT(bad, 0);
+        /* The K/V of block 1 are forward's: block 2 sees the same prefix. */
+        float *next = block_logits(2);
+        CHECK(memcmp(next, next_all, sizeof *next * (size_t)L * V) == 0);
+        free(next);
+        free(got);
+    }
+    /* No rows: a forward without logits. */
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, NULL, 0, NULL), TIDE_OK);
+    float *next = block_logits(2);
+    CHECK(memcmp(next, next_all, sizeof *next * (size_t)L * V) == 0);
+    free(next);
+    free(all);
+    free(next_all);
+}
+
+static char last_error[512];
+
+static void sink(void *user, enum tide_log_level level, const char *msg)
+{
+    (void)user;
+    if (level == TIDE_LOG_ERROR)
+        snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
+static void test_bad_rows(void)
+{
+    float lg[1];
+    const int32_t out[1] = {L}, neg[1] = {-1};
+    tide_log_set_sink(sink, NULL);
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, out, 1, lg), TIDE_E_RANGE);
+    CHECK_CONTAINS(last_error, "forward_rows");
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, neg, 1, lg), TIDE_E_RANGE);
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, NULL, 2, lg), TIDE_E_INVAL);
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, 2, L, out, 3, lg), TIDE_E_INVAL);
+    tide_log_set_sink(NULL, NULL);
+}
+
+static void test_profile(void)
+{
+    CHECK(TIDE_OPS_HAS(mo, profile) && TIDE_OPS_HAS(mo, profile_read));
+    struct tide_phase_stats ph[16];
+    int n = 0;
+    const int32_t rows[3] = {2, 3, 7};
+    float *lg = malloc(sizeof *lg * 3 * (size_t)V);
+    CHECK_EQ_INT(mo->profile(e->model, true), TIDE_OK);
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, 3, lg), TIDE_OK);
+    CHECK_EQ_INT(mo->profile_read(e->model, ph, 16, &n), TIDE_OK);
+    CHECK(n >= 5 && n <= 16);
+    const struct tide_model_info *info = mo->info(e->model);
+    double seconds = 0;
+    bool output = false, routed = false, attention = false;
+    for (int i = 0; i < n && i < 16; i++) {
+        CHECK(ph[i].name && ph[i].name[0]);
+        CHECK(ph[i].seconds >= 0);
+        seconds += ph[i].seconds;
+        if (!strcmp(ph[i].name, "output layer")) {
+            output = true;
+            CHECK_EQ_INT(ph[i].calls, 1);
+            CHECK_EQ_INT(ph[i].flops, 2ull * 3 * (uint64_t)V * (uint64_t)info->hidden);
+            CHECK_EQ_INT(ph[i].bytes, 2ull * (uint64_t)V * (uint64_t)info->hidden);
+        } else if (!strcmp(ph[i].name, "routed experts")) {
+            routed = true;
+            CHECK_EQ_INT(ph[i].calls, info->n_moe_layers);
+            /* At least top_k distinct experts per layer, at most all of them. */
+            CHECK(ph[i].bytes >= (uint64_t)info->n_moe_layers * info->top_k * info->expert_bytes);
+            CHECK(ph[i].bytes <= (uint64_t)info->n_moe_layers * info->n_experts *
+                                     (info->expert_bytes + 2ull * info->hidden));
+        } else if (!strcmp(ph[i].name, "attention")) {
+            attention = true;
+            CHECK_EQ_INT(ph[i].calls, info->n_layers);
+            CHECK(ph[i].flops_f32 > 0);
+        }
+    }
+    CHECK(output && routed && attention);
+    CHECK(seconds > 0);
+    /* Off: nothing more is counted. */
+    CHECK_EQ_INT(mo->profile(e->model, false), TIDE_OK);
+    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, 3, lg), TIDE_OK);
+    CHECK_EQ_INT(mo->profile_read(e->model, ph, 16, &n), TIDE_OK);
+    for (int i = 0; i < n && i < 16; i++)
+        CHECK(ph[i].calls == 0 && ph[i].flops == 0 && ph[i].seconds == 0);
+    free(lg);
+}
+
+int main(void)
+{
+    tide_openmp_env_defaults(); /* as `tide` runs (the machine may be shared) */
+    const char *dir = getenv("TIDE_PLUGIN_DIR");
+    if (!dir) {
+        fprintf(stderr, "TIDE_PLUGIN_DIR is not set (ctest sets it)\n");
+        return 1;
+    }
+    char tmp[] = "/tmp/tide-model-rows-XXXXXX", path[256];
+    if (!mkdtemp(tmp))
+        return 1;
+    snprintf(path, sizeof path, "model.path=%s/tiny", tmp);
+    struct tide_plugin_set *set = NULL;
+    struct tide_config *cfg = tide_config_create();
+    int rc = tide_plugins_scan_dirs(&dir, 1, &set);
+    const char *sets[] = {path, "model.create=tiny", "backend.device=backend-cpu-onednn",
+                          "generation.block_length=8", "backend-cpu-onednn.threads=2"};
+    if (!rc)
+        rc = tide_core_register_sections(cfg);
+    if (!rc)
+        rc = tide_config_add_plugins(cfg, set);
+    for (size_t i = 0; !rc && i < sizeof sets / sizeof sets[0]; i++)
+        rc = tide_config_set(cfg, sets[i]);
+    if (!rc)
+        rc = tide_engine_prepare(cfg, set, &e);
+    if (!rc)
+        rc = tide_engine_load(e, set);
+    CHECK_EQ_INT(rc, TIDE_OK);
+    if (!rc) {
+        mo = e->mops;
+        V = mo->info(e->model)->vocab_size;
+        for (int i = 0; i < 3 * L; i++)
+            ids[i] = (int32_t)(5 + (i * 131) % (V - 10));
+        CHECK_EQ_INT(mo->reserve(e->model, 3 * L, L), TIDE_OK);
+        TEST_RUN(test_rows);
+        TEST_RUN(test_bad_rows);
+        TEST_RUN(test_profile);
+    }
+    tide_engine_close(e);
+    tide_config_destroy(cfg);
+    tide_plugins_free(set);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    TEST_DONE();
+}
