@@ -31,8 +31,9 @@ unset TIDE_LIBRARY TIDE_EXECUTABLE TIDE_PLUGIN_PATH
 export TIDE_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1
 if [ "$sanitize" = 1 ]; then
     # libtide carries ASan: its runtime must be loaded before the interpreter's
-    # allocations; the interpreter's own leaks are not ours.
+    # allocations; the interpreter's own leaks are not ours (last, so that it
+    # wins over a detect_leaks=1 the caller set, as .ci/run does).
     LD_PRELOAD=$(cc -print-file-name=libasan.so) || exit 1
-    export LD_PRELOAD ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    export LD_PRELOAD ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" "$src/python/tests"
