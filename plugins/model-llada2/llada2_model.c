@@ -286,6 +286,8 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .eos_token = "<|endoftext|>",
         .stop_token = "<|role_end|>",
         .chat_template = llada2_chat_template,
+        .attention = TIDE_ATTN_BLOCK_CAUSAL,
+        .decoder = "llada2",
     };
     const unsigned load =
         args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags

@@ -46,7 +46,26 @@ struct tide_model_info {
     const char *stop_token;
     /* Chat template with one "{prompt}" placeholder. */
     const char *chat_template;
+    /* --- appended (check info->size with TIDE_INFO_HAS) --- */
+    /* Which positions a forward lets each position see. TIDE_ATTN_BLOCK_CAUSAL:
+     * a position sees every position of its own and earlier blocks of length
+     * args->block, so finished blocks' K/V never change and the generator may
+     * cache them exactly. TIDE_ATTN_FULL: every position sees every position
+     * of the sequence; no exact KV cache exists and the generator recomputes
+     * the whole canvas each step unless told to approximate. */
+    int attention;
+    /* The decoding loop this model's official code uses, by name
+     * ([generation] decoder = auto picks it): "llada2" (block diffusion,
+     * modeling_llada2_moe.py generate()) or "llada" (low-confidence remasking
+     * over a fully masked canvas, LLaDA's generate.py). NULL means "llada2". */
+    const char *decoder;
 };
+
+enum { TIDE_ATTN_BLOCK_CAUSAL = 0, TIDE_ATTN_FULL = 1 };
+
+/* True when the model's info struct is new enough to hold field. */
+#define TIDE_INFO_HAS(info, field)                                                                 \
+    ((size_t)(info)->size >= offsetof(struct tide_model_info, field) + sizeof((info)->field))
 
 struct tide_model_args {
     uint32_t size;                      /* sizeof(struct tide_model_args) */
