@@ -1,0 +1,534 @@
+/* config.json of LLaDA-MoE checkpoints (LLaDAMoEModelLM): reading with the
+ * official configuration class's defaults, validation of what the forward
+ * pass relies on, and writing. The authority is inclusionAI's
+ * configuration_lladamoe.py (class LLaDAConfig, model_type "llada") and
+ * modeling_lladamoe.py; dllm's copy names the same class's type "lladamoe". */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lladamoe.h"
+#include "tide/log.h"
+#include "tide/status.h"
+
+/* Routed experts over all layers a config may declare (keeps the tensor
+ * count an int; 1000x the published model). */
+#define LMOE_MAX_ROUTED (1 << 20)
+
+struct cfg_reader {
+    json_t *root;
+    const char *path;
+    int errors;
+};
+
+/* Missing keys. The official class's default for every shape key is -1 (or
+ * None), which builds no working model, so those are required; any other key
+ * takes the class default, logged. */
+static bool rd_missing(struct cfg_reader *r, const char *key, bool def_ok, const char *def)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (v && !json_is_null(v))
+        return false;
+    if (!def_ok) {
+        tide_error("%s: missing key \"%s\" (the official configuration class's default, -1 or "
+                   "None, builds no working model, so there is no default)",
+                   r->path, key);
+        r->errors++;
+    } else {
+        tide_info("%s: \"%s\" is missing: using %s, the default of the official configuration "
+                  "class",
+                  r->path, key, def);
+    }
+    return true;
+}
+
+static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t def, int64_t lo,
+                  int64_t hi)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)def);
+    if (rd_missing(r, key, def_ok, text))
+        return (int)def;
+    json_t *v = json_object_get(r->root, key);
+    if (!json_is_integer(v)) {
+        tide_error("%s: \"%s\" must be an integer", r->path, key);
+        r->errors++;
+        return (int)def;
+    }
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        tide_error("%s: \"%s\" = %lld is out of range [%lld, %lld]", r->path, key, (long long)x,
+                   (long long)lo, (long long)hi);
+        r->errors++;
+        return (int)def;
+    }
+    return (int)x;
+}
+
+static double rd_num(struct cfg_reader *r, const char *key, bool def_ok, double def)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%g", def);
+    if (rd_missing(r, key, def_ok, text))
+        return def;
+    json_t *v = json_object_get(r->root, key);
+    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+        tide_error("%s: \"%s\" must be a number", r->path, key);
+        r->errors++;
+        return def;
+    }
+    return json_number_value(v);
+}
+
+/* A flag the official code tests for truth (None counts as false). */
+static bool rd_flag(struct cfg_reader *r, const char *key, bool def)
+{
+    json_t *v = json_object_get(r->root, key);
+    if (!v)
+        return def;
+    if (json_is_null(v))
+        return false;
+    if (!json_is_boolean(v)) {
+        tide_error("%s: \"%s\" must be true, false or null", r->path, key);
+        r->errors++;
+        return def;
+    }
+    return json_is_true(v);
+}
+
+static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...) TIDE_PRINTF(3, 4);
+
+static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...)
+{
+    if (ok)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tide_error("%s: %s", r->path, msg);
+    r->errors++;
+}
+
+/* model_type and architectures: "llada" is shared with the dense LLaDA-8B
+ * (LLaDAModelLM), so when architectures is present it must name the MoE
+ * class. */
+static int check_type(json_t *root, const char *path)
+{
+    json_t *mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) {
+        tide_error("%s: missing \"model_type\" (expected \"llada\", as LLaDA-MoE's "
+                   "configuration class names it)",
+                   path);
+        return TIDE_E_FORMAT;
+    }
+    const char *t = json_string_value(mt);
+    if (strcmp(t, "llada") && strcmp(t, "lladamoe")) {
+        tide_error("%s: model_type \"%s\" is not supported by model-llada-moe (it reads "
+                   "\"llada\" or \"lladamoe\" with architectures LLaDAMoEModelLM; another model "
+                   "type needs its own model plugin)",
+                   path, t);
+        return TIDE_E_UNSUPPORTED;
+    }
+    json_t *arch = json_object_get(root, "architectures");
+    if (!arch || json_is_null(arch))
+        return TIDE_OK;
+    size_t i;
+    json_t *a;
+    json_array_foreach(arch, i, a)
+    {
+        if (json_is_string(a) && (!strcmp(json_string_value(a), "LLaDAMoEModelLM") ||
+                                  !strcmp(json_string_value(a), "LLaDAMoEModel")))
+            return TIDE_OK;
+    }
+    tide_error("%s: \"architectures\" does not name LLaDAMoEModelLM: model_type \"%s\" without "
+               "it is another model (the dense LLaDA is LLaDAModelLM), not supported by "
+               "model-llada-moe",
+               path, t);
+    return TIDE_E_UNSUPPORTED;
+}
+
+/* moe_layer_freq: one entry per layer, 0 = dense feed-forward, else MoE. */
+static void rd_layer_freq(struct cfg_reader *r, struct lmoe_cfg *c)
+{
+    json_t *v = json_object_get(r->root, "moe_layer_freq");
+    if (!v || json_is_null(v)) {
+        tide_error("%s: missing key \"moe_layer_freq\" (one 0/1 entry per layer; the official "
+                   "class's default [] fails on the first layer)",
+                   r->path);
+        r->errors++;
+        return;
+    }
+    if (!json_is_array(v) || (int)json_array_size(v) != c->n_layers) {
+        tide_error("%s: \"moe_layer_freq\" must be a list of num_hidden_layers (%d) integers",
+                   r->path, c->n_layers);
+        r->errors++;
+        return;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        json_t *e = json_array_get(v, (size_t)l);
+        if (!json_is_integer(e) || json_integer_value(e) < 0) {
+            tide_error("%s: \"moe_layer_freq\"[%d] must be a non-negative integer", r->path, l);
+            r->errors++;
+            return;
+        }
+        c->moe[l] = json_integer_value(e) != 0;
+    }
+}
+
+void lmoe_cfg_finish(struct lmoe_cfg *c)
+{
+    c->n_moe = 0;
+    int at = 1; /* the embeddings come first */
+    for (int l = 0; l < c->n_layers; l++) {
+        c->first[l] = at;
+        at += 6 + (c->qk_norm ? 2 : 0);
+        if (c->moe[l]) {
+            c->n_moe++;
+            at += 1 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->shared_inter ? 3 : 0);
+        } else {
+            at += 3;
+        }
+    }
+    c->first[c->n_layers] = at;
+}
+
+int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        tide_error("%s: not a regular file", path);
+        return TIDE_E_FORMAT;
+    }
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
+            tide_error("%s: cannot read: %s", path, jerr.text);
+        else
+            tide_error("%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        return errno == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_FORMAT;
+    }
+    if (!json_is_object(root)) {
+        tide_error("%s: top level must be a JSON object", path);
+        json_decref(root);
+        return TIDE_E_FORMAT;
+    }
+    int rc = check_type(root, path);
+    if (rc != TIDE_OK) {
+        json_decref(root);
+        return rc;
+    }
+    struct cfg_reader r = {.root = root, .path = path};
+    const int64_t big = 1 << 20;
+    memset(c, 0, sizeof *c);
+    /* Defaults: LLaDAConfig.__init__ (configuration_lladamoe.py). */
+    c->hidden = rd_int(&r, "hidden_size", false, 0, 1, big);
+    c->n_layers = rd_int(&r, "num_hidden_layers", false, 0, 1, LMOE_MAX_LAYERS);
+    c->n_heads = rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
+    /* num_key_value_heads None -> num_attention_heads */
+    c->n_kv_heads = rd_int(&r, "num_key_value_heads", true, c->n_heads, 1, 4096);
+    cfg_rule(&r, c->hidden % c->n_heads == 0,
+             "num_attention_heads (%d) must divide hidden_size (%d): the official attention "
+             "takes head_dim = hidden_size / num_attention_heads and raises otherwise",
+             c->n_heads, c->hidden);
+    c->head_dim = c->hidden / c->n_heads;
+    json_t *hd = json_object_get(root, "head_dim");
+    if (hd && json_is_integer(hd) && json_integer_value(hd) != c->head_dim)
+        tide_warn("%s: \"head_dim\" = %lld is ignored, as in the official code: head_dim is "
+                  "hidden_size / num_attention_heads = %d",
+                  path, (long long)json_integer_value(hd), c->head_dim);
+    /* transformers' default RoPE: int(head_dim * partial_rotary_factor) dims;
+     * the class default -1 gives none that work. */
+    double prf = rd_num(&r, "partial_rotary_factor", false, -1.0);
+    cfg_rule(&r, r.errors || (prf > 0 && prf <= 1), "partial_rotary_factor (%g) must be in (0, 1]",
+             prf);
+    c->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0;
+    c->rope_theta = rd_num(&r, "rope_theta", false, -1.0);
+    c->moe_inter = rd_int(&r, "expert_intermediate_size", false, 0, 1, big);
+    c->n_experts = rd_int(&r, "num_experts", false, 1, 1, 65536);
+    c->top_k = rd_int(&r, "num_experts_per_tok", false, 1, 1, 65536);
+    c->vocab = rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
+    c->max_pos = rd_int(&r, "max_position_embeddings", true, 4096, 1, 1 << 24);
+    c->eps = rd_num(&r, "rms_norm_eps", true, 1e-5);
+    c->tied = rd_flag(&r, "tie_word_embeddings", false);
+    c->qk_norm = rd_flag(&r, "qk_layernorm", false);
+    c->expert_bias = rd_flag(&r, "moe_router_enable_expert_bias", false);
+    /* shared_expert_intermediate_size: null = no shared expert (the decoder
+     * layer tests "is not None"); the class default -1 builds a broken one. */
+    json_t *sh = json_object_get(root, "shared_expert_intermediate_size");
+    if (!sh) {
+        tide_error("%s: missing key \"shared_expert_intermediate_size\" (null for no shared "
+                   "expert; the official class's default -1 builds a shared expert of width -1)",
+                   path);
+        r.errors++;
+    } else if (!json_is_null(sh)) {
+        c->shared_inter = rd_int(&r, "shared_expert_intermediate_size", false, 0, 1, big);
+    }
+    if (c->n_layers >= 1 && c->n_layers <= LMOE_MAX_LAYERS)
+        rd_layer_freq(&r, c);
+    bool any_dense = false;
+    for (int l = 0; l < c->n_layers && !r.errors; l++)
+        any_dense |= !c->moe[l];
+    if (any_dense)
+        c->dense_inter = rd_int(&r, "dense_intermediate_size", false, 0, 1, big);
+
+    /* Keys the code path never reads: noted when they promise something else. */
+    json_t *nt = json_object_get(root, "norm_topk_prob");
+    if (nt && json_is_true(nt))
+        tide_warn("%s: \"norm_topk_prob\" = true is ignored, as in the official code: "
+                  "LLaDAMoESparseMoeBlock fixes norm_topk_prob = False",
+                  path);
+    json_t *sf = json_object_get(root, "moe_router_score_function");
+    if (sf && json_is_string(sf) && strcmp(json_string_value(sf), "softmax"))
+        tide_warn("%s: \"moe_router_score_function\" = \"%s\" is ignored, as in the official "
+                  "code: the router always takes a softmax",
+                  path, json_string_value(sf));
+    json_t *rs = json_object_get(root, "routed_scaling_factor");
+    if (rs && json_is_number(rs) && json_number_value(rs) != 1.0)
+        tide_warn("%s: \"routed_scaling_factor\" = %g is ignored, as in the official code", path,
+                  json_number_value(rs));
+    json_t *act = json_object_get(root, "hidden_act");
+    cfg_rule(&r,
+             !act || json_is_null(act) ||
+                 (json_is_string(act) && !strcmp(json_string_value(act), "silu")),
+             "hidden_act must be \"silu\" (model-llada-moe implements SwiGLU)");
+    cfg_rule(&r, !rd_flag(&r, "attention_bias", false), "attention_bias = true is not supported");
+    json_t *clip = json_object_get(root, "clip_qkv");
+    cfg_rule(&r, !clip || json_is_null(clip), "clip_qkv is not supported (must be null)");
+    json_t *rsc = json_object_get(root, "rope_scaling");
+    cfg_rule(&r, !rsc || json_is_null(rsc), "rope_scaling is not supported (must be null)");
+
+    if (!r.errors) {
+        cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
+                 "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
+                 c->n_heads);
+        cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim >= 2,
+                 "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and >= 2",
+                 c->rot_dim);
+        cfg_rule(&r, c->top_k <= c->n_experts, "num_experts_per_tok (%d) exceeds num_experts (%d)",
+                 c->top_k, c->n_experts);
+        int n_moe = 0;
+        for (int l = 0; l < c->n_layers; l++)
+            n_moe += c->moe[l];
+        const int64_t routed = (int64_t)n_moe * c->n_experts;
+        cfg_rule(&r, routed <= LMOE_MAX_ROUTED,
+                 "%d MoE layers times num_experts (%d) is %lld routed experts; TIDE supports at "
+                 "most %d",
+                 n_moe, c->n_experts, (long long)routed, LMOE_MAX_ROUTED);
+        cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
+        cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
+    }
+    json_decref(root);
+    if (r.errors)
+        return TIDE_E_FORMAT;
+    lmoe_cfg_finish(c);
+    return TIDE_OK;
+}
+
+int lmoe_cfg_write(const char *path, const struct lmoe_cfg *c)
+{
+    json_t *o = json_object();
+    if (!o)
+        return TIDE_E_NOMEM;
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string("LLaDAMoEModelLM"));
+    json_object_set_new(o, "architectures", arch);
+    json_object_set_new(o, "model_type", json_string("llada"));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden));
+    json_object_set_new(o, "dense_intermediate_size",
+                        c->dense_inter ? json_integer(c->dense_inter) : json_null());
+    json_object_set_new(o, "expert_intermediate_size", json_integer(c->moe_inter));
+    json_object_set_new(o, "shared_expert_intermediate_size",
+                        c->shared_inter ? json_integer(c->shared_inter) : json_null());
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->n_heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_heads));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_pos));
+    json_object_set_new(o, "rms_norm_eps", json_real(c->eps));
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tied));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "partial_rotary_factor", json_real((double)c->rot_dim / c->head_dim));
+    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "attention_bias", json_false());
+    json_object_set_new(o, "clip_qkv", json_null());
+    json_object_set_new(o, "num_experts_per_tok", json_integer(c->top_k));
+    json_object_set_new(o, "num_experts", json_integer(c->n_experts));
+    json_object_set_new(o, "norm_topk_prob", json_false());
+    json_object_set_new(o, "qk_layernorm", json_boolean(c->qk_norm));
+    json_t *freq = json_array();
+    for (int l = 0; l < c->n_layers; l++)
+        json_array_append_new(freq, json_integer(c->moe[l]));
+    json_object_set_new(o, "moe_layer_freq", freq);
+    json_object_set_new(o, "moe_router_enable_expert_bias", json_boolean(c->expert_bias));
+    json_object_set_new(o, "moe_router_score_function", json_string("softmax"));
+    json_object_set_new(o, "routed_scaling_factor", json_integer(1));
+    json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
+    int rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (rc) {
+        tide_error("%s: cannot write: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
+}
+
+uint64_t lmoe_expert_bytes(const struct lmoe_cfg *c)
+{
+    return 3ull * (uint64_t)c->hidden * (uint64_t)c->moe_inter * 2u;
+}
+
+int lmoe_tensor_count(const struct lmoe_cfg *c)
+{
+    return c->first[c->n_layers] + 1 + (c->tied ? 0 : 1);
+}
+
+static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
+{
+    shape[0] = a;
+    shape[1] = b;
+    return 2;
+}
+
+static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
+{
+    shape[0] = a;
+    return 1;
+}
+
+/* The layer holding tensor i (first[l] <= i < first[l+1]), by bisection. */
+static int layer_of(const struct lmoe_cfg *c, int i)
+{
+    int lo = 0, hi = c->n_layers - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (c->first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t len,
+                      enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
+{
+    const int64_t H = c->hidden, hd = c->head_dim;
+    const int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
+    char p[48];
+    snprintf(p, sizeof p, "model.layers.%d", l);
+    *dt = TIDE_DTYPE_BF16;
+    /* attention: norm, q, k, v, [q_norm, k_norm], o, post norm */
+    static const char *att[] = {"input_layernorm",  "self_attn.q_proj",        "self_attn.k_proj",
+                                "self_attn.v_proj", "self_attn.q_norm",        "self_attn.k_norm",
+                                "self_attn.o_proj", "post_attention_layernorm"};
+    const int natt = c->qk_norm ? 8 : 6;
+    if (j < natt) {
+        int slot = c->qk_norm || j < 4 ? j : j + 2;
+        snprintf(name, len, "%s.%s.weight", p, att[slot]);
+        switch (slot) {
+        case 0:
+        case 7:
+            return spec1(shape, H);
+        case 1:
+            return spec2(shape, qw, H);
+        case 2:
+        case 3:
+            return spec2(shape, kw, H);
+        case 4:
+        case 5:
+            return spec1(shape, hd); /* per head, over head_dim */
+        default:
+            return spec2(shape, H, qw);
+        }
+    }
+    j -= natt;
+    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+    if (!c->moe[l]) {
+        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
+        return j < 2 ? spec2(shape, c->dense_inter, H) : spec2(shape, H, c->dense_inter);
+    }
+    if (j == 0) {
+        snprintf(name, len, "%s.mlp.gate.weight", p);
+        return spec2(shape, c->n_experts, H);
+    }
+    j--;
+    if (c->expert_bias) {
+        if (j == 0) {
+            /* a float32 buffer of LLaDAMoESparseMoeBlock */
+            snprintf(name, len, "%s.mlp.expert_bias", p);
+            *dt = TIDE_DTYPE_F32;
+            return spec1(shape, c->n_experts);
+        }
+        j--;
+    }
+    if (j < 3 * c->n_experts) {
+        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
+        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+    }
+    j -= 3 * c->n_experts;
+    /* the shared expert hangs off the decoder layer, not the MoE block */
+    snprintf(name, len, "%s.shared_expert.%s.weight", p, proj[j]);
+    return j < 2 ? spec2(shape, c->shared_inter, H) : spec2(shape, H, c->shared_inter);
+}
+
+int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], enum tide_dtype *dt,
+                     int64_t shape[TIDE_MAX_DIMS])
+{
+    *dt = TIDE_DTYPE_BF16;
+    if (i == 0) {
+        snprintf(name, LMOE_NAME_MAX, "model.embed_tokens.weight");
+        return spec2(shape, c->vocab, c->hidden);
+    }
+    if (i < c->first[c->n_layers]) {
+        int l = layer_of(c, i);
+        return layer_spec(c, l, i - c->first[l], name, LMOE_NAME_MAX, dt, shape);
+    }
+    if (i == c->first[c->n_layers]) {
+        snprintf(name, LMOE_NAME_MAX, "model.norm.weight");
+        return spec1(shape, c->hidden);
+    }
+    snprintf(name, LMOE_NAME_MAX, "lm_head.weight");
+    return spec2(shape, c->vocab, c->hidden);
+}
+
+bool lmoe_tensor_is_routed(const struct lmoe_cfg *c, int i)
+{
+    if (i < 1 || i >= c->first[c->n_layers])
+        return false;
+    int l = layer_of(c, i);
+    if (!c->moe[l])
+        return false;
+    const int e0 = c->first[l] + (c->qk_norm ? 8 : 6) + 1 + (c->expert_bias ? 1 : 0);
+    return i >= e0 && i < e0 + 3 * c->n_experts;
+}
+
+uint64_t lmoe_dense_bytes(const struct lmoe_cfg *c)
+{
+    const int n = lmoe_tensor_count(c);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (lmoe_tensor_is_routed(c, i)) {
+            i += 3 * c->n_experts - 1; /* the first of them: skip the layer's experts */
+            continue;
+        }
+        char name[LMOE_NAME_MAX];
+        enum tide_dtype dt;
+        int64_t shape[TIDE_MAX_DIMS];
+        int nd = lmoe_tensor_spec(c, i, name, &dt, shape);
+        uint64_t b = tide_dtype_size(dt);
+        for (int d = 0; d < nd; d++)
+            b *= (uint64_t)shape[d];
+        total += b;
+    }
+    return total;
+}

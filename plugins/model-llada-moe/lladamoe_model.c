@@ -1,0 +1,774 @@
+/* The LLaDA-MoE forward pass over backend ops, read top to bottom: embed,
+ * then per layer full bidirectional attention and a dense or MoE
+ * feed-forward, then the final norm and the head. It follows the official
+ * modeling_lladamoe.py (LLaDAMoEModelLM); routed experts go through the
+ * core's dispatcher (tide_moe_forward), so every placement policy and offload
+ * path applies. */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lladamoe.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+/* The prompt format of inclusionAI's inference engine for LLaDA-MoE
+ * (dInfer benchmarks), the Ling tokenizer's roles. */
+const char lmoe_chat_template[] = "<role>SYSTEM</role>detailed thinking off<|role_end|>"
+                                  "<role>HUMAN</role>{prompt}<|role_end|><role>ASSISTANT</role>";
+
+struct lmoe_layer {
+    struct tide_weight *in_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wo, *post_norm;
+    struct tide_weight *ffn_gate, *ffn_up, *ffn_down; /* dense layers */
+    struct tide_weight *router;                       /* MoE layers */
+    const float *expert_bias;                         /* host, from the checkpoint, or NULL */
+    struct tide_weight *sh_gate, *sh_up, *sh_down;    /* shared expert, or NULL */
+    int moe_index;                                    /* -1 for dense layers */
+    struct tide_buffer *k_cache, *v_cache;            /* f32 [n_ctx, n_kv*hd] */
+};
+
+enum lmoe_phase {
+    LMOE_PH_ATTENTION, /* q/k/v, q/k norms, rope, K/V write, attention, o_proj, residual */
+    LMOE_PH_DENSE,     /* the dense SwiGLU of dense layers */
+    LMOE_PH_SHARED,    /* the shared expert */
+    LMOE_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
+    LMOE_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
+    LMOE_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
+    LMOE_N_PHASES
+};
+
+static const char *const lmoe_phase_names[LMOE_N_PHASES] = {
+    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
+};
+
+struct lmoe_prof {
+    bool on;
+    int cur;
+    double t, cpu;
+    struct tide_phase_stats ph[LMOE_N_PHASES];
+    unsigned char *seen; /* [n_experts] */
+};
+
+struct tide_model {
+    struct lmoe_cfg cfg;
+    struct tide_model_info info;
+    struct tide_st *st;
+    struct tide_backend_ref dev;
+    struct tide_moe *moe;
+    int64_t max_tokens, n_ctx;
+    struct tide_weight *embed, *norm, *head;
+    struct lmoe_layer *layers;
+    struct tide_buffer *h, *x, *q, *k, *v, *att, *tmp, *tmp2, *g, *u, *a, *rlog, *logits;
+    float *rl_host; /* [max_tokens * n_experts] router logits on the host */
+    float *scratch; /* [n_experts] */
+    int32_t *ids;   /* [max_tokens * top_k] */
+    float *wts;     /* [max_tokens * top_k] */
+    struct lmoe_prof prof;
+};
+
+static const struct tide_backend_ops *ops_of(const struct tide_model *m)
+{
+    return m->dev.ops;
+}
+
+static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
+                       int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
+{
+    const int64_t shape[2] = {d0, d1};
+    const struct tide_view *v;
+    int rc = tide_st_expect(m->st, name, dt, ndim, shape, &v);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = ops_of(m)->weight_create(m->dev.bk, v, kind, out);
+    if (rc != TIDE_OK)
+        tide_error("model-llada-moe: backend %s could not take tensor '%s': %s", m->dev.name, name,
+                   tide_status_str(rc));
+    return rc;
+}
+
+static int load_layer(struct tide_model *m, int l, int *moe_index)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    struct lmoe_layer *L = &m->layers[l];
+    const int64_t H = c->hidden, hd = c->head_dim;
+    const int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
+    char n[LMOE_NAME_MAX];
+    int rc;
+#define W(field, suffix, dt, nd, a, b, kind)                                                       \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                    \
+        if ((rc = load_weight(m, n, dt, nd, a, b, kind, &L->field)) != TIDE_OK)                    \
+            return rc;                                                                             \
+    } while (0)
+    const enum tide_dtype B = TIDE_DTYPE_BF16;
+    W(in_norm, "input_layernorm.weight", B, 1, H, 0, TIDE_WEIGHT_VECTOR);
+    W(wq, "self_attn.q_proj.weight", B, 2, qw, H, TIDE_WEIGHT_MATMUL);
+    W(wk, "self_attn.k_proj.weight", B, 2, kw, H, TIDE_WEIGHT_MATMUL);
+    W(wv, "self_attn.v_proj.weight", B, 2, kw, H, TIDE_WEIGHT_MATMUL);
+    if (c->qk_norm) {
+        W(q_norm, "self_attn.q_norm.weight", B, 1, hd, 0, TIDE_WEIGHT_VECTOR);
+        W(k_norm, "self_attn.k_norm.weight", B, 1, hd, 0, TIDE_WEIGHT_VECTOR);
+    }
+    W(wo, "self_attn.o_proj.weight", B, 2, H, qw, TIDE_WEIGHT_MATMUL);
+    W(post_norm, "post_attention_layernorm.weight", B, 1, H, 0, TIDE_WEIGHT_VECTOR);
+    L->moe_index = -1;
+    if (!c->moe[l]) {
+        const int64_t I = c->dense_inter;
+        W(ffn_gate, "mlp.gate_proj.weight", B, 2, I, H, TIDE_WEIGHT_MATMUL);
+        W(ffn_up, "mlp.up_proj.weight", B, 2, I, H, TIDE_WEIGHT_MATMUL);
+        W(ffn_down, "mlp.down_proj.weight", B, 2, H, I, TIDE_WEIGHT_MATMUL);
+        return TIDE_OK;
+    }
+    L->moe_index = (*moe_index)++;
+    W(router, "mlp.gate.weight", B, 2, c->n_experts, H, TIDE_WEIGHT_MATMUL);
+    if (c->expert_bias) {
+        const int64_t shape[1] = {c->n_experts};
+        const struct tide_view *v;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.expert_bias", l);
+        if ((rc = tide_st_expect(m->st, n, TIDE_DTYPE_F32, 1, shape, &v)) != TIDE_OK)
+            return rc;
+        L->expert_bias = v->data;
+    }
+    if (c->shared_inter) {
+        const int64_t I = c->shared_inter;
+        W(sh_gate, "shared_expert.gate_proj.weight", B, 2, I, H, TIDE_WEIGHT_MATMUL);
+        W(sh_up, "shared_expert.up_proj.weight", B, 2, I, H, TIDE_WEIGHT_MATMUL);
+        W(sh_down, "shared_expert.down_proj.weight", B, 2, H, I, TIDE_WEIGHT_MATMUL);
+    }
+#undef W
+    for (int e = 0; e < c->n_experts; e++) {
+        static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+        const struct tide_view *v[3];
+        for (int j = 0; j < 3; j++) {
+            const int64_t shape[2] = {j < 2 ? c->moe_inter : H, j < 2 ? H : c->moe_inter};
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
+            if ((rc = tide_st_expect(m->st, n, B, 2, shape, &v[j])) != TIDE_OK)
+                return rc;
+        }
+        if ((rc = tide_moe_register_expert(m->moe, L->moe_index, e, v[0], v[1], v[2])) != TIDE_OK)
+            return rc;
+    }
+    return TIDE_OK;
+}
+
+static void free_buffers(struct tide_model *m)
+{
+    const struct tide_backend_ops *o = m->dev.ops;
+    struct tide_buffer **bufs[] = {&m->h,    &m->x, &m->q, &m->k, &m->v,    &m->att,   &m->tmp,
+                                   &m->tmp2, &m->g, &m->u, &m->a, &m->rlog, &m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i])
+            o->buffer_free(m->dev.bk, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
+        struct lmoe_layer *L = &m->layers[l];
+        if (L->k_cache)
+            o->buffer_free(m->dev.bk, L->k_cache);
+        if (L->v_cache)
+            o->buffer_free(m->dev.bk, L->v_cache);
+        L->k_cache = L->v_cache = NULL;
+    }
+    free(m->ids);
+    free(m->wts);
+    free(m->rl_host);
+    m->ids = NULL;
+    m->wts = NULL;
+    m->rl_host = NULL;
+    m->n_ctx = m->max_tokens = 0;
+}
+
+static size_t max3(size_t a, size_t b, size_t c)
+{
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+static int alloc_acts(struct tide_model *m, int64_t max_tokens)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    const size_t T = (size_t)max_tokens, H = (size_t)c->hidden;
+    const size_t ffn = max3((size_t)c->dense_inter, (size_t)c->shared_inter, 1);
+    const size_t qw = (size_t)c->n_heads * (size_t)c->head_dim;
+    const size_t kw = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    struct {
+        struct tide_buffer **buf;
+        size_t bytes;
+    } want[] = {
+        {&m->h, T * H * 4},
+        {&m->x, T * H * 2},
+        {&m->q, T * qw * 4},
+        {&m->k, T * kw * 4},
+        {&m->v, T * kw * 4},
+        {&m->att, T * qw * 2},
+        {&m->tmp, T * H * 4},
+        {&m->tmp2, T * H * 4},
+        {&m->g, T * ffn * 4},
+        {&m->u, T * ffn * 4},
+        {&m->a, T * ffn * 2},
+        {&m->rlog, T * (size_t)c->n_experts * 4},
+        {&m->logits, T * (size_t)c->vocab * 4},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int rc = ops_of(m)->buffer_alloc(m->dev.bk, want[i].bytes, want[i].buf);
+        if (rc != TIDE_OK) {
+            tide_error("model-llada-moe: cannot allocate %zu bytes of activations on %s",
+                       want[i].bytes, m->dev.name);
+            return rc;
+        }
+    }
+    m->ids = malloc(T * (size_t)c->top_k * sizeof *m->ids);
+    m->wts = malloc(T * (size_t)c->top_k * sizeof *m->wts);
+    m->rl_host = malloc(T * (size_t)c->n_experts * sizeof *m->rl_host);
+    return m->ids && m->wts && m->rl_host ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
+        tide_error("model-llada-moe: reserve(%lld positions, %lld per forward) is invalid",
+                   (long long)n_ctx, (long long)max_tokens);
+        return TIDE_E_INVAL;
+    }
+    if (n_ctx > c->max_pos) {
+        tide_error("model-llada-moe: %lld positions requested but the model supports %lld "
+                   "(max_position_embeddings)",
+                   (long long)n_ctx, (long long)c->max_pos);
+        return TIDE_E_RANGE;
+    }
+    if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
+        return TIDE_OK;
+    if (m->n_ctx > n_ctx)
+        n_ctx = m->n_ctx;
+    if (m->max_tokens > max_tokens)
+        max_tokens = m->max_tokens;
+    free_buffers(m);
+    int rc = alloc_acts(m, max_tokens);
+    const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
+        struct lmoe_layer *L = &m->layers[l];
+        if ((rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->k_cache)) != TIDE_OK ||
+            (rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->v_cache)) != TIDE_OK)
+            tide_error("model-llada-moe: cannot allocate the KV cache of layer %d (%zu bytes x 2)",
+                       l, kv_bytes);
+    }
+    if (rc != TIDE_OK) {
+        free_buffers(m);
+        return rc;
+    }
+    m->n_ctx = n_ctx;
+    m->max_tokens = max_tokens;
+    return TIDE_OK;
+}
+
+int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
+{
+    struct tide_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return TIDE_E_NOMEM;
+    int rc = lmoe_cfg_load(args->dir, &m->cfg);
+    if (rc != TIDE_OK) {
+        free(m);
+        return rc;
+    }
+    const struct lmoe_cfg *c = &m->cfg;
+    m->dev = *args->dev;
+    m->moe = args->moe;
+    /* args->block is not read: the attention is full (the official code
+     * passes attention_mask = None and is_causal = False). */
+    m->info = (struct tide_model_info){
+        .size = sizeof m->info,
+        .arch = "llada_moe",
+        .n_layers = c->n_layers,
+        .n_moe_layers = c->n_moe,
+        .n_experts = c->n_experts,
+        .top_k = c->top_k,
+        .hidden = c->hidden,
+        .vocab_size = c->vocab,
+        .max_ctx = c->max_pos,
+        .expert_bytes = lmoe_expert_bytes(c),
+        .dense_bytes = lmoe_dense_bytes(c),
+        /* The Ling tokenizer LLaDA-MoE shares with LLaDA2.0: mask id 156895
+         * is "<|mask|>", eos 156892 "<|endoftext|>", the turn end "<|role_end|>". */
+        .mask_token = "<|mask|>",
+        .eos_token = "<|endoftext|>",
+        .stop_token = "<|role_end|>",
+        .chat_template = lmoe_chat_template,
+        .attention = TIDE_ATTN_FULL,
+        .decoder = "llada",
+    };
+    const unsigned load =
+        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
+            ? args->load_flags
+            : 0u;
+    if ((rc = tide_st_open_flags(args->dir, load, &m->st)) != TIDE_OK)
+        goto fail;
+    const struct tide_moe_shape shape = {
+        .size = sizeof shape,
+        .n_layers = c->n_moe,
+        .n_experts = c->n_experts,
+        .top_k = c->top_k,
+        .hidden = c->hidden,
+        .inter = c->moe_inter,
+    };
+    if (shape.n_layers > 0 && (rc = tide_moe_declare(m->moe, &shape)) != TIDE_OK)
+        goto fail;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->scratch = malloc(sizeof *m->scratch * (size_t)c->n_experts);
+    if (!m->layers || !m->scratch) {
+        rc = TIDE_E_NOMEM;
+        goto fail;
+    }
+    if ((rc = load_weight(m, "model.embed_tokens.weight", TIDE_DTYPE_BF16, 2, c->vocab, c->hidden,
+                          TIDE_WEIGHT_EMBED, &m->embed)) != TIDE_OK)
+        goto fail;
+    int moe_index = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if ((rc = load_layer(m, l, &moe_index)) != TIDE_OK)
+            goto fail;
+    if ((rc = load_weight(m, "model.norm.weight", TIDE_DTYPE_BF16, 1, c->hidden, 0,
+                          TIDE_WEIGHT_VECTOR, &m->norm)) != TIDE_OK)
+        goto fail;
+    if ((rc = load_weight(m, c->tied ? "model.embed_tokens.weight" : "lm_head.weight",
+                          TIDE_DTYPE_BF16, 2, c->vocab, c->hidden, TIDE_WEIGHT_MATMUL, &m->head)) !=
+        TIDE_OK)
+        goto fail;
+    *out = m;
+    return TIDE_OK;
+fail:
+    lmoe_close(m);
+    return rc;
+}
+
+void lmoe_close(struct tide_model *m)
+{
+    if (!m)
+        return;
+    const struct tide_backend_ops *o = m->dev.ops;
+    struct tide_backend *bk = m->dev.bk;
+    if (o) {
+#define WFREE(w)                                                                                   \
+    do {                                                                                           \
+        if (w)                                                                                     \
+            o->weight_destroy(bk, w);                                                              \
+    } while (0)
+        for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
+            struct lmoe_layer *L = &m->layers[l];
+            WFREE(L->in_norm);
+            WFREE(L->wq);
+            WFREE(L->wk);
+            WFREE(L->wv);
+            WFREE(L->q_norm);
+            WFREE(L->k_norm);
+            WFREE(L->wo);
+            WFREE(L->post_norm);
+            WFREE(L->ffn_gate);
+            WFREE(L->ffn_up);
+            WFREE(L->ffn_down);
+            WFREE(L->router);
+            WFREE(L->sh_gate);
+            WFREE(L->sh_up);
+            WFREE(L->sh_down);
+        }
+        WFREE(m->embed);
+        WFREE(m->norm);
+        WFREE(m->head);
+#undef WFREE
+        free_buffers(m);
+    }
+    free(m->layers);
+    free(m->scratch);
+    free(m->prof.seen);
+    tide_st_close(m->st);
+    free(m);
+}
+
+const struct tide_model_info *lmoe_info(const struct tide_model *m)
+{
+    return &m->info;
+}
+
+/* ---- phase profiling ---------------------------------------------------- */
+
+static double lmoe_clock(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int lmoe_phase(struct tide_model *m, int next)
+{
+    struct lmoe_prof *p = &m->prof;
+    if (!p->on)
+        return TIDE_OK;
+    int rc = ops_of(m)->sync(m->dev.bk);
+    const double t = lmoe_clock(CLOCK_MONOTONIC), cpu = lmoe_clock(CLOCK_PROCESS_CPUTIME_ID);
+    if (p->cur < LMOE_N_PHASES) {
+        p->ph[p->cur].seconds += t - p->t;
+        p->ph[p->cur].cpu_seconds += cpu - p->cpu;
+    }
+    if (next < LMOE_N_PHASES)
+        p->ph[next].calls++;
+    p->cur = next;
+    p->t = t;
+    p->cpu = cpu;
+    return rc;
+}
+
+static void lmoe_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
+{
+    struct lmoe_prof *p = &m->prof;
+    if (!p->on || p->cur >= LMOE_N_PHASES)
+        return;
+    p->ph[p->cur].bytes += bytes;
+    p->ph[p->cur].flops += flops;
+    p->ph[p->cur].flops_f32 += flops_f32;
+}
+
+static void lmoe_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
+{
+    lmoe_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
+}
+
+int lmoe_profile(struct tide_model *m, bool on)
+{
+    struct lmoe_prof *p = &m->prof;
+    if (on && !p->seen && !(p->seen = calloc((size_t)m->cfg.n_experts + 1, 1)))
+        return TIDE_E_NOMEM;
+    memset(p->ph, 0, sizeof p->ph);
+    for (int i = 0; i < LMOE_N_PHASES; i++)
+        p->ph[i].name = lmoe_phase_names[i];
+    p->on = on;
+    p->cur = LMOE_N_PHASES;
+    p->t = lmoe_clock(CLOCK_MONOTONIC);
+    p->cpu = lmoe_clock(CLOCK_PROCESS_CPUTIME_ID);
+    return TIDE_OK;
+}
+
+int lmoe_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n)
+{
+    if (!n || (max > 0 && !out))
+        return TIDE_E_INVAL;
+    for (int i = 0; i < LMOE_N_PHASES && i < max; i++) {
+        out[i] = m->prof.ph[i];
+        out[i].name = lmoe_phase_names[i];
+    }
+    *n = LMOE_N_PHASES;
+    return TIDE_OK;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t n, int64_t I,
+                      const struct tide_weight *gate, const struct tide_weight *up,
+                      const struct tide_weight *down, const struct tide_tensor *y)
+{
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    struct tide_tensor g = tide_tensor_2d(m->g, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor u = tide_tensor_2d(m->u, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor a = tide_tensor_2d(m->a, TIDE_DTYPE_BF16, n, I);
+    int rc;
+    if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
+        (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
+        return rc;
+    lmoe_mm_work(m, n, 3 * I, m->cfg.hidden);
+    return TIDE_OK;
+}
+
+/* Full attention: each query position sees every key 0 .. pos0+n-1. The
+ * backend's mask shows key j to position p iff j / block <= p / block, so a
+ * block as long as the reserved context (every position < n_ctx) makes it
+ * one block: nothing is hidden. */
+static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n, int64_t pos0,
+                           const struct tide_tensor *x)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t hd = c->head_dim, qw = c->n_heads * hd, kw = c->n_kv_heads * hd;
+    struct tide_tensor q = tide_tensor_2d(m->q, TIDE_DTYPE_F32, n, qw);
+    struct tide_tensor k = tide_tensor_2d(m->k, TIDE_DTYPE_F32, n, kw);
+    struct tide_tensor v = tide_tensor_2d(m->v, TIDE_DTYPE_F32, n, kw);
+    struct tide_tensor kc = tide_tensor_2d(L->k_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
+    struct tide_tensor vc = tide_tensor_2d(L->v_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
+    struct tide_tensor kdst = tide_tensor_slice(&kc, pos0, n, 0, kw);
+    struct tide_tensor vdst = tide_tensor_slice(&vc, pos0, n, 0, kw);
+    struct tide_tensor att = tide_tensor_2d(m->att, TIDE_DTYPE_BF16, n, qw);
+    int rc;
+    if ((rc = o->matmul(bk, x, L->wq, &q)) || (rc = o->matmul(bk, x, L->wk, &k)) ||
+        (rc = o->matmul(bk, x, L->wv, &v)))
+        return rc;
+    /* q_norm / k_norm: RMSNorm over each head's head_dim values (the official
+     * code reshapes to (-1, head_dim) first). */
+    if (c->qk_norm && ((rc = o->rmsnorm(bk, &q, L->q_norm, (int)hd, (float)c->eps, &q)) ||
+                       (rc = o->rmsnorm(bk, &k, L->k_norm, (int)hd, (float)c->eps, &k))))
+        return rc;
+    if ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
+        (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)))
+        return rc;
+    if ((rc = o->convert(bk, &k, &kdst)) || (rc = o->convert(bk, &v, &vdst)))
+        return rc;
+    const struct tide_attn_args aa = {
+        .size = sizeof aa,
+        .q = &q,
+        .k_cache = &kc,
+        .v_cache = &vc,
+        .out = &att,
+        .pos0 = pos0,
+        .n = n,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = (int)hd,
+        .block = (int)m->n_ctx, /* one block: full attention */
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, c->hidden);
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, c->hidden);
+    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, L->wo, &tmp)) ||
+        (rc = o->add(bk, &h, &tmp)))
+        return rc;
+    if (m->prof.on) {
+        lmoe_mm_work(m, n, qw + 2 * kw, c->hidden);
+        lmoe_mm_work(m, n, c->hidden, qw);
+        lmoe_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
+                  4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
+    }
+    return TIDE_OK;
+}
+
+void lmoe_route(const float *logits, const float *bias, int n_experts, int top_k, float *p,
+                int32_t *ids, float *w)
+{
+    float mx = -INFINITY;
+    for (int e = 0; e < n_experts; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    float sum = 0.0f;
+    for (int e = 0; e < n_experts; e++) {
+        p[e] = expf(logits[e] - mx);
+        sum += p[e];
+    }
+    for (int e = 0; e < n_experts; e++)
+        p[e] = p[e] / sum + (bias ? bias[e] : 0.0f);
+    /* top_k by selection: descending, ties to the lower id; NaN never wins */
+    for (int j = 0; j < top_k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_experts; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++)
+                taken = ids[i] == e;
+            if (taken)
+                continue;
+            if (best < 0 || p[e] > p[best] || (isnan(p[best]) && !isnan(p[e])))
+                best = e;
+        }
+        ids[j] = best;
+        w[j] = p[best];
+    }
+}
+
+static void lmoe_routed_work(struct tide_model *m, int64_t n)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    if (!m->prof.on)
+        return;
+    uint64_t distinct = 0;
+    memset(m->prof.seen, 0, (size_t)c->n_experts);
+    for (int64_t a = 0; a < n * c->top_k; a++)
+        if (m->ids[a] >= 0 && m->ids[a] < c->n_experts && !m->prof.seen[m->ids[a]]++)
+            distinct++;
+    lmoe_mm_work(m, n, c->n_experts, c->hidden);
+    lmoe_work(m, distinct * lmoe_expert_bytes(c),
+              2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter, 0);
+}
+
+/* y = sum of the routed experts (through the dispatcher) + the shared expert. */
+static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
+                     const struct tide_tensor *x, const struct tide_tensor *y)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
+    int rc = lmoe_phase(m, LMOE_PH_ROUTED);
+    if (!rc)
+        rc = o->matmul(bk, x, L->router, &rl);
+    /* The softmax router runs on the host, like the backend router op's
+     * host outputs; read waits for the matmul. */
+    if (!rc)
+        rc = o->read(bk, &rl, m->rl_host);
+    if (rc)
+        return rc;
+    for (int64_t t = 0; t < n; t++)
+        lmoe_route(m->rl_host + t * c->n_experts, L->expert_bias, c->n_experts, c->top_k,
+                   m->scratch, m->ids + t * c->top_k, m->wts + t * c->top_k);
+    if ((rc = tide_moe_forward(m->moe, L->moe_index, x, m->ids, m->wts, n, y)))
+        return rc;
+    lmoe_routed_work(m, n);
+    if (!c->shared_inter)
+        return TIDE_OK;
+    struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
+    if ((rc = lmoe_phase(m, LMOE_PH_SHARED)) ||
+        (rc = swiglu_mlp(m, x, n, c->shared_inter, L->sh_gate, L->sh_up, L->sh_down, &sh)))
+        return rc;
+    return o->add(bk, y, &sh);
+}
+
+static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t H = c->hidden;
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n_rows, H);
+    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n_rows, H);
+    struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n_rows, c->vocab);
+    int rc = TIDE_OK;
+    if (rows) {
+        struct tide_tensor hall = tide_tensor_2d(m->h, TIDE_DTYPE_F32, m->max_tokens, H);
+        h = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n_rows, H);
+        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
+    }
+    if (!rc && !(rc = o->rmsnorm(bk, &h, m->norm, (int)H, (float)c->eps, &x)) &&
+        !(rc = o->matmul(bk, &x, m->head, &lg)))
+        rc = o->read(bk, &lg, logits);
+    lmoe_mm_work(m, n_rows, c->vocab, H);
+    return rc;
+}
+
+static int lmoe_check_rows(const int32_t *rows, int64_t n_rows, int64_t n, const float *logits)
+{
+    if (n_rows < 0 || n_rows > n || (n_rows > 0 && (!rows || !logits))) {
+        tide_error("model-llada-moe: forward_rows: %lld rows of a %lld-token span (rows %s, "
+                   "logits %s)",
+                   (long long)n_rows, (long long)n, rows ? "set" : "NULL", logits ? "set" : "NULL");
+        return TIDE_E_INVAL;
+    }
+    for (int64_t i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            tide_error("model-llada-moe: forward_rows: rows[%lld] = %d is outside the %lld-token "
+                       "span",
+                       (long long)i, rows[i], (long long)n);
+            return TIDE_E_RANGE;
+        }
+    }
+    return TIDE_OK;
+}
+
+static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                    const int32_t *rows, int64_t n_rows, float *logits)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    if (n < 1 || n > m->max_tokens || pos0 < 0 || pos0 + n > m->n_ctx) {
+        tide_error("model-llada-moe: forward of %lld tokens at position %lld exceeds the opened "
+                   "capacity (%lld tokens per call, %lld positions)",
+                   (long long)n, (long long)pos0, (long long)m->max_tokens, (long long)m->n_ctx);
+        return TIDE_E_RANGE;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab) {
+            tide_error("model-llada-moe: token id %d at position %lld is outside the vocabulary "
+                       "(vocab_size %d)",
+                       ids[i], (long long)(pos0 + i), c->vocab);
+            return TIDE_E_RANGE;
+        }
+    }
+    const struct tide_backend_ops *o = ops_of(m);
+    struct tide_backend *bk = m->dev.bk;
+    const int64_t H = c->hidden;
+    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, H);
+    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
+    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
+    const float eps = (float)c->eps;
+    int rc = lmoe_phase(m, LMOE_PH_OTHER);
+    if (!rc)
+        rc = o->embed(bk, m->embed, ids, n, &h);
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
+        struct lmoe_layer *L = &m->layers[l];
+        if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
+            (rc = lmoe_phase(m, LMOE_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = lmoe_phase(m, LMOE_PH_OTHER)) ||
+            (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
+            break;
+        if (L->moe_index < 0) {
+            if (!(rc = lmoe_phase(m, LMOE_PH_DENSE)))
+                rc =
+                    swiglu_mlp(m, &x, n, c->dense_inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
+        } else {
+            rc = moe_block(m, L, n, &x, &tmp);
+        }
+        if (rc == TIDE_OK && (rc = lmoe_phase(m, LMOE_PH_OTHER)) == TIDE_OK)
+            rc = o->add(bk, &h, &tmp);
+    }
+    if (rc == TIDE_OK && logits && n_rows > 0) {
+        if (!(rc = lmoe_phase(m, LMOE_PH_OUTPUT)))
+            rc = lmoe_output(m, rows, n_rows, logits);
+    } else if (rc == TIDE_OK) {
+        rc = o->sync(bk);
+    }
+    if (rc == TIDE_OK)
+        rc = lmoe_phase(m, LMOE_N_PHASES);
+    return rc;
+}
+
+int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out)
+{
+    const struct lmoe_cfg *c = &m->cfg;
+    const struct tide_view *v = tide_st_find(m->st, "model.embed_tokens.weight");
+    if (!v || n < 1) {
+        tide_error("model-llada-moe: prompt_vector of %lld tokens: %s", (long long)n,
+                   v ? "needs at least one token" : "the embedding table is missing");
+        return v ? TIDE_E_RANGE : TIDE_E_INVAL;
+    }
+    double *acc = calloc((size_t)c->hidden, sizeof *acc);
+    if (!acc)
+        return TIDE_E_NOMEM;
+    const uint16_t *table = v->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab) {
+            tide_error("model-llada-moe: prompt token id %d at position %lld is outside the "
+                       "vocabulary (vocab_size %d)",
+                       ids[i], (long long)i, c->vocab);
+            free(acc);
+            return TIDE_E_RANGE;
+        }
+        const uint16_t *row = table + (size_t)ids[i] * (size_t)c->hidden;
+        for (int j = 0; j < c->hidden; j++)
+            acc[j] += tide_bf16_to_f32(row[j]);
+    }
+    for (int j = 0; j < c->hidden; j++)
+        out[j] = (float)(acc[j] / (double)n);
+    free(acc);
+    return TIDE_OK;
+}
+
+int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
+{
+    return lmoe_run(m, ids, n, pos0, NULL, logits ? n : 0, logits);
+}
+
+int lmoe_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                      const int32_t *rows, int64_t n_rows, float *logits)
+{
+    int rc = lmoe_check_rows(rows, n_rows, n, logits);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_backend_ops *o = ops_of(m);
+    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
+        const int64_t V = m->cfg.vocab;
+        float *all = malloc(sizeof *all * (size_t)(n * V));
+        if (!all)
+            return TIDE_E_NOMEM;
+        rc = lmoe_run(m, ids, n, pos0, NULL, n, all);
+        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
+            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
+        free(all);
+        return rc;
+    }
+    return lmoe_run(m, ids, n, pos0, rows, n_rows, logits);
+}
