@@ -75,7 +75,7 @@ def main():
         r = tide(binary, ["run", "-c", cfg, "--ids", PROMPT, "--set", "policy.plugin=policy-lru",
                           "--set", "policy.budget=1"])
         row = [l.split() for l in r.stderr.splitlines() if l.startswith("policy-lru")]
-        host_rows = int(row[0][4]) if row and len(row[0]) > 4 else 0
+        host_rows = int(row[0][3]) if row and len(row[0]) > 3 else 0
         print("policy-lru budget 1: %d expert rows on the host" % host_rows)
         failures += host_rows <= 0
         for sets in cases:
