@@ -8,7 +8,7 @@ comment; keys may repeat where noted):
 
   about:   one line saying what is wrong
   model:   tiny (default: a fresh copy of a generated tiny checkpoint in
-           {model}) or none
+           {model}), tiny-moe (the same from model-llada-moe's preset) or none
   setup:   an action on the files (repeatable, in order; see action())
   env:     NAME=VALUE for the child (repeatable)
   run:     the command line after `tide` (shell-like quoting)
@@ -337,7 +337,7 @@ def run_case(path, tide, plugins, sanitized, work):
     def sub(text):
         return re.sub(r"\{(\w+)\}", lambda m: subst[m.group(1)], text)
 
-    if case.get("model", "tiny") == "tiny":
+    if case.get("model", "tiny") in ("tiny", "tiny-moe"):
         shutil.copytree(os.path.join(work, "base"), model)
     for s in case["setup"]:
         action(sub(s))
@@ -509,7 +509,10 @@ def main():
         work = tempfile.mkdtemp(prefix="tide-bad-")
         try:
             base = os.path.join(work, "base")
-            subprocess.run([tide, "--quiet", "mkmodel", base, "--preset", "tiny"], check=True,
+            preset = ["tiny"]
+            if parse_case(c).get("model") == "tiny-moe":
+                preset = ["tiny-moe", "--plugin", "model-llada-moe"]
+            subprocess.run([tide, "--quiet", "mkmodel", base, "--preset"] + preset, check=True,
                            stdout=subprocess.DEVNULL)
             rc = run_case(c, tide, plugins, sanitized, work)
         finally:
