@@ -1,5 +1,5 @@
-/* model-llada2's optional slots on a generated tiny checkpoint, on the CPU
- * backend:
+/* A model plugin's optional slots on a generated tiny checkpoint, on the CPU
+ * backend (model-llada2's tiny preset, or the plugin and preset given):
  *  - forward_rows: the logits of any subset of rows (in any order) are
  *    bit-identical to those rows of forward, and the K/V it writes are
  *    forward's (the next block's logits are identical after either);
@@ -7,7 +7,7 @@
  *  - profile / profile_read: every phase is named, the work counted is what
  *    the shapes say (output layer FLOPs = 2 x rows x vocab x hidden), and
  *    nothing is counted while profiling is off.
- * Usage: test_model_rows (TIDE_PLUGIN_DIR names the plugins). */
+ * Usage: test_model_rows [PLUGIN PRESET] (TIDE_PLUGIN_DIR names the plugins). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,7 +143,7 @@ static void test_profile(void)
     free(lg);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     tide_openmp_env_defaults(); /* as `tide` runs (the machine may be shared) */
     const char *dir = getenv("TIDE_PLUGIN_DIR");
@@ -151,15 +151,23 @@ int main(void)
         fprintf(stderr, "TIDE_PLUGIN_DIR is not set (ctest sets it)\n");
         return 1;
     }
-    char tmp[] = "/tmp/tide-model-rows-XXXXXX", path[256];
+    const char *plugin = argc == 3 ? argv[1] : "model-llada2";
+    const char *preset = argc == 3 ? argv[2] : "tiny";
+    char tmp[] = "/tmp/tide-model-rows-XXXXXX", path[256], plug[128], create[128];
+    snprintf(plug, sizeof plug, "model.plugin=%s", plugin);
+    snprintf(create, sizeof create, "model.create=%s", preset);
     if (!mkdtemp(tmp))
         return 1;
     snprintf(path, sizeof path, "model.path=%s/tiny", tmp);
     struct tide_plugin_set *set = NULL;
     struct tide_config *cfg = tide_config_create();
     int rc = tide_plugins_scan_dirs(&dir, 1, &set);
-    const char *sets[] = {path, "model.create=tiny", "backend.device=backend-cpu-onednn",
-                          "generation.block_length=8", "backend-cpu-onednn.threads=2"};
+    const char *sets[] = {plug,
+                          path,
+                          create,
+                          "backend.device=backend-cpu-onednn",
+                          "generation.block_length=8",
+                          "backend-cpu-onednn.threads=2"};
     if (!rc)
         rc = tide_core_register_sections(cfg);
     if (!rc)
