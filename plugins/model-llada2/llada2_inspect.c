@@ -1,97 +1,15 @@
 /* `tide inspect DIR` for llada2_moe checkpoints: architecture, parameter
  * counts, memory per expert budget, and every missing, unexpected or
  * mis-shaped tensor. Reads headers only; no weights are touched. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "llada2.h"
+#include "model-common/inspect.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
-/* Human-readable bytes into buf: B, KiB, MiB, GiB or TiB. */
-static const char *hbytes(uint64_t b, char *buf, size_t len)
+static int spec_of(const void *ctx, int i, char name[MC_NAME_MAX], enum tide_dtype *dt,
+                   int64_t shape[TIDE_MAX_DIMS])
 {
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
-    return buf;
-}
-
-static void print_shape(FILE *f, int nd, const int64_t *shape)
-{
-    fputc('[', f);
-    for (int d = 0; d < nd; d++)
-        fprintf(f, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    fputc(']', f);
-}
-
-static int view_cmp(const void *a, const void *b)
-{
-    const uintptr_t x = (uintptr_t) * (const struct tide_view *const *)a;
-    const uintptr_t y = (uintptr_t) * (const struct tide_view *const *)b;
-    return (x > y) - (x < y);
-}
-
-/* Compare the checkpoint with the expected tensor list. Returns the number
- * of problems found. O(n log n): the checkpoint tensors that were expected
- * are collected and sorted, and each checkpoint tensor is looked up there. */
-static int check_tensors(const struct llada2_cfg *c, const struct tide_st *st, FILE *f)
-{
-    int n = llada2_tensor_count(c), problems = 0, missing = 0, n_found = 0;
-    const struct tide_view **found = malloc(sizeof *found * (size_t)(n ? n : 1));
-    if (!found) {
-        tide_error("inspect: out of memory listing %d tensors", n);
-        return 1;
-    }
-    for (int i = 0; i < n; i++) {
-        char name[LLADA2_NAME_MAX];
-        enum tide_dtype dt;
-        int64_t shape[TIDE_MAX_DIMS];
-        int nd = llada2_tensor_spec(c, i, name, &dt, shape);
-        const struct tide_view *v = tide_st_find(st, name);
-        if (!v) {
-            if (missing++ < 20) {
-                fprintf(f, "  missing     %s ", name);
-                print_shape(f, nd, shape);
-                fputc('\n', f);
-            }
-            problems++;
-            continue;
-        }
-        found[n_found++] = v;
-        bool ok = v->dtype == dt && v->ndim == nd;
-        for (int d = 0; ok && d < nd; d++)
-            ok = v->shape[d] == shape[d];
-        if (!ok) {
-            fprintf(f, "  mismatch    %s: expected %s ", name, tide_dtype_name(dt));
-            print_shape(f, nd, shape);
-            fprintf(f, ", found %s ", tide_dtype_name(v->dtype));
-            print_shape(f, v->ndim, v->shape);
-            fputc('\n', f);
-            problems++;
-        }
-    }
-    if (missing > 20)
-        fprintf(f, "  ... and %d more missing tensors\n", missing - 20);
-    qsort(found, (size_t)n_found, sizeof *found, view_cmp);
-    int unexpected = 0;
-    for (int j = 0; j < tide_st_count(st); j++) {
-        const struct tide_view *v = tide_st_at(st, j);
-        if (bsearch(&v, found, (size_t)n_found, sizeof *found, view_cmp))
-            continue;
-        if (unexpected++ < 20)
-            fprintf(f, "  unexpected  %s\n", v->name);
-        problems++;
-    }
-    if (unexpected > 20)
-        fprintf(f, "  ... and %d more unexpected tensors\n", unexpected - 20);
-    free(found);
-    return problems;
+    return llada2_tensor_spec(ctx, i, name, dt, shape);
 }
 
 int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
@@ -125,30 +43,9 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
             active_p / (billions ? 1e9 : 1e6), billions ? "B" : "M");
     char b1[32], b2[32], b3[32];
     fprintf(f, "bytes        %llu per routed expert (%s); routed experts %s; everything else %s\n",
-            (unsigned long long)eb, hbytes(eb, b1, sizeof b1), hbytes(routed, b2, sizeof b2),
-            hbytes(dense, b3, sizeof b3));
-    fprintf(f, "\nmemory by expert budget (experts per MoE layer on the device; KV cache "
-               "and activations not included):\n");
-    fprintf(f, "  %8s %14s %14s\n", "budget", "device", "host");
-    /* A few representative budgets plus the requested one, ascending, once each. */
-    int budgets[6] = {0, c.n_experts / 8, c.n_experts / 4, c.n_experts / 2, c.n_experts, -1};
-    if (args->budget >= 0 && args->budget <= c.n_experts)
-        budgets[5] = args->budget;
-    for (int i = 1; i < 6; i++)
-        for (int j = i; j > 0 && budgets[j] < budgets[j - 1]; j--) {
-            int t = budgets[j];
-            budgets[j] = budgets[j - 1];
-            budgets[j - 1] = t;
-        }
-    for (int i = 0; i < 6; i++) {
-        int b = budgets[i];
-        if (b < 0 || (i > 0 && b == budgets[i - 1]))
-            continue;
-        uint64_t on_dev = dense + eb * (uint64_t)moe * (uint64_t)b;
-        fprintf(f, "  %8d %14s %14s%s\n", b, hbytes(on_dev, b1, sizeof b1),
-                hbytes(routed - eb * (uint64_t)moe * (uint64_t)b, b2, sizeof b2),
-                b == args->budget ? "  <- requested" : "");
-    }
+            (unsigned long long)eb, mc_hbytes(eb, b1, sizeof b1), mc_hbytes(routed, b2, sizeof b2),
+            mc_hbytes(dense, b3, sizeof b3));
+    mc_budget_table(f, c.n_experts, moe, eb, dense, routed, args->budget);
     struct tide_st *st = NULL;
     rc = tide_st_open(dir, &st);
     if (rc != TIDE_OK) {
@@ -156,8 +53,8 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
         return rc;
     }
     fprintf(f, "\ntensors      %d in the checkpoint, %d expected, %s of data\n", tide_st_count(st),
-            llada2_tensor_count(&c), hbytes(tide_st_data_bytes(st), b1, sizeof b1));
-    int problems = check_tensors(&c, st, f);
+            llada2_tensor_count(&c), mc_hbytes(tide_st_data_bytes(st), b1, sizeof b1));
+    int problems = mc_check_tensors(&c, llada2_tensor_count(&c), spec_of, st, f);
     if (!problems)
         fprintf(f, "  all tensors present with the expected dtype and shape\n");
     tide_st_close(st);

@@ -1,0 +1,132 @@
+/* model-common: `tide inspect`'s tensor check and memory table, over a
+ * model's tensor spec. Header-only. */
+#ifndef MODEL_COMMON_INSPECT_H
+#define MODEL_COMMON_INSPECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model-common/spec.h"
+#include "tide/log.h"
+#include "tide/safetensors.h"
+
+/* Human-readable bytes into buf: B, KiB, MiB, GiB or TiB. */
+static inline const char *mc_hbytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
+static inline void mc_print_shape(FILE *f, int nd, const int64_t *shape)
+{
+    fputc('[', f);
+    for (int d = 0; d < nd; d++)
+        fprintf(f, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    fputc(']', f);
+}
+
+static inline int mc_view_cmp(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t) * (const struct tide_view *const *)a;
+    const uintptr_t y = (uintptr_t) * (const struct tide_view *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* Compare the checkpoint with the expected tensor list. Returns the number
+ * of problems found. O(n log n): the checkpoint tensors that were expected
+ * are collected and sorted, and each checkpoint tensor is looked up there. */
+static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
+                                   const struct tide_st *st, FILE *f)
+{
+    int problems = 0, missing = 0, n_found = 0;
+    const struct tide_view **found = malloc(sizeof *found * (size_t)(n ? n : 1));
+    if (!found) {
+        tide_error("inspect: out of memory listing %d tensors", n);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        char name[MC_NAME_MAX];
+        enum tide_dtype dt;
+        int64_t shape[TIDE_MAX_DIMS];
+        int nd = spec(ctx, i, name, &dt, shape);
+        const struct tide_view *v = tide_st_find(st, name);
+        if (!v) {
+            if (missing++ < 20) {
+                fprintf(f, "  missing     %s ", name);
+                mc_print_shape(f, nd, shape);
+                fputc('\n', f);
+            }
+            problems++;
+            continue;
+        }
+        found[n_found++] = v;
+        bool ok = v->dtype == dt && v->ndim == nd;
+        for (int d = 0; ok && d < nd; d++)
+            ok = v->shape[d] == shape[d];
+        if (!ok) {
+            fprintf(f, "  mismatch    %s: expected %s ", name, tide_dtype_name(dt));
+            mc_print_shape(f, nd, shape);
+            fprintf(f, ", found %s ", tide_dtype_name(v->dtype));
+            mc_print_shape(f, v->ndim, v->shape);
+            fputc('\n', f);
+            problems++;
+        }
+    }
+    if (missing > 20)
+        fprintf(f, "  ... and %d more missing tensors\n", missing - 20);
+    qsort(found, (size_t)n_found, sizeof *found, mc_view_cmp);
+    int unexpected = 0;
+    for (int j = 0; j < tide_st_count(st); j++) {
+        const struct tide_view *v = tide_st_at(st, j);
+        if (bsearch(&v, found, (size_t)n_found, sizeof *found, mc_view_cmp))
+            continue;
+        if (unexpected++ < 20)
+            fprintf(f, "  unexpected  %s\n", v->name);
+        problems++;
+    }
+    if (unexpected > 20)
+        fprintf(f, "  ... and %d more unexpected tensors\n", unexpected - 20);
+    free(found);
+    return problems;
+}
+
+/* The memory-by-budget table of `tide inspect`: device and host bytes at a
+ * few representative budgets and the requested one. */
+static inline void mc_budget_table(FILE *f, int n_experts, int moe, uint64_t eb, uint64_t dense,
+                                   uint64_t routed, int requested)
+{
+    char b1[32], b2[32];
+    fprintf(f, "\nmemory by expert budget (experts per MoE layer on the device; KV cache "
+               "and activations not included):\n");
+    fprintf(f, "  %8s %14s %14s\n", "budget", "device", "host");
+    /* A few representative budgets plus the requested one, ascending, once each. */
+    int budgets[6] = {0, n_experts / 8, n_experts / 4, n_experts / 2, n_experts, -1};
+    if (requested >= 0 && requested <= n_experts)
+        budgets[5] = requested;
+    for (int i = 1; i < 6; i++)
+        for (int j = i; j > 0 && budgets[j] < budgets[j - 1]; j--) {
+            int t = budgets[j];
+            budgets[j] = budgets[j - 1];
+            budgets[j - 1] = t;
+        }
+    for (int i = 0; i < 6; i++) {
+        int b = budgets[i];
+        if (b < 0 || (i > 0 && b == budgets[i - 1]))
+            continue;
+        uint64_t on_dev = dense + eb * (uint64_t)moe * (uint64_t)b;
+        fprintf(f, "  %8d %14s %14s%s\n", b, mc_hbytes(on_dev, b1, sizeof b1),
+                mc_hbytes(routed - eb * (uint64_t)moe * (uint64_t)b, b2, sizeof b2),
+                b == requested ? "  <- requested" : "");
+    }
+}
+
+#endif
