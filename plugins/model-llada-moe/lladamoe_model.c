@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "lladamoe.h"
+#include "model-common/slots.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
@@ -44,14 +45,6 @@ static const char *const lmoe_phase_names[LMOE_N_PHASES] = {
     "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
 };
 
-struct lmoe_prof {
-    bool on;
-    int cur;
-    double t, cpu;
-    struct tide_phase_stats ph[LMOE_N_PHASES];
-    unsigned char *seen; /* [n_experts] */
-};
-
 struct tide_model {
     struct lmoe_cfg cfg;
     struct tide_model_info info;
@@ -66,7 +59,7 @@ struct tide_model {
     float *scratch; /* [n_experts] */
     int32_t *ids;   /* [max_tokens * top_k] */
     float *wts;     /* [max_tokens * top_k] */
-    struct lmoe_prof prof;
+    struct mc_prof prof;
 };
 
 static const struct tide_backend_ops *ops_of(const struct tide_model *m)
@@ -301,6 +294,7 @@ int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
         .attention = TIDE_ATTN_FULL,
         .decoder = "llada",
     };
+    mc_prof_init(&m->prof, lmoe_phase_names, LMOE_N_PHASES);
     const unsigned load =
         args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
             ? args->load_flags
@@ -394,42 +388,19 @@ const struct tide_model_info *lmoe_info(const struct tide_model *m)
 
 /* ---- phase profiling ---------------------------------------------------- */
 
-static double lmoe_clock(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
+/* End the phase being timed and start `next`. */
 static int lmoe_phase(struct tide_model *m, int next)
 {
-    struct lmoe_prof *p = &m->prof;
-    if (!p->on)
-        return TIDE_OK;
-    int rc = ops_of(m)->sync(m->dev.bk);
-    const double t = lmoe_clock(CLOCK_MONOTONIC), cpu = lmoe_clock(CLOCK_PROCESS_CPUTIME_ID);
-    if (p->cur < LMOE_N_PHASES) {
-        p->ph[p->cur].seconds += t - p->t;
-        p->ph[p->cur].cpu_seconds += cpu - p->cpu;
-    }
-    if (next < LMOE_N_PHASES)
-        p->ph[next].calls++;
-    p->cur = next;
-    p->t = t;
-    p->cpu = cpu;
-    return rc;
+    return mc_prof_phase(&m->prof, ops_of(m), m->dev.bk, next);
 }
 
+/* Count the work of the phase being timed: bytes read and FLOPs. */
 static void lmoe_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
 {
-    struct lmoe_prof *p = &m->prof;
-    if (!p->on || p->cur >= LMOE_N_PHASES)
-        return;
-    p->ph[p->cur].bytes += bytes;
-    p->ph[p->cur].flops += flops;
-    p->ph[p->cur].flops_f32 += flops_f32;
+    mc_prof_work(&m->prof, bytes, flops, flops_f32);
 }
 
+/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
 static void lmoe_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
 {
     lmoe_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
@@ -437,29 +408,12 @@ static void lmoe_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
 
 int lmoe_profile(struct tide_model *m, bool on)
 {
-    struct lmoe_prof *p = &m->prof;
-    if (on && !p->seen && !(p->seen = calloc((size_t)m->cfg.n_experts + 1, 1)))
-        return TIDE_E_NOMEM;
-    memset(p->ph, 0, sizeof p->ph);
-    for (int i = 0; i < LMOE_N_PHASES; i++)
-        p->ph[i].name = lmoe_phase_names[i];
-    p->on = on;
-    p->cur = LMOE_N_PHASES;
-    p->t = lmoe_clock(CLOCK_MONOTONIC);
-    p->cpu = lmoe_clock(CLOCK_PROCESS_CPUTIME_ID);
-    return TIDE_OK;
+    return mc_prof_switch(&m->prof, on, m->cfg.n_experts);
 }
 
 int lmoe_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n)
 {
-    if (!n || (max > 0 && !out))
-        return TIDE_E_INVAL;
-    for (int i = 0; i < LMOE_N_PHASES && i < max; i++) {
-        out[i] = m->prof.ph[i];
-        out[i].name = lmoe_phase_names[i];
-    }
-    *n = LMOE_N_PHASES;
-    return TIDE_OK;
+    return mc_prof_read(&m->prof, out, max, n);
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -577,11 +531,7 @@ static void lmoe_routed_work(struct tide_model *m, int64_t n)
     const struct lmoe_cfg *c = &m->cfg;
     if (!m->prof.on)
         return;
-    uint64_t distinct = 0;
-    memset(m->prof.seen, 0, (size_t)c->n_experts);
-    for (int64_t a = 0; a < n * c->top_k; a++)
-        if (m->ids[a] >= 0 && m->ids[a] < c->n_experts && !m->prof.seen[m->ids[a]]++)
-            distinct++;
+    const uint64_t distinct = mc_prof_distinct(&m->prof, m->ids, n * c->top_k, c->n_experts);
     lmoe_mm_work(m, n, c->n_experts, c->hidden);
     lmoe_work(m, distinct * lmoe_expert_bytes(c),
               2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter, 0);
@@ -643,21 +593,7 @@ static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows
 
 static int lmoe_check_rows(const int32_t *rows, int64_t n_rows, int64_t n, const float *logits)
 {
-    if (n_rows < 0 || n_rows > n || (n_rows > 0 && (!rows || !logits))) {
-        tide_error("model-llada-moe: forward_rows: %lld rows of a %lld-token span (rows %s, "
-                   "logits %s)",
-                   (long long)n_rows, (long long)n, rows ? "set" : "NULL", logits ? "set" : "NULL");
-        return TIDE_E_INVAL;
-    }
-    for (int64_t i = 0; i < n_rows; i++) {
-        if (rows[i] < 0 || rows[i] >= n) {
-            tide_error("model-llada-moe: forward_rows: rows[%lld] = %d is outside the %lld-token "
-                       "span",
-                       (long long)i, rows[i], (long long)n);
-            return TIDE_E_RANGE;
-        }
-    }
-    return TIDE_OK;
+    return mc_check_rows("model-llada-moe", rows, n_rows, n, logits);
 }
 
 static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
@@ -718,33 +654,8 @@ static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t
 
 int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out)
 {
-    const struct lmoe_cfg *c = &m->cfg;
-    const struct tide_view *v = tide_st_find(m->st, "model.embed_tokens.weight");
-    if (!v || n < 1) {
-        tide_error("model-llada-moe: prompt_vector of %lld tokens: %s", (long long)n,
-                   v ? "needs at least one token" : "the embedding table is missing");
-        return v ? TIDE_E_RANGE : TIDE_E_INVAL;
-    }
-    double *acc = calloc((size_t)c->hidden, sizeof *acc);
-    if (!acc)
-        return TIDE_E_NOMEM;
-    const uint16_t *table = v->data;
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= c->vocab) {
-            tide_error("model-llada-moe: prompt token id %d at position %lld is outside the "
-                       "vocabulary (vocab_size %d)",
-                       ids[i], (long long)i, c->vocab);
-            free(acc);
-            return TIDE_E_RANGE;
-        }
-        const uint16_t *row = table + (size_t)ids[i] * (size_t)c->hidden;
-        for (int j = 0; j < c->hidden; j++)
-            acc[j] += tide_bf16_to_f32(row[j]);
-    }
-    for (int j = 0; j < c->hidden; j++)
-        out[j] = (float)(acc[j] / (double)n);
-    free(acc);
-    return TIDE_OK;
+    return mc_prompt_vector("model-llada-moe", tide_st_find(m->st, "model.embed_tokens.weight"),
+                            m->cfg.vocab, m->cfg.hidden, ids, n, out);
 }
 
 int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
