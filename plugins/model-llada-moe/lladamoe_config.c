@@ -247,9 +247,10 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
                   path, (long long)json_integer_value(hd), c->head_dim);
     /* transformers' default RoPE: int(head_dim * partial_rotary_factor) dims;
      * the class default -1 gives none that work. */
+    const int before = r.errors;
     double prf = rd_num(&r, "partial_rotary_factor", false, -1.0);
-    cfg_rule(&r, r.errors || (prf > 0 && prf <= 1), "partial_rotary_factor (%g) must be in (0, 1]",
-             prf);
+    cfg_rule(&r, r.errors > before || (prf > 0 && prf <= 1),
+             "partial_rotary_factor (%g) must be in (0, 1]", prf);
     c->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0;
     c->rope_theta = rd_num(&r, "rope_theta", false, -1.0);
     c->moe_inter = rd_int(&r, "expert_intermediate_size", false, 0, 1, big);
