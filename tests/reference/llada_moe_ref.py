@@ -108,6 +108,10 @@ class Model:
     def __init__(self, model_dir):
         self.cfg = Config(model_dir)
         self.st = SafeTensors(model_dir)
+        # The Ling tokenizer's names (LLaDA-MoE's mask id 156895 is "<|mask|>")
+        with open(os.path.join(model_dir, "tokenizer.json"), "r", encoding="utf-8") as f:
+            names = {t["content"]: t["id"] for t in json.load(f).get("added_tokens", [])}
+        self.mask_id, self.eos_id = names.get("<|mask|>"), names.get("<|endoftext|>")
         c = self.cfg
         r = c.rot // 2
         self.inv_freq = np.array([c.theta ** (-2.0 * j / c.rot) for j in range(r)],

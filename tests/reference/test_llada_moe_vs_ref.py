@@ -14,6 +14,13 @@ agree with the reference:
      engine sums in float32 in its kernels' order, the reference in float64).
 A wrong mask (causal or block instead of full), rotation, norm placement or
 routing rule moves logits by O(1) of the scale.
+
+Then generation on main's block-diffusion loop with recompute = true (every
+step forwards positions 0 .. end of the current block): the reference's
+generate() (llada2_ref.py's decoding rules) replayed on the logits the
+engine decided on (--dump-logits), each step's logits also computed by the
+reference on the same canvas with the engine's routing, must give the
+engine's ids exactly, and every step's logits must agree within REL_TOL.
 Usage: test_llada_moe_vs_ref.py PATH_TO_TIDE. Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
@@ -45,6 +52,37 @@ def run(cmd):
         print(r.stderr)
         sys.exit(1)
     return r.stdout
+
+
+class Replay:
+    """generate()'s runner: hands the decoder the engine's logits step by
+    step, while the reference computes its own on the same canvas (positions
+    0 .. end of block b, as the engine's recompute forward) with the
+    engine's routing, for comparison."""
+
+    def __init__(self, model, block, steps, force):
+        self.model, self.block, self.steps, self.force = model, block, steps, force
+        self.i, self.diffs, self.scale = 0, [], 0.0
+
+    def prefill(self, canvas, n):
+        pass
+
+    def block_logits(self, canvas, b):
+        hi = (b + 1) * self.block
+        ref = self.model.forward(canvas[:hi], force=self.force)[-self.block:]
+        if self.i >= len(self.steps):
+            raise llada2_ref.RefError("the reference decoded more steps than the engine")
+        blk, _, eng = self.steps[self.i]
+        if blk != b:
+            raise llada2_ref.RefError("step %d: engine block %d, reference block %d"
+                                      % (self.i, blk, b))
+        self.i += 1
+        self.diffs.append(float(np.abs(eng - ref).max()))
+        self.scale = max(self.scale, float(np.abs(ref).max()))
+        return eng
+
+    def finish_block(self, canvas, b):
+        pass
 
 
 def main():
@@ -91,6 +129,29 @@ def main():
                   "differ, %d unexplained: %s"
                   % (name, diff, scale, REL_TOL * scale, st["tokens"], st["different"],
                      st["unexplained"], "ok" if ok else "FAIL"))
+            failures += not ok
+        for plen in (12, 45):
+            cases += 1
+            prompt = seqs["random 70"][:plen]
+            dump = os.path.join(tmp, "steps%d.bin" % plen)
+            trace = os.path.join(tmp, "run%d.trace" % plen)
+            got = run([tide, "--quiet", "run", "-c", cfg, "--ids", ",".join(map(str, prompt)),
+                       "--print-ids", "--set", "generation.gen_length=64",
+                       "--set", "generation.recompute=true", "--dump-logits", dump,
+                       "--set", "output.trace=" + trace]).strip()
+            steps = llada2_ref.read_logits_dump(dump)
+            replay = Replay(ref, 32, steps, llada2_ref.read_trace_routes(trace))
+            ref.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
+            want = ",".join(map(str, llada2_ref.generate(ref, prompt, 64, runner=replay)))
+            st = ref.route_stats
+            worst = max(replay.diffs) if replay.diffs else float("inf")
+            ok = (got == want and replay.i == len(steps) and not replay.force
+                  and worst <= REL_TOL * replay.scale and not st["unexplained"])
+            print("generate prompt=%d: %d steps; replayed decisions %s; max|diff| over all steps "
+                  "%.3g (tol %.3g); routing: %d token-layers, %d differ, %d unexplained: %s"
+                  % (plen, len(steps), "identical" if got == want else "DIFFERENT", worst,
+                     REL_TOL * replay.scale, st["tokens"], st["different"], st["unexplained"],
+                     "ok" if ok else "FAIL"))
             failures += not ok
         # The reference must tell a causal mask from the full one (the test
         # can fail): the logits of position 0 change once later tokens do.
