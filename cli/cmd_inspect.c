@@ -14,7 +14,8 @@ static void inspect_usage(FILE *f)
                "Prints the architecture, parameter counts, bytes per routed expert, the memory\n"
                "needed on the device and on the host for several expert budgets (and for B,\n"
                "experts per MoE layer kept on the device), and every missing, unexpected or\n"
-               "mis-shaped tensor. Reads headers only. Exit 1 when tensors are wrong.\n");
+               "mis-shaped tensor. Reads headers only. Exit 1 when tensors are wrong.\n"
+               "--plugin names the model plugin that reads DIR (`tide plugins` lists them).\n");
 }
 
 int cmd_inspect(int argc, char **argv)

@@ -24,7 +24,9 @@ static void mkmodel_usage(FILE *f)
                "                use --layers 2 or 3 for a benchmark-sized file\n"
                "  llada2-flash  the LLaDA2.0-flash dimensions (32 layers, ~200 GB)\n"
                "  --layers N    number of layers (the first is dense); default: the preset's\n"
-               "  --seed S      weight seed (default 1)\n");
+               "  --seed S      weight seed (default 1)\n"
+               "  --plugin P    another model plugin's presets (`tide plugins` lists each\n"
+               "                model plugin with its presets)\n");
 }
 
 int cmd_mkmodel(int argc, char **argv)
