@@ -87,8 +87,9 @@ static void run_on_logits(void *user, const struct tide_logits_event *ev)
 
 static int run_on_start(void *user, const struct tide_start_event *ev)
 {
-    const bool llada = ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder &&
-                       ev->decoder && !strcmp(ev->decoder, "llada");
+    const bool llada =
+        ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder &&
+        ev->decoder && !strcmp(ev->decoder, "llada");
     if (llada)
         tide_info("prompt: %lld tokens; generating %lld tokens in blocks of %d (%d steps each, "
                   "decoder llada)",

@@ -471,7 +471,7 @@ void tide_engine_close(struct tide_engine *e)
 /* [generation] decoder; the option table admits only these names. */
 static int engine_decoder(const char *name)
 {
-    return !strcmp(name, "llada2") ? TIDE_GEN_DEC_LLADA2
+    return !strcmp(name, "llada2")  ? TIDE_GEN_DEC_LLADA2
            : !strcmp(name, "llada") ? TIDE_GEN_DEC_LLADA
                                     : TIDE_GEN_DEC_AUTO;
 }

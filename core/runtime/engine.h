@@ -45,8 +45,8 @@ struct tide_engine {
     struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
     struct tide_moe_counters *layer_total;     /* [n_moe_layers] the same per MoE layer */
     int n_layer_total;
-    char policy_name[128]; /* for tide_engine_get_info */
-    char error[4096];      /* tide_engine_error */
+    char policy_name[128];                 /* for tide_engine_get_info */
+    char error[4096];                      /* tide_engine_error */
     const struct tide_policy_costs *costs; /* handed to policies; borrowed, may be NULL */
 };
 

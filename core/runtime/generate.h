@@ -29,11 +29,11 @@ struct tide_gen_params {
     bool all_logits;     /* the output layer for every row of the block, not only the masked
                           * rows the decoder reads (same decisions; for checks) */
     /* --- appended for the llada decoder --- */
-    int decoder;        /* enum tide_gen_decoder; AUTO until tide_gen_resolve */
-    double cfg_scale;   /* llada: classifier-free guidance; 0 = off */
-    int remasking;      /* llada: enum tide_gen_remasking */
-    bool prefix_cache;  /* llada: APPROXIMATE Fast-dLLM-style prefix cache (off = exact) */
-    int attention;      /* the model's TIDE_ATTN_*, set by tide_gen_resolve */
+    int decoder;       /* enum tide_gen_decoder; AUTO until tide_gen_resolve */
+    double cfg_scale;  /* llada: classifier-free guidance; 0 = off */
+    int remasking;     /* llada: enum tide_gen_remasking */
+    bool prefix_cache; /* llada: APPROXIMATE Fast-dLLM-style prefix cache (off = exact) */
+    int attention;     /* the model's TIDE_ATTN_*, set by tide_gen_resolve */
 };
 
 /* [generation] decoder. AUTO is the model's info->decoder. */

@@ -89,8 +89,8 @@ static double llada_prob(const float *l, int V, int32_t skip, int32_t id)
 /* Logits for the rows rows[0..n) (absolute positions, increasing) of a
  * canvas, from a forward over [f0, total). */
 struct llada_fwd {
-    float *buf;     /* [cap rows or total - f0, V] */
-    size_t cap;     /* floats */
+    float *buf;        /* [cap rows or total - f0, V] */
+    size_t cap;        /* floats */
     const float **row; /* [total] per requested row */
 };
 
