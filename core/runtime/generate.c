@@ -497,6 +497,17 @@ int64_t tide_gen_output_len(const int32_t *canvas, int64_t P, int64_t G, int64_t
     return e >= 0 ? e + 1 - P : hi - P;
 }
 
+int tide_gen_finish(struct tide_gen_result *out, const int32_t *gen, int64_t n, double t0)
+{
+    out->n = n;
+    out->ids = malloc(sizeof *out->ids * (size_t)(n ? n : 1));
+    if (!out->ids)
+        return TIDE_E_NOMEM;
+    memcpy(out->ids, gen, sizeof *out->ids * (size_t)n);
+    out->seconds = tide_gen_now() - t0;
+    return TIDE_OK;
+}
+
 /* ---- the loop ------------------------------------------------------------ */
 
 int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
@@ -675,14 +686,7 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
     /* R17 */
     if (n_out < 0)
         n_out = tide_gen_output_len(canvas, P, G, end, tok, &out->stopped);
-    out->n = n_out;
-    out->ids = malloc(sizeof *out->ids * (size_t)(out->n ? out->n : 1));
-    if (!out->ids) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-    out->seconds = tide_gen_now() - t0;
+    rc = tide_gen_finish(out, canvas + P, n_out, t0);
 done:
     free(canvas);
     free(logits);

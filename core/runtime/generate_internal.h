@@ -34,4 +34,8 @@ int64_t tide_gen_find_stop(const int32_t *canvas, int64_t from, int64_t to,
 int64_t tide_gen_output_len(const int32_t *canvas, int64_t P, int64_t G, int64_t end,
                             const struct tide_gen_tokens *t, bool *stopped);
 
+/* Fill out->ids with gen[0..n) (malloc'd) and out->seconds since t0;
+ * TIDE_E_NOMEM. */
+int tide_gen_finish(struct tide_gen_result *out, const int32_t *gen, int64_t n, double t0);
+
 #endif

@@ -331,14 +331,8 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
         }
     }
     /* L12: the output is canvas[P, P + G), cut after the first EOS/stop token. */
-    out->n = tide_gen_output_len(canvas, P, G, end, tok, &out->stopped);
-    out->ids = malloc(sizeof *out->ids * (size_t)(out->n ? out->n : 1));
-    if (!out->ids) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-    out->seconds = tide_gen_now() - t0;
+    rc = tide_gen_finish(out, canvas + P,
+                         tide_gen_output_len(canvas, P, G, end, tok, &out->stopped), t0);
 done:
     free(canvas);
     free(uncond);
