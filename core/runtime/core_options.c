@@ -202,7 +202,7 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"model", model_options, "Which model plugin reads which checkpoint."},
         {"backend", backend_options, "Which backends run the model and the experts."},
         {"policy", policy_options, "Expert placement: the policy and its device budget."},
-        {"generation", generation_options, "Diffusion decoding (docs/decoding.md)."},
+        {"generation", generation_options, "Block-diffusion decoding."},
         {"output", output_options, "What is printed and recorded."},
         {"bench", bench_options, "Sweeps run by `tide bench`."},
         {"serve", serve_options, "The HTTP server `tide serve` (docs/serving.md)."},
