@@ -47,6 +47,7 @@ def check(cond, what):
     print("  %s %s" % ("ok  " if cond else "FAIL", what))
     if not cond:
         FAILS.append(what)
+    return cond
 
 
 def tide_run(tide, model, prompt, sets, expect_fail=False, trace=None):
@@ -167,6 +168,7 @@ def part_rules(tide, model_dir, prompts):
         (dict(base, top_p=0.5), "top_k and top_p are not part of decoder = llada"),
         (dict(base, prefix_cache="true", cfg_scale=1), "prefix_cache cannot be combined"),
         (dict(base, decoder="bogus"), "decoder = 'bogus': expected one of auto|llada2|llada"),
+        (dict(base, remasking="lowest"), "remasking = 'lowest': expected one of"),
     ]
     for sets, msg in cases:
         r = tide_run(tide, model_dir, prompts[:5], sets, expect_fail=True)
@@ -177,12 +179,48 @@ def part_rules(tide, model_dir, prompts):
                  expect_fail=True)
     check(r.returncode != 0 and "prefix_cache is an option of decoder = llada" in r.stderr,
           "decoder auto on a llada2 checkpoint resolves to llada2 (prefix_cache refused)")
-    # eos_early_stop: the same ids, no more forwards than without.
-    sets = dict(gen_length=32, block_length=8, steps=32)
-    a, sa = tide_run(tide, model_dir, prompts[:5], sets)
-    b, sb = tide_run(tide, model_dir, prompts[:5], dict(sets, eos_early_stop="true"))
-    check(a == b and sb["forwards"] <= sa["forwards"],
-          "eos_early_stop: same ids, %d forwards instead of %d" % (sb["forwards"], sa["forwards"]))
+    part_eos(tide, model_dir, prompts)
+
+
+def part_eos(tide, model_dir, prompts):
+    """On a checkpoint whose lm_head favours EOS (test_decoding_rules.favour):
+    the output is cut after the first EOS, as the reference's; with
+    eos_early_stop the same ids in fewer forwards, blocks after the EOS's
+    skipped, and the reference stops at the same block."""
+    import test_decoding_rules as TD
+    m = R.Model(model_dir)
+    prompt = prompts[:6]
+    sets = dict(gen_length=48, block_length=8, steps=24)
+    plain, _ = tide_run(tide, model_dir, prompt, sets)
+    eos_dir = os.path.join(os.path.dirname(model_dir), "eos")
+    found = None
+    for like in TD.candidates(plain, 4)[:8]:
+        TD.favour(model_dir, eos_dir, m.eos_id, like, 1.05)
+        ids, st = tide_run(tide, eos_dir, prompt, sets)
+        if ids and ids[-1] == m.eos_id and 8 < len(ids) < 40 and m.mask_id not in ids:
+            found = like
+            break
+    if not check(found is not None, "a checkpoint with an EOS after the first block, before "
+                                    "the last"):
+        return
+    me = R.Model(eos_dir)
+    trace = os.path.join(os.path.dirname(model_dir), "eos.trace")
+    for early in (False, True):
+        s = dict(sets, eos_early_stop="true") if early else sets
+        ids, st = tide_run(tide, eos_dir, prompt, s, trace=trace)
+        fw = Forward(me, 8, R.read_trace_routes(trace))
+        rst = {}
+        want = LR.generate(fw, prompt, 48, 8, 24, me.mask_id, me.eos_id, eos_early_stop=early,
+                           stats=rst)
+        check(ids == want and st["forwards"] == rst["forwards"] and
+              st["blocks"] == rst["blocks"],
+              "EOS%s: %d ids cut after EOS, %d blocks, %d forwards, as the reference" % (
+                  " eos_early_stop" if early else "", len(ids), st["blocks"], st["forwards"]))
+        if early:
+            check(ids == full_ids and st["forwards"] < full_st["forwards"],
+                  "eos_early_stop: the same ids in %d forwards instead of %d" % (
+                      st["forwards"], full_st["forwards"]))
+        full_ids, full_st = ids, st
 
 
 def part_prefix(tide, model_dir, prompts):
