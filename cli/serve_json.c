@@ -630,10 +630,19 @@ static char *dump(json_t *o)
 
 char *serve_error_json(const struct serve_error *err)
 {
-    return dump(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message, "type",
-                          err->type ? err->type : "invalid_request_error", "param",
-                          err->param[0] ? json_string(err->param) : json_null(), "code",
-                          err->code ? json_string(err->code) : json_null()));
+    /* The message may quote the request's bytes (jansson's "near '...'" of a
+     * malformed body) or be cut inside a character by its buffer: clean it to
+     * UTF-8 so that the error body is always valid JSON. */
+    size_t n_msg;
+    char *msg = serve_utf8_clean(err->message, strlen(err->message), true, &n_msg);
+    if (!msg)
+        return NULL;
+    char *js = dump(json_pack("{s:{s:s%,s:s,s:o,s:o}}", "error", "message", msg, n_msg, "type",
+                              err->type ? err->type : "invalid_request_error", "param",
+                              err->param[0] ? json_string(err->param) : json_null(), "code",
+                              err->code ? json_string(err->code) : json_null()));
+    free(msg);
+    return js;
 }
 
 static json_t *usage_json(const struct serve_usage *u)
