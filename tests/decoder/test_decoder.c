@@ -87,6 +87,23 @@ static int fk_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, 
     return TIDE_OK;
 }
 
+/* The mask token wins at position 2 for the first two forwards, token 5
+ * afterwards; token 3 (weakly) everywhere else. */
+static int fk_forward_flip(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                           float *logits)
+{
+    (void)ids;
+    record(m, n, pos0);
+    for (int64_t i = 0; logits && i < n; i++) {
+        float *r = logits + i * V;
+        for (int v = 0; v < V; v++)
+            r[v] = v == 3 ? 1.0f : 0.0f;
+        if (pos0 + i == 2)
+            r[m->n <= 2 ? MASK : 5] = 4.0f;
+    }
+    return TIDE_OK;
+}
+
 static const struct tide_model_info *fk_info(const struct tide_model *m)
 {
     return &m->info;
@@ -102,6 +119,12 @@ static struct tide_model_ops ops_plain = {
     .size = sizeof(struct tide_model_ops),
     .info = fk_info,
     .forward = fk_forward,
+};
+
+static struct tide_model_ops ops_flip = {
+    .size = sizeof(struct tide_model_ops),
+    .info = fk_info,
+    .forward = fk_forward_flip,
 };
 
 static void model_init(struct tide_model *m, int attention, const char *decoder)
@@ -252,11 +275,32 @@ static void test_llada2_full_recompute(void)
     free(r.ids);
 }
 
+/* L5/L12 as the official loop: a position given the mask token stays a
+ * candidate; block 1's schedule (from its own 2 masks) is spent on block 0's
+ * leftovers, so block 1 ends masked (the reference's selftest has the same
+ * case). */
+static void test_llada_leftover(void)
+{
+    struct tide_model m;
+    model_init(&m, TIDE_ATTN_FULL, "llada");
+    struct tide_gen_params p = params(4, 2, 4);
+    struct tide_gen_result r;
+    const int32_t pr[2] = {1, 2};
+    CHECK_EQ_INT(tide_generate(&ops_flip, &m, &p, &tok, pr, 2, NULL, &r), TIDE_OK);
+    const int32_t want[4] = {5, 3, MASK, MASK};
+    CHECK_EQ_INT(r.n, 4);
+    for (int i = 0; i < 4 && i < r.n; i++)
+        CHECK_EQ_INT(r.ids[i], want[i]);
+    CHECK_EQ_INT(r.forwards, 4);
+    free(r.ids);
+}
+
 int main(void)
 {
     tide_log_set_sink(sink, NULL);
     TEST_RUN(test_resolve);
     TEST_RUN(test_llada_full);
     TEST_RUN(test_llada2_full_recompute);
+    TEST_RUN(test_llada_leftover);
     TEST_DONE();
 }
