@@ -87,10 +87,19 @@ static void run_on_logits(void *user, const struct tide_logits_event *ev)
 
 static int run_on_start(void *user, const struct tide_start_event *ev)
 {
-    tide_info("prompt: %lld tokens; generating up to %lld tokens in blocks of %d (%d steps, "
-              "threshold %g%s)",
-              (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length, ev->steps,
-              ev->threshold, ev->recompute ? ", full recompute" : "");
+    const bool llada =
+        ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder &&
+        ev->decoder && !strcmp(ev->decoder, "llada");
+    if (llada)
+        tide_info("prompt: %lld tokens; generating %lld tokens in blocks of %d (%d steps each, "
+                  "decoder llada)",
+                  (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length,
+                  ev->steps);
+    else
+        tide_info("prompt: %lld tokens; generating up to %lld tokens in blocks of %d (%d steps, "
+                  "threshold %g%s)",
+                  (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length,
+                  ev->steps, ev->threshold, ev->recompute ? ", full recompute" : "");
     return 0;
 }
 

@@ -110,6 +110,24 @@ static const struct tide_option generation_options[] = {
      "compute the output layer for every position of the block, not only the still-masked "
      "ones the decoder reads (same tokens and logits; slower; for verification)",
      NULL, NULL},
+    {"decoder", TIDE_OPT_ENUM, "auto",
+     "decoding loop: llada2 = LLaDA2.0's block diffusion (modeling_llada2_moe.py generate()), "
+     "llada = LLaDA's low-confidence remasking over the whole canvas (generate.py; LLaDA-MoE); "
+     "auto = the one the model declares (docs/decoding.md)",
+     "auto|llada2|llada", NULL},
+    {"cfg_scale", TIDE_OPT_FLOAT, "0",
+     "decoder llada: classifier-free guidance scale; > 0 runs a second forward per step with "
+     "the prompt masked and uses un + (cfg_scale + 1)(cond - un), as the official generate()",
+     NULL, "[0,]"},
+    {"remasking", TIDE_OPT_ENUM, "low_confidence",
+     "decoder llada: which masked positions each step commits: low_confidence = the most "
+     "probable tokens, random = uniformly random positions (TIDE's seeded RNG)",
+     "low_confidence|random", NULL},
+    {"prefix_cache", TIDE_OPT_BOOL, "false",
+     "decoder llada: APPROXIMATE, changes the output. Fast-dLLM-style prefix cache: once per "
+     "block a full forward caches the K/V of the prompt and earlier blocks, later steps run "
+     "only from the block's start; false (default) forwards the whole canvas every step, exact",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -205,6 +205,15 @@ int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, 
         .max_steps = (int)tide_opts_int(g, "steps"),
         .costs = e->costs,
     };
+    /* The llada decoder shares the steps between the blocks of gen_length. */
+    struct tide_gen_params gp;
+    tide_engine_gen_params(e->cfg, &gp);
+    if (e->model) {
+        gp.decoder = tide_gen_decoder_of(&gp, e->mops->info(e->model));
+        if (gp.decoder == TIDE_GEN_DEC_LLADA && gp.block > 0 && gp.gen_length % gp.block == 0 &&
+            gp.steps % (gp.gen_length / gp.block) == 0)
+            pl.max_steps = tide_gen_steps(&gp);
+    }
     if (budget < tide_moe_get_shape(e->moe)->n_experts) {
         e->policy_pl = tide_plugins_get(set, policy, TIDE_PLUGIN_POLICY, "[policy] plugin");
         if (!e->policy_pl)
@@ -336,9 +345,16 @@ static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
         g->user->block_end(g->user->user, block, gen, n);
 }
 
-int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *p,
+int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *gp,
                              struct tide_trace_header *h)
 {
+    struct tide_gen_params q = *gp;
+    const struct tide_gen_params *p = &q;
+    if (e->model) {
+        int rc = tide_engine_gen_resolve(e, &q);
+        if (rc != TIDE_OK)
+            return rc;
+    }
     const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
     if (!sh) {
         tide_error("[output] trace: the model has no MoE layers to trace");
@@ -421,11 +437,16 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
 int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct tide_gen_params *p)
 {
     const struct tide_model_info *info = e->mops->info(e->model);
-    int rc = tide_gen_check(p, prompt_len, info->max_ctx);
+    struct tide_gen_params q = *p;
+    int rc = tide_gen_resolve(&q, info);
+    if (rc == TIDE_OK)
+        rc = tide_gen_check(&q, prompt_len, info->max_ctx);
     if (rc != TIDE_OK)
         return rc;
-    const int64_t n_ctx = tide_gen_ctx(prompt_len, p);
-    return e->mops->reserve(e->model, n_ctx, p->recompute ? n_ctx : p->block);
+    /* llada2 with the cache forwards a block at a time; recompute and the
+     * llada decoder forward the whole canvas. */
+    return e->mops->reserve(e->model, tide_gen_ctx(prompt_len, &q),
+                            tide_gen_max_tokens(prompt_len, &q));
 }
 
 void tide_engine_close(struct tide_engine *e)
@@ -447,6 +468,19 @@ void tide_engine_close(struct tide_engine *e)
     free(e);
 }
 
+/* [generation] decoder; the option table admits only these names. */
+static int engine_decoder(const char *name)
+{
+    return !strcmp(name, "llada2")  ? TIDE_GEN_DEC_LLADA2
+           : !strcmp(name, "llada") ? TIDE_GEN_DEC_LLADA
+                                    : TIDE_GEN_DEC_AUTO;
+}
+
+int tide_engine_gen_resolve(const struct tide_engine *e, struct tide_gen_params *p)
+{
+    return tide_gen_resolve(p, e->mops->info(e->model));
+}
+
 void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_params *p)
 {
     const struct tide_opts *g = tide_config_section(cfg, "generation");
@@ -464,6 +498,12 @@ void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_param
         .mask_in_argmax = tide_opts_bool(g, "mask_in_argmax"),
         .recompute = tide_opts_bool(g, "recompute"),
         .all_logits = tide_opts_bool(g, "all_logits"),
+        .decoder = engine_decoder(tide_opts_str(g, "decoder")),
+        .cfg_scale = tide_opts_float(g, "cfg_scale"),
+        .remasking = strcmp(tide_opts_str(g, "remasking"), "random")
+                         ? TIDE_GEN_REMASK_LOW_CONFIDENCE
+                         : TIDE_GEN_REMASK_RANDOM,
+        .prefix_cache = tide_opts_bool(g, "prefix_cache"),
     };
 }
 

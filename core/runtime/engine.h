@@ -45,8 +45,8 @@ struct tide_engine {
     struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
     struct tide_moe_counters *layer_total;     /* [n_moe_layers] the same per MoE layer */
     int n_layer_total;
-    char policy_name[128]; /* for tide_engine_get_info */
-    char error[4096];      /* tide_engine_error */
+    char policy_name[128];                 /* for tide_engine_get_info */
+    char error[4096];                      /* tide_engine_error */
     const struct tide_policy_costs *costs; /* handed to policies; borrowed, may be NULL */
 };
 
@@ -99,8 +99,15 @@ int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct 
 /* tide_engine_close (tide/engine.h) closes both kinds of engine: the model,
  * dispatcher, backends and tokenizer, then what tide_engine_open owns. */
 
-/* Fill generation parameters from [generation]. */
+/* Fill generation parameters from [generation]. p->decoder may be AUTO
+ * until tide_engine_gen_resolve. */
 void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_params *p);
+
+/* Resolve p's decoder and attention from the engine's open model
+ * (tide_gen_resolve). tide_engine_reserve and tide_engine_generate_ids
+ * resolve their own copy; call it before reading tide_gen_steps(p) and the
+ * like. TIDE_E_CONFIG (logged). */
+int tide_engine_gen_resolve(const struct tide_engine *e, struct tide_gen_params *p);
 
 /* Encode text (wrapped in the model's chat template when chat; needs the
  * model loaded) into ids; caller frees. */

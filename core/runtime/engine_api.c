@@ -579,6 +579,8 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     if (rc == TIDE_OK)
         rc = api_prompt(e, &r, chat, &ids, &n);
     if (rc == TIDE_OK)
+        rc = tide_engine_gen_resolve(e, &gp);
+    if (rc == TIDE_OK)
         rc = tide_engine_reserve(e, (int64_t)n, &gp);
     if (rc == TIDE_OK && !(res = calloc(1, sizeof *res)))
         rc = TIDE_E_NOMEM;
@@ -597,7 +599,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
         .seed = (int64_t)gp.seed,
         .chat = chat,
     };
-    g.n_blocks = (int)(tide_gen_ctx((int64_t)n, &gp) / gp.block - (int64_t)n / gp.block);
+    g.n_blocks = tide_gen_blocks((int64_t)n, &gp);
     atomic_store(&e->cancel, 0);
     g.t0 = api_now();
     if (r.on_start) {
@@ -615,6 +617,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
             .chat = chat,
             .recompute = gp.recompute,
             .n_blocks = g.n_blocks,
+            .decoder = tide_gen_decoder_name(&gp),
         };
         if (r.on_start(r.user, &ev))
             atomic_store(&e->cancel, 1);

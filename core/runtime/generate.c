@@ -28,6 +28,7 @@
 
 #include "finite.h"
 #include "generate.h"
+#include "generate_internal.h"
 #include "probs.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -45,24 +46,125 @@ bool tide_stop_requested(void)
     return gen_stop != 0;
 }
 
-static double gen_now(void)
+double tide_gen_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *tide_gen_decoder_name(const struct tide_gen_params *p)
+{
+    return p->decoder == TIDE_GEN_DEC_LLADA ? "llada" : "llada2";
+}
+
+int tide_gen_decoder_of(const struct tide_gen_params *p, const struct tide_model_info *info)
+{
+    if (p->decoder != TIDE_GEN_DEC_AUTO)
+        return p->decoder;
+    const char *want = TIDE_INFO_HAS(info, decoder) ? info->decoder : NULL;
+    if (!want || !strcmp(want, "llada2"))
+        return TIDE_GEN_DEC_LLADA2;
+    return !strcmp(want, "llada") ? TIDE_GEN_DEC_LLADA : TIDE_GEN_DEC_AUTO;
+}
+
+int tide_gen_resolve(struct tide_gen_params *p, const struct tide_model_info *info)
+{
+    const char *want = TIDE_INFO_HAS(info, decoder) ? info->decoder : NULL;
+    p->attention = TIDE_INFO_HAS(info, attention) ? info->attention : TIDE_ATTN_BLOCK_CAUSAL;
+    if (p->decoder == TIDE_GEN_DEC_AUTO) {
+        p->decoder = tide_gen_decoder_of(p, info);
+        if (p->decoder == TIDE_GEN_DEC_AUTO) {
+            tide_error("[generation] decoder = auto: model %s asks for decoder '%s', which this "
+                       "core does not have (llada2, llada)",
+                       info->arch ? info->arch : "?", want);
+            return TIDE_E_CONFIG;
+        }
+    }
+    if (p->attention != TIDE_ATTN_BLOCK_CAUSAL && p->attention != TIDE_ATTN_FULL) {
+        tide_error("model %s: unknown attention kind %d", info->arch ? info->arch : "?",
+                   p->attention);
+        return TIDE_E_CONFIG;
+    }
+    /* The llada2 decoder's KV cache is exact only under the block-causal
+     * mask; on a full-attention model it is refused, never approximated. */
+    if (p->decoder == TIDE_GEN_DEC_LLADA2 && p->attention == TIDE_ATTN_FULL && !p->recompute) {
+        tide_error("[generation] decoder = llada2 with the KV cache needs block-causal "
+                   "attention, but model %s attends to the full sequence (the cache would be "
+                   "inexact); set [generation] recompute = true, or decoder = llada",
+                   info->arch ? info->arch : "?");
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
+}
+
 int64_t tide_gen_ctx(int64_t prompt_len, const struct tide_gen_params *p)
 {
-    int64_t total = prompt_len + p->gen_length; /* R3 */
+    int64_t total = prompt_len + p->gen_length; /* R3; llada: L1 */
+    if (p->decoder == TIDE_GEN_DEC_LLADA)
+        return total;
     return (total + p->block - 1) / p->block * p->block;
+}
+
+int64_t tide_gen_max_tokens(int64_t prompt_len, const struct tide_gen_params *p)
+{
+    if (p->decoder == TIDE_GEN_DEC_LLADA || p->recompute)
+        return tide_gen_ctx(prompt_len, p);
+    return p->block;
 }
 
 int tide_gen_steps(const struct tide_gen_params *p)
 {
+    if (p->decoder == TIDE_GEN_DEC_LLADA) {
+        /* L3: steps // num_blocks (tide_gen_check refuses a remainder) */
+        const int64_t nb = p->block > 0 ? p->gen_length / p->block : 0;
+        return nb > 0 ? (int)(p->steps / nb) : 0;
+    }
     /* R1: steps = min(steps, gen_length // minimal_topk) */
     const int64_t cap = p->minimal_topk > 0 ? p->gen_length / p->minimal_topk : 0;
     return cap < p->steps ? (int)cap : p->steps;
+}
+
+int tide_gen_blocks(int64_t prompt_len, const struct tide_gen_params *p)
+{
+    if (p->decoder == TIDE_GEN_DEC_LLADA)
+        return (int)(p->gen_length / p->block);
+    return (int)(tide_gen_ctx(prompt_len, p) / p->block - prompt_len / p->block);
+}
+
+/* The llada decoder's own rules (L2, L3) and the options it does not take. */
+static int gen_check_llada(const struct tide_gen_params *p)
+{
+    if (p->gen_length % p->block) {
+        tide_error("[generation] gen_length (%lld) must be a multiple of block_length (%d) with "
+                   "decoder = llada (the official generate() asserts gen_length %% block_length "
+                   "== 0)",
+                   (long long)p->gen_length, p->block);
+        return TIDE_E_CONFIG;
+    }
+    const int64_t nb = p->gen_length / p->block;
+    if (p->steps % nb) {
+        tide_error("[generation] steps (%d) must be a multiple of the number of blocks, "
+                   "gen_length / block_length = %lld, with decoder = llada (the official "
+                   "generate() asserts steps %% num_blocks == 0)",
+                   p->steps, (long long)nb);
+        return TIDE_E_CONFIG;
+    }
+    if (p->top_k > 0 || p->top_p < 1.0) {
+        tide_error("[generation] top_k and top_p are not part of decoder = llada (the official "
+                   "generate() samples with Gumbel noise over all tokens); leave them at 0 and 1");
+        return TIDE_E_CONFIG;
+    }
+    if (p->prefix_cache && p->cfg_scale > 0) {
+        tide_error("[generation] prefix_cache cannot be combined with cfg_scale > 0 (the "
+                   "unconditional pass would overwrite the cached prefix)");
+        return TIDE_E_CONFIG;
+    }
+    if (!(p->cfg_scale >= 0)) {
+        tide_error("[generation] cfg_scale must be >= 0");
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
 }
 
 int tide_gen_check(const struct tide_gen_params *p, int64_t prompt_len, int64_t max_ctx)
@@ -73,7 +175,15 @@ int tide_gen_check(const struct tide_gen_params *p, int64_t prompt_len, int64_t 
                    "and threshold in (0,1]");
         return TIDE_E_CONFIG;
     }
-    if (tide_gen_steps(p) < 1) {
+    if (p->decoder == TIDE_GEN_DEC_LLADA) {
+        int rc = gen_check_llada(p);
+        if (rc != TIDE_OK)
+            return rc;
+    } else if (p->prefix_cache) {
+        tide_error("[generation] prefix_cache is an option of decoder = llada; decoder llada2 "
+                   "caches exactly (recompute = false)");
+        return TIDE_E_CONFIG;
+    } else if (tide_gen_steps(p) < 1) {
         /* The official code would run no step and return gen_length mask tokens. */
         tide_error("generation: minimal_topk (%d) is larger than gen_length (%lld), so "
                    "steps = gen_length / minimal_topk is 0 and nothing would be decoded",
@@ -97,18 +207,12 @@ int tide_gen_check(const struct tide_gen_params *p, int64_t prompt_len, int64_t 
 
 /* ---- random numbers ------------------------------------------------------ */
 
-/* xoshiro256** seeded through splitmix64 (tests/reference/llada2_ref.py has
- * the same generator, so sampled runs can be checked there). */
-struct gen_rng {
-    uint64_t s[4];
-};
-
 static uint64_t rng_rotl(uint64_t x, int k)
 {
     return (x << k) | (x >> (64 - k));
 }
 
-static void rng_seed(struct gen_rng *r, uint64_t seed)
+void tide_gen_rng_seed(struct tide_gen_rng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++) {
         uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
@@ -118,8 +222,7 @@ static void rng_seed(struct gen_rng *r, uint64_t seed)
     }
 }
 
-/* Uniform in [0, 1), 53 bits. */
-static double rng_uniform(struct gen_rng *r)
+double tide_gen_rng_uniform(struct tide_gen_rng *r)
 {
     uint64_t *s = r->s;
     uint64_t out = rng_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -268,7 +371,7 @@ static void gen_top_p(double *s, int V, double p, struct gen_cand *ord)
  * token under the scaled and filtered distribution. Greedy: argmax; else a
  * draw u * Z against the running sum in id order. */
 static int32_t gen_sample(const float *logits, int V, const struct gen_sampler *sp,
-                          struct gen_rng *rng, struct gen_scratch *sc, double *conf)
+                          struct tide_gen_rng *rng, struct gen_scratch *sc, double *conf)
 {
     int32_t best;
     if (sp->plain) {
@@ -289,7 +392,7 @@ static int32_t gen_sample(const float *logits, int V, const struct gen_sampler *
         *conf = 1.0 / z;
         return best;
     }
-    const double r = rng_uniform(rng) * z;
+    const double r = tide_gen_rng_uniform(rng) * z;
     double acc = 0;
     int32_t last = best;
     for (int v = 0; v < V; v++) {
@@ -347,7 +450,7 @@ static int gen_commit_count(struct gen_pos *cand, int n, int n_sched, double thr
 
 /* ---- stopping and the output (R13, R14, R17) ----------------------------- */
 
-static bool gen_is_stop(const struct tide_gen_tokens *t, int32_t id)
+bool tide_gen_is_stop(const struct tide_gen_tokens *t, int32_t id)
 {
     if (id == t->eos)
         return true;
@@ -357,12 +460,11 @@ static bool gen_is_stop(const struct tide_gen_tokens *t, int32_t id)
     return false;
 }
 
-/* The first position in [from, to) holding EOS or a stop token, or -1. */
-static int64_t gen_find_stop(const int32_t *canvas, int64_t from, int64_t to,
-                             const struct tide_gen_tokens *t)
+int64_t tide_gen_find_stop(const int32_t *canvas, int64_t from, int64_t to,
+                           const struct tide_gen_tokens *t)
 {
     for (int64_t i = from; i < to; i++)
-        if (gen_is_stop(t, canvas[i]))
+        if (tide_gen_is_stop(t, canvas[i]))
             return i;
     return -1;
 }
@@ -376,7 +478,7 @@ static int64_t gen_early_stop_at(const int32_t *canvas, int64_t P, int64_t end,
 {
     int64_t e = -1;
     for (int64_t i = 0; i < end && e < 0; i++)
-        if (canvas[i] == t->eos || (i >= P && gen_is_stop(t, canvas[i])))
+        if (canvas[i] == t->eos || (i >= P && tide_gen_is_stop(t, canvas[i])))
             e = i;
     for (int64_t i = P; e >= 0 && i < e; i++)
         if (canvas[i] == t->mask)
@@ -386,13 +488,24 @@ static int64_t gen_early_stop_at(const int32_t *canvas, int64_t P, int64_t end,
 
 /* R17: tokens of the output, canvas[P, P + G) cut after the first EOS (which
  * is kept), looking no further than end (the decoded part). */
-static int64_t gen_output_len(const int32_t *canvas, int64_t P, int64_t G, int64_t end,
-                              const struct tide_gen_tokens *t, bool *stopped)
+int64_t tide_gen_output_len(const int32_t *canvas, int64_t P, int64_t G, int64_t end,
+                            const struct tide_gen_tokens *t, bool *stopped)
 {
     const int64_t hi = P + G < end ? P + G : end;
-    const int64_t e = gen_find_stop(canvas, P, hi, t);
+    const int64_t e = tide_gen_find_stop(canvas, P, hi, t);
     *stopped = e >= 0;
     return e >= 0 ? e + 1 - P : hi - P;
+}
+
+int tide_gen_finish(struct tide_gen_result *out, const int32_t *gen, int64_t n, double t0)
+{
+    out->n = n;
+    out->ids = malloc(sizeof *out->ids * (size_t)(n ? n : 1));
+    if (!out->ids)
+        return TIDE_E_NOMEM;
+    memcpy(out->ids, gen, sizeof *out->ids * (size_t)n);
+    out->seconds = tide_gen_now() - t0;
+    return TIDE_OK;
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -404,9 +517,15 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
 {
     memset(out, 0, sizeof *out);
     const struct tide_model_info *info = ops->info(m);
-    int rc = tide_gen_check(p, P, info->max_ctx);
+    struct tide_gen_params q = *p;
+    int rc = tide_gen_resolve(&q, info);
+    if (rc == TIDE_OK)
+        rc = tide_gen_check(&q, P, info->max_ctx);
     if (rc != TIDE_OK)
         return rc;
+    if (q.decoder == TIDE_GEN_DEC_LLADA)
+        return tide_generate_llada(ops, m, &q, tok, prompt, P, hooks, out);
+    p = &q;
     const int L = p->block, V = info->vocab_size, steps = tide_gen_steps(p);
     const int64_t G = p->gen_length, total = tide_gen_ctx(P, p), nb = total / L, first = P / L;
     const int64_t rows = p->recompute ? total : L;
@@ -443,9 +562,9 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
     /* R4: the prompt, then masks to the end of the last block. */
     for (int64_t i = 0; i < total; i++)
         canvas[i] = i < P ? prompt[i] : tok->mask;
-    struct gen_rng rng;
-    rng_seed(&rng, p->seed);
-    const double t0 = gen_now();
+    struct tide_gen_rng rng;
+    tide_gen_rng_seed(&rng, p->seed);
+    const double t0 = tide_gen_now();
     /* R5: blocks the prompt covers are never decoded; with the cache they
      * are prefilled, one block per forward. */
     for (int64_t b = 0; !p->recompute && b < first; b++) {
@@ -453,7 +572,7 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
             goto done;
         out->forwards++;
     }
-    out->prefill_seconds = gen_now() - t0;
+    out->prefill_seconds = tide_gen_now() - t0;
     int64_t n_out = -1; /* set by R13 */
     int64_t end = P;    /* end of the decoded part of the canvas */
     bool stop = false, warned = false;
@@ -522,7 +641,7 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
                 const int32_t id = x0[cand[c].pos];
                 canvas[b0 + cand[c].pos] = id;
                 filled += id != tok->mask;
-                eos_committed |= gen_is_stop(tok, id);
+                eos_committed |= tide_gen_is_stop(tok, id);
             }
             if (hooks && hooks->step_end)
                 hooks->step_end(hooks->user, (int)(b - first), s, commit, n_cand - filled);
@@ -550,7 +669,7 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
         end = cwe;
         out->blocks++;
         /* R14: stop after a block whose generated part holds EOS. */
-        stop = stop || gen_find_stop(canvas, P, cwe, tok) >= 0;
+        stop = stop || tide_gen_find_stop(canvas, P, cwe, tok) >= 0;
         /* The last step's K/V predate its commits: store the final ones when
          * another block will attend to them. */
         if (!p->recompute && !stop && b + 1 < nb) {
@@ -560,21 +679,14 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
         }
         if (hooks && hooks->block_end) {
             bool st;
-            const int64_t n = n_out >= 0 ? n_out : gen_output_len(canvas, P, G, cwe, tok, &st);
+            const int64_t n = n_out >= 0 ? n_out : tide_gen_output_len(canvas, P, G, cwe, tok, &st);
             hooks->block_end(hooks->user, (int)(b - first), canvas + P, n);
         }
     }
     /* R17 */
     if (n_out < 0)
-        n_out = gen_output_len(canvas, P, G, end, tok, &out->stopped);
-    out->n = n_out;
-    out->ids = malloc(sizeof *out->ids * (size_t)(out->n ? out->n : 1));
-    if (!out->ids) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-    out->seconds = gen_now() - t0;
+        n_out = tide_gen_output_len(canvas, P, G, end, tok, &out->stopped);
+    rc = tide_gen_finish(out, canvas + P, n_out, t0);
 done:
     free(canvas);
     free(logits);

@@ -1,6 +1,9 @@
-/* Block-diffusion generation, following the official LLaDA2.0 generate()
- * (modeling_llada2_moe.py) rule by rule (docs/decoding.md), with an exact KV
- * cache. Core-internal. */
+/* Diffusion generation. Two decoders, each following an official loop rule
+ * by rule (docs/decoding.md): "llada2", LLaDA2.0's block diffusion
+ * (modeling_llada2_moe.py generate(), generate.c, with an exact KV cache),
+ * and "llada", LLaDA's low-confidence remasking over the whole canvas
+ * (ML-GSAI/LLaDA generate.py, used by LLaDA-MoE; generate_llada.c).
+ * Core-internal. */
 #ifndef TIDE_GENERATE_H
 #define TIDE_GENERATE_H
 
@@ -25,7 +28,19 @@ struct tide_gen_params {
     bool recompute;      /* recompute the whole prefix each step (no KV cache) */
     bool all_logits;     /* the output layer for every row of the block, not only the masked
                           * rows the decoder reads (same decisions; for checks) */
+    /* --- appended for the llada decoder --- */
+    int decoder;       /* enum tide_gen_decoder; AUTO until tide_gen_resolve */
+    double cfg_scale;  /* llada: classifier-free guidance; 0 = off */
+    int remasking;     /* llada: enum tide_gen_remasking */
+    bool prefix_cache; /* llada: APPROXIMATE Fast-dLLM-style prefix cache (off = exact) */
+    int attention;     /* the model's TIDE_ATTN_*, set by tide_gen_resolve */
 };
+
+/* [generation] decoder. AUTO is the model's info->decoder. */
+enum tide_gen_decoder { TIDE_GEN_DEC_AUTO = 0, TIDE_GEN_DEC_LLADA2 = 1, TIDE_GEN_DEC_LLADA = 2 };
+
+/* [generation] remasking (llada): the confidence that orders the commits. */
+enum tide_gen_remasking { TIDE_GEN_REMASK_LOW_CONFIDENCE = 0, TIDE_GEN_REMASK_RANDOM = 1 };
 
 /* Most extra stop tokens ([generation] stop_tokens). */
 #define TIDE_GEN_MAX_STOP 16
@@ -74,12 +89,32 @@ struct tide_gen_result {
     double prefill_seconds;
 };
 
-/* Positions a generation needs: the prompt plus gen_length, rounded up to
- * whole blocks. */
+/* Resolve p->decoder (AUTO: the model's info->decoder) and p->attention
+ * from the model, and refuse what cannot be exact: the llada2 decoder's KV
+ * cache on a full-attention model. Idempotent. TIDE_E_CONFIG (logged). */
+int tide_gen_resolve(struct tide_gen_params *p, const struct tide_model_info *info);
+
+/* The decoder p->decoder names, or (AUTO) the model asks for; AUTO when the
+ * model names one this core lacks. Logs nothing. */
+int tide_gen_decoder_of(const struct tide_gen_params *p, const struct tide_model_info *info);
+
+/* The decoder's name ("llada2", "llada"); AUTO counts as llada2. */
+const char *tide_gen_decoder_name(const struct tide_gen_params *p);
+
+/* Positions a generation needs. llada2: the prompt plus gen_length, rounded
+ * up to whole blocks; llada: the prompt plus gen_length. */
 int64_t tide_gen_ctx(int64_t prompt_len, const struct tide_gen_params *p);
 
-/* Denoising steps per block: min(steps, gen_length / minimal_topk). */
+/* Positions one forward may span: the block (llada2 with the KV cache), or
+ * the whole canvas (recompute, the llada decoder). */
+int64_t tide_gen_max_tokens(int64_t prompt_len, const struct tide_gen_params *p);
+
+/* Denoising steps per block. llada2: min(steps, gen_length / minimal_topk);
+ * llada: steps / (gen_length / block_length). */
 int tide_gen_steps(const struct tide_gen_params *p);
+
+/* Blocks a generation decodes at most. */
+int tide_gen_blocks(int64_t prompt_len, const struct tide_gen_params *p);
 
 /* Check parameters against the model before opening it; logs and returns
  * TIDE_E_CONFIG / TIDE_E_RANGE (empty or too long prompt). */
@@ -91,6 +126,13 @@ int tide_generate(const struct tide_model_ops *ops, struct tide_model *m,
                   const struct tide_gen_params *p, const struct tide_gen_tokens *tok,
                   const int32_t *prompt, int64_t prompt_len, const struct tide_gen_hooks *hooks,
                   struct tide_gen_result *out);
+
+/* The llada decoder (generate_llada.c); tide_generate calls it for
+ * p->decoder == TIDE_GEN_DEC_LLADA after the common checks. */
+int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
+                        const struct tide_gen_params *p, const struct tide_gen_tokens *tok,
+                        const int32_t *prompt, int64_t prompt_len,
+                        const struct tide_gen_hooks *hooks, struct tide_gen_result *out);
 
 /* Ctrl-C support: a signal handler calls tide_request_stop(); long loops
  * check tide_stop_requested() and return TIDE_E_INTERRUPTED. */

@@ -40,7 +40,8 @@ class StartEvent(Structure):
     _fields_ = [("size", c_uint32), ("prompt_tokens", c_int64), ("gen_length", c_int64),
                 ("block_length", c_int), ("steps", c_int), ("threshold", c_double),
                 ("temperature", c_double), ("top_k", c_int), ("top_p", c_double),
-                ("seed", c_int64), ("chat", c_bool), ("recompute", c_bool), ("n_blocks", c_int)]
+                ("seed", c_int64), ("chat", c_bool), ("recompute", c_bool), ("n_blocks", c_int),
+                ("decoder", c_char_p)]
 
 
 class StepEvent(Structure):

@@ -119,6 +119,8 @@ struct tide_start_event {
     bool chat;
     bool recompute;
     int n_blocks; /* blocks this request decodes at most */
+    /* --- appended --- */
+    const char *decoder; /* "llada2" or "llada" ([generation] decoder, resolved) */
 };
 
 /* Passed to on_step after every denoising step. Valid during the call. */

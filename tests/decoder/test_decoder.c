@@ -1,0 +1,306 @@
+/* Decoder selection and full attention, on a scripted model whose logits at
+ * a position depend only on that position (so every decoder must produce
+ * the same known tokens) and which records the span of every forward.
+ *
+ * - tide_gen_resolve: auto follows info->decoder (NULL = llada2; "llada");
+ *   an unknown name is refused naming it; an info struct from before the
+ *   attention field counts as block-causal; llada2 with the KV cache on a
+ *   full-attention model is refused, with recompute it is allowed.
+ * - decoder llada forwards exactly [0, P+G) at every step, steps per block =
+ *   steps / (G/L), forwards == steps (2x with cfg_scale), with and without
+ *   forward_rows; with prefix_cache a block's first step forwards the whole
+ *   canvas and later steps [block start, P+G).
+ * - llada2 with recompute on the full-attention model forwards the official
+ *   windows [0, (b+1)L).
+ * - the context and per-forward sizes the engine reserves. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "harness.h"
+#include "tide/log.h"
+#include "tide/model.h"
+#include "tide/status.h"
+
+#define V       16
+#define MASK    15
+#define EOS     0
+#define MAXCALL 512
+
+struct tide_model {
+    struct tide_model_info info;
+    int n;
+    int64_t pos0[MAXCALL], len[MAXCALL];
+};
+
+static char logbuf[4096];
+
+static void sink(void *user, enum tide_log_level level, const char *msg)
+{
+    (void)user;
+    if (level == TIDE_LOG_ERROR) {
+        size_t n = strlen(logbuf);
+        snprintf(logbuf + n, sizeof logbuf - n, "%s\n", msg);
+    }
+}
+
+/* The token every decoder must put at position pos: never EOS or the mask. */
+static int32_t target(int64_t pos)
+{
+    return (int32_t)(1 + (pos * 5) % (V - 2));
+}
+
+static void row_logits(int64_t pos, float *out)
+{
+    const float sharp = 1.0f + (float)(pos % 5);
+    for (int v = 0; v < V; v++)
+        out[v] = -sharp * (float)abs(v - target(pos));
+}
+
+static void record(struct tide_model *m, int64_t n, int64_t pos0)
+{
+    if (m->n < MAXCALL) {
+        m->pos0[m->n] = pos0;
+        m->len[m->n] = n;
+    }
+    m->n++;
+}
+
+static int fk_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                      float *logits)
+{
+    (void)ids;
+    record(m, n, pos0);
+    for (int64_t i = 0; logits && i < n; i++)
+        row_logits(pos0 + i, logits + i * V);
+    return TIDE_OK;
+}
+
+static int fk_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                           const int32_t *rows, int64_t n_rows, float *logits)
+{
+    (void)ids;
+    record(m, n, pos0);
+    for (int64_t i = 0; i < n_rows; i++)
+        row_logits(pos0 + rows[i], logits + i * V);
+    return TIDE_OK;
+}
+
+/* The mask token wins at position 2 for the first two forwards, token 5
+ * afterwards; token 3 (weakly) everywhere else. */
+static int fk_forward_flip(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                           float *logits)
+{
+    (void)ids;
+    record(m, n, pos0);
+    for (int64_t i = 0; logits && i < n; i++) {
+        float *r = logits + i * V;
+        for (int v = 0; v < V; v++)
+            r[v] = v == 3 ? 1.0f : 0.0f;
+        if (pos0 + i == 2)
+            r[m->n <= 2 ? MASK : 5] = 4.0f;
+    }
+    return TIDE_OK;
+}
+
+static const struct tide_model_info *fk_info(const struct tide_model *m)
+{
+    return &m->info;
+}
+
+static struct tide_model_ops ops_rows = {
+    .size = sizeof(struct tide_model_ops),
+    .info = fk_info,
+    .forward = fk_forward,
+    .forward_rows = fk_forward_rows,
+};
+static struct tide_model_ops ops_plain = {
+    .size = sizeof(struct tide_model_ops),
+    .info = fk_info,
+    .forward = fk_forward,
+};
+
+static struct tide_model_ops ops_flip = {
+    .size = sizeof(struct tide_model_ops),
+    .info = fk_info,
+    .forward = fk_forward_flip,
+};
+
+static void model_init(struct tide_model *m, int attention, const char *decoder)
+{
+    memset(m, 0, sizeof *m);
+    m->info = (struct tide_model_info){
+        .size = sizeof m->info,
+        .arch = "scripted",
+        .vocab_size = V,
+        .max_ctx = 4096,
+        .attention = attention,
+        .decoder = decoder,
+    };
+}
+
+static struct tide_gen_params params(int64_t G, int L, int steps)
+{
+    return (struct tide_gen_params){
+        .gen_length = G,
+        .block = L,
+        .steps = steps,
+        .minimal_topk = 1,
+        .threshold = 0.95,
+        .top_p = 1,
+        .mask_in_argmax = true,
+    };
+}
+
+static const struct tide_gen_tokens tok = {.mask = MASK, .eos = EOS};
+static const int32_t prompt[7] = {3, 4, 5, 6, 7, 8, 9};
+
+static void test_resolve(void)
+{
+    struct tide_model m;
+    struct tide_gen_params p = params(32, 8, 16);
+    model_init(&m, TIDE_ATTN_BLOCK_CAUSAL, NULL);
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
+    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA2);
+    p.decoder = TIDE_GEN_DEC_AUTO;
+    m.info.decoder = "llada";
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
+    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA);
+    p.decoder = TIDE_GEN_DEC_AUTO;
+    m.info.decoder = "dream";
+    logbuf[0] = 0;
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_E_CONFIG);
+    CHECK(strstr(logbuf, "decoder 'dream'") != NULL);
+    /* An info struct from before the appended fields: block-causal, llada2. */
+    p = params(32, 8, 16);
+    m.info.attention = TIDE_ATTN_FULL;
+    m.info.size = (uint32_t)offsetof(struct tide_model_info, attention);
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
+    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA2);
+    CHECK_EQ_INT(p.attention, TIDE_ATTN_BLOCK_CAUSAL);
+    /* llada2's cache on full attention: refused, never approximated. */
+    m.info.size = sizeof m.info;
+    m.info.decoder = NULL;
+    p = params(32, 8, 16);
+    logbuf[0] = 0;
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_E_CONFIG);
+    CHECK(strstr(logbuf, "recompute = true") != NULL);
+    p = params(32, 8, 16);
+    p.recompute = true;
+    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
+    /* The engine's reserve: llada forwards the whole canvas. */
+    p = params(32, 8, 16);
+    p.decoder = TIDE_GEN_DEC_LLADA;
+    CHECK_EQ_INT(tide_gen_ctx(7, &p), 39);
+    CHECK_EQ_INT(tide_gen_max_tokens(7, &p), 39);
+    CHECK_EQ_INT(tide_gen_steps(&p), 4);
+    CHECK_EQ_INT(tide_gen_blocks(7, &p), 4);
+    p.decoder = TIDE_GEN_DEC_LLADA2;
+    CHECK_EQ_INT(tide_gen_ctx(7, &p), 40);
+    CHECK_EQ_INT(tide_gen_max_tokens(7, &p), 8);
+}
+
+/* Generate on m; checks the tokens are the targets. */
+static void run(struct tide_model *m, const struct tide_model_ops *ops,
+                const struct tide_gen_params *p, int64_t P, struct tide_gen_result *r)
+{
+    m->n = 0;
+    CHECK_EQ_INT(tide_generate(ops, m, p, &tok, prompt, P, NULL, r), TIDE_OK);
+    CHECK_EQ_INT(r->n, p->gen_length);
+    for (int64_t i = 0; i < r->n; i++)
+        CHECK_EQ_INT(r->ids[i], target(P + i));
+}
+
+static void test_llada_full(void)
+{
+    const struct tide_model_ops *both[2] = {&ops_rows, &ops_plain};
+    for (int k = 0; k < 2; k++) {
+        struct tide_model m;
+        model_init(&m, TIDE_ATTN_FULL, "llada");
+        struct tide_gen_params p = params(24, 8, 12);
+        struct tide_gen_result r;
+        run(&m, both[k], &p, 7, &r);
+        CHECK_EQ_INT(r.steps, 12);
+        CHECK_EQ_INT(r.forwards, 12);
+        CHECK_EQ_INT(r.blocks, 3);
+        CHECK_EQ_INT(m.n, 12);
+        for (int i = 0; i < m.n && i < MAXCALL; i++) {
+            CHECK_EQ_INT(m.pos0[i], 0);
+            CHECK_EQ_INT(m.len[i], 7 + 24);
+        }
+        free(r.ids);
+        /* cfg: two whole-canvas forwards per step. */
+        p.cfg_scale = 2;
+        run(&m, both[k], &p, 7, &r);
+        CHECK_EQ_INT(r.forwards, 24);
+        CHECK_EQ_INT(m.n, 24);
+        free(r.ids);
+        /* prefix_cache: the whole canvas at a block's first step, then from
+         * the block's start. */
+        p.cfg_scale = 0;
+        p.prefix_cache = true;
+        run(&m, both[k], &p, 7, &r);
+        CHECK_EQ_INT(r.forwards, 12);
+        for (int i = 0; i < m.n && i < MAXCALL; i++) {
+            const int b = i / 4, s = i % 4;
+            CHECK_EQ_INT(m.pos0[i], s == 0 ? 0 : 7 + 8 * b);
+            CHECK_EQ_INT(m.len[i], 31 - m.pos0[i]);
+        }
+        free(r.ids);
+    }
+}
+
+static void test_llada2_full_recompute(void)
+{
+    struct tide_model m;
+    model_init(&m, TIDE_ATTN_FULL, NULL);
+    struct tide_gen_params p = params(16, 8, 8);
+    struct tide_gen_result r;
+    /* KV cache: refused before any forward. */
+    m.n = 0;
+    logbuf[0] = 0;
+    CHECK_EQ_INT(tide_generate(&ops_rows, &m, &p, &tok, prompt, 7, NULL, &r), TIDE_E_CONFIG);
+    CHECK_EQ_INT(m.n, 0);
+    CHECK(strstr(logbuf, "full sequence") != NULL);
+    /* Recompute: the official windows [0, (b+1)L), first block 0 (P = 7). */
+    p.recompute = true;
+    p.threshold = 1; /* commit by schedule: 1 per step, 8 steps per block */
+    run(&m, &ops_rows, &p, 7, &r);
+    CHECK_EQ_INT(r.forwards, r.steps);
+    for (int i = 0; i < m.n && i < MAXCALL; i++) {
+        CHECK_EQ_INT(m.pos0[i], 0);
+        CHECK(m.len[i] == 8 || m.len[i] == 16 || m.len[i] == 24);
+    }
+    free(r.ids);
+}
+
+/* L5/L12 as the official loop: a position given the mask token stays a
+ * candidate; block 1's schedule (from its own 2 masks) is spent on block 0's
+ * leftovers, so block 1 ends masked (the reference's selftest has the same
+ * case). */
+static void test_llada_leftover(void)
+{
+    struct tide_model m;
+    model_init(&m, TIDE_ATTN_FULL, "llada");
+    struct tide_gen_params p = params(4, 2, 4);
+    struct tide_gen_result r;
+    const int32_t pr[2] = {1, 2};
+    CHECK_EQ_INT(tide_generate(&ops_flip, &m, &p, &tok, pr, 2, NULL, &r), TIDE_OK);
+    const int32_t want[4] = {5, 3, MASK, MASK};
+    CHECK_EQ_INT(r.n, 4);
+    for (int i = 0; i < 4 && i < r.n; i++)
+        CHECK_EQ_INT(r.ids[i], want[i]);
+    CHECK_EQ_INT(r.forwards, 4);
+    free(r.ids);
+}
+
+int main(void)
+{
+    tide_log_set_sink(sink, NULL);
+    TEST_RUN(test_resolve);
+    TEST_RUN(test_llada_full);
+    TEST_RUN(test_llada2_full_recompute);
+    TEST_RUN(test_llada_leftover);
+    TEST_DONE();
+}
