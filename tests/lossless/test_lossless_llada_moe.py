@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Speed paths change no token and no logit for model-llada-moe, end to end
 on a generated tiny-moe checkpoint (CPU backend in both roles; generation
-with recompute = true, as the model's full attention needs), comparing
+with the model's own decoder, llada: whole-canvas forwards), comparing
 `tide run --print-ids --logits-hash` with each path on and off:
 
   rows   the output layer only for the still-masked rows (forward_rows)

@@ -6,8 +6,8 @@ logit the decoder saw (FNV-1a hash) are bit-identical with no offload and
 under policy-tide (interval 1 and 4, and with prefetch), policy-lru,
 policy-lfu, policy-static, policy-cost, policy-hybrid and policy-warm at
 budgets 0 (every expert on the host), 1, 8 (half) and 16 (all) where the
-policy takes them. Generation runs with recompute = true: the model's
-attention is full, so every step recomputes the whole canvas.
+policy takes them. Generation runs the model's own decoder (llada): every
+step one forward over the whole canvas (the attention is full).
 Usage: test_offload_llada_moe.py PATH_TO_TIDE
 """
 import os
@@ -26,7 +26,7 @@ def setup(binary, tmp):
     cfg = os.path.join(tmp, "t.ini")
     with open(cfg, "w") as f:
         f.write("[model]\nplugin = model-llada-moe\npath = %s\n"
-                "[generation]\ngen_length = 64\nrecompute = true\n"
+                "[generation]\ngen_length = 64\n"
                 "[output]\nprogress = false\nstream = false\n" % model)
     return cfg
 

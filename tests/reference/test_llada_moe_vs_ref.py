@@ -15,16 +15,17 @@ agree with the reference:
 A wrong mask (causal or block instead of full), rotation, norm placement or
 routing rule moves logits by O(1) of the scale.
 
-Then generation on main's block-diffusion loop with recompute = true (every
-step forwards positions 0 .. end of the current block): the reference's
-generate() (llada2_ref.py's decoding rules) replayed on the logits the
-engine decided on (--dump-logits), each step's logits also computed by the
-reference on the same canvas with the engine's routing, must give the
-engine's ids exactly, and every step's logits must agree within REL_TOL.
+Then generation with the model's own decoder (generation.decoder = auto
+resolves to "llada", LLaDA's generate.py: every step one forward over the
+whole canvas): llada_generate_ref.generate(), written from generate.py,
+driven by this reference's forward with the engine's routing (from its
+trace, as a router near-tie must not send the two down different experts),
+must give the engine's ids, step, block and forward counts exactly.
 Usage: test_llada_moe_vs_ref.py PATH_TO_TIDE. Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import llada2_ref  # noqa: E402
+import llada_generate_ref as LR  # noqa: E402
 import llada_moe_ref as R  # noqa: E402
 
 REL_TOL = 2e-2
@@ -55,34 +57,34 @@ def run(cmd):
 
 
 class Replay:
-    """generate()'s runner: hands the decoder the engine's logits step by
-    step, while the reference computes its own on the same canvas (positions
-    0 .. end of block b, as the engine's recompute forward) with the
-    engine's routing, for comparison."""
+    """(ids) -> logits of one whole-canvas forward, for generate(): the
+    reference computes its own on the canvas (with the engine's routing),
+    and the rows of the current block, the ones the decoder decides on, are
+    replaced by the engine's (--dump-logits), whose largest difference from
+    the reference's is recorded. Deciding on the engine's logits keeps the
+    two canvases identical, so that a confidence near-tie (bf16 rounding in
+    a different order) cannot send the loops apart; the logits are then
+    compared at every step instead."""
 
-    def __init__(self, model, block, steps, force):
-        self.model, self.block, self.steps, self.force = model, block, steps, force
+    def __init__(self, model, force, steps, prompt_len, block):
+        self.model, self.force, self.steps = model, force, steps
+        self.P, self.L = prompt_len, block
         self.i, self.diffs, self.scale = 0, [], 0.0
 
-    def prefill(self, canvas, n):
-        pass
-
-    def block_logits(self, canvas, b):
-        hi = (b + 1) * self.block
-        ref = self.model.forward(canvas[:hi], force=self.force)[-self.block:]
+    def __call__(self, ids):
+        ref = np.array(self.model.forward(list(map(int, ids)), force=self.force))
         if self.i >= len(self.steps):
             raise llada2_ref.RefError("the reference decoded more steps than the engine")
         blk, _, eng = self.steps[self.i]
-        if blk != b:
-            raise llada2_ref.RefError("step %d: engine block %d, reference block %d"
-                                      % (self.i, blk, b))
         self.i += 1
-        self.diffs.append(float(np.abs(eng - ref).max()))
+        b0 = self.P + blk * self.L
+        if eng.shape[0] != self.L or b0 + self.L > len(ids):
+            raise llada2_ref.RefError("step %d: block %d's dump holds %d rows"
+                                      % (self.i, blk, eng.shape[0]))
+        self.diffs.append(float(np.abs(eng - ref[b0:b0 + self.L]).max()))
         self.scale = max(self.scale, float(np.abs(ref).max()))
-        return eng
-
-    def finish_block(self, canvas, b):
-        pass
+        ref[b0:b0 + self.L] = eng
+        return ref
 
 
 def main():
@@ -133,25 +135,43 @@ def main():
         for plen in (12, 45):
             cases += 1
             prompt = seqs["random 70"][:plen]
-            dump = os.path.join(tmp, "steps%d.bin" % plen)
             trace = os.path.join(tmp, "run%d.trace" % plen)
-            got = run([tide, "--quiet", "run", "-c", cfg, "--ids", ",".join(map(str, prompt)),
-                       "--print-ids", "--set", "generation.gen_length=64",
-                       "--set", "generation.recompute=true", "--dump-logits", dump,
-                       "--set", "output.trace=" + trace]).strip()
-            steps = llada2_ref.read_logits_dump(dump)
-            replay = Replay(ref, 32, steps, llada2_ref.read_trace_routes(trace))
+            dump = os.path.join(tmp, "steps%d.bin" % plen)
+            r = subprocess.run([tide, "run", "-c", cfg, "--ids", ",".join(map(str, prompt)),
+                                "--print-ids", "--set", "generation.gen_length=64",
+                                "--set", "generation.block_length=32",
+                                "--set", "generation.steps=32",
+                                "--dump-logits", dump, "--set", "output.trace=" + trace],
+                               capture_output=True,
+                               text=True)
+            if r.returncode != 0:
+                print("FAILED: tide run\n" + r.stdout + r.stderr)
+                return 1
+            got = [int(t) for t in r.stdout.strip().split(",") if t]
+            m = re.search(r"done: (\d+) tokens in (\d+) blocks, (\d+) steps .* (\d+) forwards",
+                          r.stderr)
+            force = llada2_ref.read_trace_routes(trace)
             ref.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
-            want = ",".join(map(str, llada2_ref.generate(ref, prompt, 64, runner=replay)))
+            rst = {}
+            steps = llada2_ref.read_logits_dump(dump)
+            replay = Replay(ref, force, steps, plen, 32)
+            want = LR.generate(replay, prompt, 64, 32, 32, mask, ref.eos_id, stats=rst)
             st = ref.route_stats
+            counts = m and (int(m.group(2)), int(m.group(3)), int(m.group(4)))
             worst = max(replay.diffs) if replay.diffs else float("inf")
-            ok = (got == want and replay.i == len(steps) and not replay.force
-                  and worst <= REL_TOL * replay.scale and not st["unexplained"])
-            print("generate prompt=%d: %d steps; replayed decisions %s; max|diff| over all steps "
-                  "%.3g (tol %.3g); routing: %d token-layers, %d differ, %d unexplained: %s"
-                  % (plen, len(steps), "identical" if got == want else "DIFFERENT", worst,
+            ok = (got == want and not force and not st["unexplained"]
+                  and replay.i == len(steps) and worst <= REL_TOL * replay.scale
+                  and counts == (rst["blocks"], rst["steps"], rst["forwards"]))
+            print("generate prompt=%d (decoder llada): %d ids, replayed decisions %s; "
+                  "blocks/steps/forwards tide %s, reference %s; max|diff| over all steps %.3g "
+                  "(tol %.3g); routing: %d token-layers, %d near-ties forced, %d unexplained: %s"
+                  % (plen, len(got), "identical" if got == want else "DIFFERENT", counts,
+                     (rst["blocks"], rst["steps"], rst["forwards"]), worst,
                      REL_TOL * replay.scale, st["tokens"], st["different"], st["unexplained"],
                      "ok" if ok else "FAIL"))
+            if got != want:
+                print("    tide:", got)
+                print("    ref: ", want)
             failures += not ok
         # The reference must tell a causal mask from the full one (the test
         # can fail): the logits of position 0 change once later tokens do.
