@@ -30,14 +30,16 @@ LAYERS = {
     "core/formats": ["core/formats"],
     "core/runtime": ["core/runtime"],
     "core/sim": ["core/sim", "core/runtime"],
+    "core/api": ["core/api", "core/runtime"],
     "cli": ["cli", "core/runtime", "core/formats", "core/sim"],
 }
 # Public headers a layer may not include.
 FORBIDDEN_PUBLIC = {
     "core/formats": {"tide/solver.h", "tide/profile.h"},
     "core/runtime": set(UPPER_PUBLIC),
+    "core/api": set(UPPER_PUBLIC),
 }
-PRIVATE = ["core/runtime", "core/formats", "core/sim", "cli"]
+PRIVATE = ["core/runtime", "core/formats", "core/sim", "core/api", "cli"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 

@@ -31,4 +31,6 @@ try "a plugin includes a runtime header" plugins/policy-lru/policy_lru.c '#inclu
     'plugins/policy-lru/policy_lru.c:.*private header of core/runtime'
 try "a relative include into sim" core/runtime/loader.c '#include "../sim/sim.h"' \
     'core/runtime/loader.c:.*core/sim'
+try "the embedding API includes a sim header" core/api/engine_api.c '#include "sim.h"' \
+    'core/api/engine_api.c:.*private header of core/sim'
 exit $fail
