@@ -15,6 +15,9 @@
 #             against the CPU backend on a tiny model, bench-h2d --quick
 #   h2d       bench-h2d: host-to-device GB/s, pinned / pageable / in place /
 #             staged (h2d.csv)
+#   lmoe-*    a tiny LLaDA-MoE (model-llada-moe, full attention): forward
+#             logits backend-cuda vs backend-cpu-onednn, and a generation
+#             with its llada decoder on backend-cuda at budget 4
 #   mkmodel   a 4-layer LLaDA2.0-mini-shaped checkpoint (~6 GB) in the work dir
 #   mini-*    tide forward on it, backend-cuda vs backend-cpu-onednn logits;
 #             tide run on backend-cuda (tokens/s in mini-run.log)
@@ -158,6 +161,35 @@ grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$out/ctest.log" | sed
 stage h2d 120 sh -c "\"$build/bench/bench-h2d\" >\"$out/h2d.csv\""
 [ -s "$out/h2d.csv" ] && sed 's/^/  /' "$out/h2d.csv" | tee -a "$summary" >/dev/null
 
+ids=$(seq -s, 100 139)
+backends=backend-cuda
+[ "$onednn" = ON ] && backends="$backends backend-cpu-onednn"
+
+# ---- the second model family: a tiny LLaDA-MoE (full attention) ----------------------
+# Whole-canvas forward on both backends (logits compared like the mini's), and
+# a generation with its own decoder (llada) on backend-cuda, offloaded.
+lmoe=$work/llada-moe-tiny
+rm -rf "$lmoe"
+if stage lmoe-mkmodel 60 "$tide" mkmodel "$lmoe" --preset tiny-moe --plugin model-llada-moe; then
+    lcfg=$work/lmoe.ini
+    printf '[model]\nplugin = model-llada-moe\npath = %s\n[backend]\ndevice = backend-cuda\n[output]\nprogress = false\n' \
+        "$lmoe" >"$lcfg"
+    for b in $backends; do
+        rm -f "$work/lmoe.$b.f32"
+        stage "lmoe-fwd-${b#backend-}" 60 "$tide" forward -c "$lcfg" --set "backend.device=$b" \
+            --ids "$ids" --chunk 0 --out "$work/lmoe.$b.f32"
+    done
+    if [ -s "$work/lmoe.backend-cpu-onednn.f32" ] &&
+        ! sh "$src/tests/gpu/cmp_logits.sh" "$work/lmoe.backend-cuda.f32" \
+            "$work/lmoe.backend-cpu-onednn.f32" 0.02 "llada-moe logits, cuda vs cpu" 2>&1 |
+        tee -a "$summary"; then
+        note "lmoe-cmp       rc=1   the logits differ beyond the tolerance (line above)"
+    fi
+    stage lmoe-run 60 "$tide" run -c "$lcfg" --ids "$ids" --print-ids --set policy.budget=4
+    grep -E "tok/s|tokens" "$out/lmoe-run.log" | tail -2 | sed 's/^/  /' | tee -a "$summary"
+fi
+rm -rf "$lmoe" "$work"/lmoe.*.f32
+
 # ---- a LLaDA2.0-mini-shaped checkpoint ------------------------------------------------
 mini=$work/llada2-mini-4l
 rm -rf "$mini"
@@ -165,9 +197,6 @@ if stage mkmodel 240 "$tide" mkmodel "$mini" --preset llada2-mini --layers 4; th
     cfg=$work/mini.ini
     printf '[model]\npath = %s\n[backend]\ndevice = backend-cuda\n[generation]\ngen_length = 64\n[output]\nprogress = true\n' \
         "$mini" >"$cfg"
-    ids=$(seq -s, 100 139)
-    backends=backend-cuda
-    [ "$onednn" = ON ] && backends="$backends backend-cpu-onednn"
     for b in $backends; do
         rm -f "$work/mini.$b.f32"
         stage "mini-fwd-${b#backend-}" 240 "$tide" forward -c "$cfg" --set "backend.device=$b" \
