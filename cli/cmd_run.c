@@ -23,8 +23,9 @@ static void run_usage(FILE *f)
     fprintf(f, "usage: tide run [-c FILE] [--set section.key=value ...]\n"
                "                (-p TEXT | -f FILE | --ids 1,2,3) [--chat] [--print-ids]\n\n"
                "Generates text with block diffusion and prints it block by block as blocks are\n"
-               "committed. Progress (block, step, tokens/s) goes to stderr, then a summary:\n"
-               "tokens, steps, tokens per forward, time.\n\n"
+               "committed. Progress goes to stderr: per block, the canvas positions decoded so\n"
+               "far (the tail past gen_length is decoded too, and never returned) and their\n"
+               "rate; then a summary: tokens returned, steps, tokens per forward, time.\n\n"
                "  -p, --prompt TEXT   the prompt\n"
                "  -f, --prompt-file F read the prompt from a file\n"
                "      --ids LIST      give the prompt as token ids (no tokenizer)\n"
@@ -109,7 +110,7 @@ static int run_on_step(void *user, const struct tide_step_event *ev)
     s->committed = ev->tokens;
     if (!s->progress || !s->tty)
         return 0;
-    fprintf(stderr, "\r\033[K[block %d/%d step %d] %lld tokens, %.1f tok/s, %d masks left",
+    fprintf(stderr, "\r\033[K[block %d/%d step %d] %lld positions decoded, %.1f/s, %d masks left",
             ev->block + 1, ev->n_blocks, ev->step + 1, (long long)s->committed,
             ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0, ev->remaining);
     fflush(stderr);
@@ -123,8 +124,8 @@ static int run_on_block(void *user, const struct tide_block_event *ev)
         if (s->tty)
             fprintf(stderr, "\r\033[K");
         else
-            fprintf(stderr, "[block %d/%d] %lld tokens, %.1f tok/s\n", ev->block + 1, ev->n_blocks,
-                    (long long)s->committed,
+            fprintf(stderr, "[block %d/%d] %lld positions decoded, %.1f/s\n", ev->block + 1,
+                    ev->n_blocks, (long long)s->committed,
                     ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0);
     }
     if (s->stream && ev->delta_len) {
