@@ -32,20 +32,6 @@ struct lmoe_layer {
     struct tide_buffer *k_cache, *v_cache;            /* f32 [n_ctx, n_kv*hd] */
 };
 
-enum lmoe_phase {
-    LMOE_PH_ATTENTION, /* q/k/v, q/k norms, rope, K/V write, attention, o_proj, residual */
-    LMOE_PH_DENSE,     /* the dense SwiGLU of dense layers */
-    LMOE_PH_SHARED,    /* the shared expert */
-    LMOE_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
-    LMOE_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
-    LMOE_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
-    LMOE_N_PHASES
-};
-
-static const char *const lmoe_phase_names[LMOE_N_PHASES] = {
-    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
-};
-
 struct tide_model {
     struct lmoe_cfg cfg;
     struct tide_model_info info;
@@ -246,7 +232,7 @@ int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
         .attention = TIDE_ATTN_FULL,
         .decoder = "llada",
     };
-    mc_prof_init(&m->prof, lmoe_phase_names, LMOE_N_PHASES);
+    mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
     const unsigned load =
         args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
             ? args->load_flags
@@ -340,18 +326,6 @@ static int lmoe_phase(struct tide_model *m, int next)
     return mc_prof_phase(&m->prof, ops_of(m), m->dev.bk, next);
 }
 
-/* Count the work of the phase being timed: bytes read and FLOPs. */
-static void lmoe_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
-{
-    mc_prof_work(&m->prof, bytes, flops, flops_f32);
-}
-
-/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
-static void lmoe_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
-{
-    lmoe_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
-}
-
 int lmoe_profile(struct tide_model *m, bool on)
 {
     return mc_prof_switch(&m->prof, on, m->cfg.n_experts);
@@ -371,7 +345,7 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
     int rc = mc_swiglu(&m->dev, m->g, m->u, m->a, x, n, I, gate, up, down, y);
     if (rc != TIDE_OK)
         return rc;
-    lmoe_mm_work(m, n, 3 * I, m->cfg.hidden);
+    mc_prof_mm_work(&m->prof, n, 3 * I, m->cfg.hidden);
     return TIDE_OK;
 }
 
@@ -423,10 +397,10 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
     if ((rc = mc_attend(&m->dev, &aa)))
         return rc;
     if (m->prof.on) {
-        lmoe_mm_work(m, n, qw + 2 * kw, c->hidden);
-        lmoe_mm_work(m, n, c->hidden, qw);
-        lmoe_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
-                  4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
+        mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
+        mc_prof_mm_work(&m->prof, n, c->hidden, qw);
+        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
+                     4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
     }
     return TIDE_OK;
 }
@@ -467,9 +441,10 @@ static void lmoe_routed_work(struct tide_model *m, int64_t n)
     if (!m->prof.on)
         return;
     const uint64_t distinct = mc_prof_distinct(&m->prof, m->ids, n * c->top_k, c->n_experts);
-    lmoe_mm_work(m, n, c->n_experts, c->hidden);
-    lmoe_work(m, distinct * lmoe_expert_bytes(c),
-              2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter, 0);
+    mc_prof_mm_work(&m->prof, n, c->n_experts, c->hidden);
+    mc_prof_work(&m->prof, distinct * lmoe_expert_bytes(c),
+                 2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
+                 0);
 }
 
 /* y = sum of the routed experts (through the dispatcher) + the shared expert. */
@@ -480,7 +455,7 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
-    int rc = lmoe_phase(m, LMOE_PH_ROUTED);
+    int rc = lmoe_phase(m, MC_PH_ROUTED);
     if (!rc)
         rc = o->matmul(bk, x, L->router, &rl);
     /* The softmax router runs on the host, like the backend router op's
@@ -498,7 +473,7 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
     if (!c->shared_inter)
         return TIDE_OK;
     struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = lmoe_phase(m, LMOE_PH_SHARED)) ||
+    if ((rc = lmoe_phase(m, MC_PH_SHARED)) ||
         (rc = swiglu_mlp(m, x, n, c->shared_inter, L->sh_gate, L->sh_up, L->sh_down, &sh)))
         return rc;
     return o->add(bk, y, &sh);
@@ -520,7 +495,7 @@ static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows
         .eps = (float)c->eps,
     };
     int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
-    lmoe_mm_work(m, n_rows, c->vocab, c->hidden);
+    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
     return rc;
 }
 
@@ -538,34 +513,34 @@ static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t
     struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
     struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
     const float eps = (float)c->eps;
-    rc = lmoe_phase(m, LMOE_PH_OTHER);
+    rc = lmoe_phase(m, MC_PH_OTHER);
     if (!rc)
         rc = o->embed(bk, m->embed, ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct lmoe_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = lmoe_phase(m, LMOE_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
-            (rc = lmoe_phase(m, LMOE_PH_OTHER)) ||
+            (rc = lmoe_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = lmoe_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
         if (L->moe_index < 0) {
-            if (!(rc = lmoe_phase(m, LMOE_PH_DENSE)))
+            if (!(rc = lmoe_phase(m, MC_PH_DENSE)))
                 rc =
                     swiglu_mlp(m, &x, n, c->dense_inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
         } else {
             rc = moe_block(m, L, n, &x, &tmp);
         }
-        if (rc == TIDE_OK && (rc = lmoe_phase(m, LMOE_PH_OTHER)) == TIDE_OK)
+        if (rc == TIDE_OK && (rc = lmoe_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
     if (rc == TIDE_OK && logits && n_rows > 0) {
-        if (!(rc = lmoe_phase(m, LMOE_PH_OUTPUT)))
+        if (!(rc = lmoe_phase(m, MC_PH_OUTPUT)))
             rc = lmoe_output(m, rows, n_rows, logits);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
     if (rc == TIDE_OK)
-        rc = lmoe_phase(m, LMOE_N_PHASES);
+        rc = lmoe_phase(m, MC_N_PHASES);
     return rc;
 }
 

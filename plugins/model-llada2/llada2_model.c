@@ -29,21 +29,6 @@ struct llada2_layer {
     struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
 };
 
-/* Phases of the forward pass, for the profile slots. */
-enum llada2_phase {
-    LLADA2_PH_ATTENTION, /* qkv, q/k norms, rope, K/V write, attention, dense, residual */
-    LLADA2_PH_DENSE,     /* the dense SwiGLU of the first layers */
-    LLADA2_PH_SHARED,    /* the shared expert of MoE layers */
-    LLADA2_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
-    LLADA2_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
-    LLADA2_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
-    LLADA2_N_PHASES
-};
-
-static const char *const llada2_phase_names[LLADA2_N_PHASES] = {
-    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
-};
-
 struct tide_model {
     struct llada2_cfg cfg;
     struct tide_model_info info;
@@ -236,7 +221,7 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .attention = TIDE_ATTN_BLOCK_CAUSAL,
         .decoder = "llada2",
     };
-    mc_prof_init(&m->prof, llada2_phase_names, LLADA2_N_PHASES);
+    mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
     const unsigned load =
         args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
             ? args->load_flags
@@ -327,18 +312,6 @@ static int llada2_phase(struct tide_model *m, int next)
     return mc_prof_phase(&m->prof, ops_of(m), m->dev.bk, next);
 }
 
-/* Count the work of the phase being timed: bytes read and FLOPs. */
-static void llada2_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
-{
-    mc_prof_work(&m->prof, bytes, flops, flops_f32);
-}
-
-/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
-static void llada2_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
-{
-    llada2_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
-}
-
 int llada2_profile(struct tide_model *m, bool on)
 {
     return mc_prof_switch(&m->prof, on, m->cfg.n_experts);
@@ -359,7 +332,7 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
     int rc = mc_swiglu(&m->dev, m->g, m->u, m->a, x, n, I, gate, up, down, y);
     if (rc != TIDE_OK)
         return rc;
-    llada2_mm_work(m, n, 3 * I, m->cfg.hidden);
+    mc_prof_mm_work(&m->prof, n, 3 * I, m->cfg.hidden);
     return TIDE_OK;
 }
 
@@ -419,9 +392,10 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
     if ((rc = mc_attend(&m->dev, &aa)))
         return rc;
     if (m->prof.on) {
-        llada2_mm_work(m, n, qw + 2 * kw, c->hidden);
-        llada2_mm_work(m, n, c->hidden, qw);
-        llada2_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0, llada2_attn_flops(m, n, pos0));
+        mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
+        mc_prof_mm_work(&m->prof, n, c->hidden, qw);
+        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
+                     llada2_attn_flops(m, n, pos0));
     }
     return TIDE_OK;
 }
@@ -433,10 +407,10 @@ static void llada2_routed_work(struct tide_model *m, int64_t n)
     if (!m->prof.on)
         return;
     const uint64_t distinct = mc_prof_distinct(&m->prof, m->ids, n * c->top_k, c->n_experts);
-    llada2_mm_work(m, n, c->n_experts, c->hidden); /* router */
-    llada2_work(m, distinct * llada2_expert_bytes(c),
-                2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
-                0);
+    mc_prof_mm_work(&m->prof, n, c->n_experts, c->hidden); /* router */
+    mc_prof_work(&m->prof, distinct * llada2_expert_bytes(c),
+                 2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
+                 0);
 }
 
 static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
@@ -446,7 +420,7 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
-    int rc = llada2_phase(m, LLADA2_PH_ROUTED);
+    int rc = llada2_phase(m, MC_PH_ROUTED);
     if (!rc)
         rc = o->matmul(bk, x, L->router, &rl);
     if (rc)
@@ -471,7 +445,7 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
     if (!c->n_shared)
         return TIDE_OK;
     struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = llada2_phase(m, LLADA2_PH_SHARED)) ||
+    if ((rc = llada2_phase(m, MC_PH_SHARED)) ||
         (rc = swiglu_mlp(m, x, n, (int64_t)c->moe_inter * c->n_shared, L->sh_gate, L->sh_up,
                          L->sh_down, &sh)))
         return rc;
@@ -497,7 +471,7 @@ static int llada2_output(struct tide_model *m, const int32_t *rows, int64_t n_ro
         .eps = (float)c->eps,
     };
     int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
-    llada2_mm_work(m, n_rows, c->vocab, c->hidden);
+    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
     return rc;
 }
 
@@ -517,33 +491,33 @@ static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64
     struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
     struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
     const float eps = (float)c->eps;
-    rc = llada2_phase(m, LLADA2_PH_OTHER);
+    rc = llada2_phase(m, MC_PH_OTHER);
     if (!rc)
         rc = o->embed(bk, m->embed, ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct llada2_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = llada2_phase(m, LLADA2_PH_ATTENTION)) ||
-            (rc = attention_block(m, L, n, pos0, &x)) || (rc = llada2_phase(m, LLADA2_PH_OTHER)) ||
+            (rc = llada2_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = llada2_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
         if (L->moe_index < 0) {
-            if (!(rc = llada2_phase(m, LLADA2_PH_DENSE)))
+            if (!(rc = llada2_phase(m, MC_PH_DENSE)))
                 rc = swiglu_mlp(m, &x, n, c->inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
         } else {
             rc = moe_block(m, L, n, &x, &tmp);
         }
-        if (rc == TIDE_OK && (rc = llada2_phase(m, LLADA2_PH_OTHER)) == TIDE_OK)
+        if (rc == TIDE_OK && (rc = llada2_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
     if (rc == TIDE_OK && logits && n_rows > 0) {
-        if (!(rc = llada2_phase(m, LLADA2_PH_OUTPUT)))
+        if (!(rc = llada2_phase(m, MC_PH_OUTPUT)))
             rc = llada2_output(m, rows, n_rows, logits);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
     if (rc == TIDE_OK)
-        rc = llada2_phase(m, LLADA2_N_PHASES);
+        rc = llada2_phase(m, MC_N_PHASES);
     return rc;
 }
 
