@@ -13,6 +13,7 @@
 
 #include "lladamoe.h"
 #include "model-common/config.h"
+#include "model-common/spec.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -306,19 +307,6 @@ int lmoe_tensor_count(const struct lmoe_cfg *c)
     return c->first[c->n_layers] + 1 + (c->tied ? 0 : 1);
 }
 
-static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
-{
-    shape[0] = a;
-    shape[1] = b;
-    return 2;
-}
-
-static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
-{
-    shape[0] = a;
-    return 1;
-}
-
 /* The layer holding tensor i (first[l] <= i < first[l+1]), by bisection. */
 static int layer_of(const struct lmoe_cfg *c, int i)
 {
@@ -352,28 +340,26 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
         switch (slot) {
         case 0:
         case 7:
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         case 1:
-            return spec2(shape, qw, H);
+            return mc_spec2(shape, qw, H);
         case 2:
         case 3:
-            return spec2(shape, kw, H);
+            return mc_spec2(shape, kw, H);
         case 4:
         case 5:
-            return spec1(shape, hd); /* per head, over head_dim */
+            return mc_spec1(shape, hd); /* per head, over head_dim */
         default:
-            return spec2(shape, H, qw);
+            return mc_spec2(shape, H, qw);
         }
     }
     j -= natt;
-    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
     if (!c->moe[l]) {
-        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
-        return j < 2 ? spec2(shape, c->dense_inter, H) : spec2(shape, H, c->dense_inter);
+        return mc_spec_swiglu(p, "mlp", j, c->dense_inter, H, name, len, shape);
     }
     if (j == 0) {
         snprintf(name, len, "%s.mlp.gate.weight", p);
-        return spec2(shape, c->n_experts, H);
+        return mc_spec2(shape, c->n_experts, H);
     }
     j--;
     if (c->expert_bias) {
@@ -381,18 +367,16 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
             /* a float32 buffer of LLaDAMoESparseMoeBlock */
             snprintf(name, len, "%s.mlp.expert_bias", p);
             *dt = TIDE_DTYPE_F32;
-            return spec1(shape, c->n_experts);
+            return mc_spec1(shape, c->n_experts);
         }
         j--;
     }
     if (j < 3 * c->n_experts) {
-        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
-        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
     }
     j -= 3 * c->n_experts;
     /* the shared expert hangs off the decoder layer, not the MoE block */
-    snprintf(name, len, "%s.shared_expert.%s.weight", p, proj[j]);
-    return j < 2 ? spec2(shape, c->shared_inter, H) : spec2(shape, H, c->shared_inter);
+    return mc_spec_swiglu(p, "shared_expert", j, c->shared_inter, H, name, len, shape);
 }
 
 int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], enum tide_dtype *dt,
@@ -401,7 +385,7 @@ int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], 
     *dt = TIDE_DTYPE_BF16;
     if (i == 0) {
         snprintf(name, LMOE_NAME_MAX, "model.embed_tokens.weight");
-        return spec2(shape, c->vocab, c->hidden);
+        return mc_spec2(shape, c->vocab, c->hidden);
     }
     if (i < c->first[c->n_layers]) {
         int l = layer_of(c, i);
@@ -409,10 +393,10 @@ int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], 
     }
     if (i == c->first[c->n_layers]) {
         snprintf(name, LMOE_NAME_MAX, "model.norm.weight");
-        return spec1(shape, c->hidden);
+        return mc_spec1(shape, c->hidden);
     }
     snprintf(name, LMOE_NAME_MAX, "lm_head.weight");
-    return spec2(shape, c->vocab, c->hidden);
+    return mc_spec2(shape, c->vocab, c->hidden);
 }
 
 bool lmoe_tensor_is_routed(const struct lmoe_cfg *c, int i)

@@ -10,6 +10,7 @@
 
 #include "llada2.h"
 #include "model-common/config.h"
+#include "model-common/spec.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -254,19 +255,6 @@ int llada2_tensor_count(const struct llada2_cfg *c)
     return n;
 }
 
-static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
-{
-    shape[0] = a;
-    shape[1] = b;
-    return 2;
-}
-
-static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
-{
-    shape[0] = a;
-    return 1;
-}
-
 static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size_t len,
                       enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
 {
@@ -282,51 +270,47 @@ static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size
         switch (c->qk_norm ? fixed_qk[j] : fixed_noqk[j]) {
         case SLOT_IN_NORM:
             snprintf(name, len, "%s.input_layernorm.weight", p);
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         case SLOT_QKV:
             snprintf(name, len, "%s.attention.query_key_value.weight", p);
-            return spec2(shape, (c->n_heads + 2 * c->n_kv_heads) * hd, H);
+            return mc_spec2(shape, (c->n_heads + 2 * c->n_kv_heads) * hd, H);
         case SLOT_QNORM:
             snprintf(name, len, "%s.attention.query_layernorm.weight", p);
-            return spec1(shape, hd);
+            return mc_spec1(shape, hd);
         case SLOT_KNORM:
             snprintf(name, len, "%s.attention.key_layernorm.weight", p);
-            return spec1(shape, hd);
+            return mc_spec1(shape, hd);
         case SLOT_DENSE:
             snprintf(name, len, "%s.attention.dense.weight", p);
-            return spec2(shape, H, c->n_heads * hd);
+            return mc_spec2(shape, H, c->n_heads * hd);
         default:
             snprintf(name, len, "%s.post_attention_layernorm.weight", p);
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         }
     }
     j -= nfixed;
-    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
     if (l < c->first_dense) {
-        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
-        return j < 2 ? spec2(shape, c->inter, H) : spec2(shape, H, c->inter);
+        return mc_spec_swiglu(p, "mlp", j, c->inter, H, name, len, shape);
     }
     if (j == 0) {
         snprintf(name, len, "%s.mlp.gate.weight", p);
-        return spec2(shape, c->n_experts, H);
+        return mc_spec2(shape, c->n_experts, H);
     }
     j--;
     if (c->expert_bias) {
         if (j == 0) {
             snprintf(name, len, "%s.mlp.gate.expert_bias", p);
             *dt = TIDE_DTYPE_F32;
-            return spec1(shape, c->n_experts);
+            return mc_spec1(shape, c->n_experts);
         }
         j--;
     }
     if (j < 3 * c->n_experts) {
-        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
-        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
     }
     j -= 3 * c->n_experts;
     const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
-    snprintf(name, len, "%s.mlp.shared_experts.%s.weight", p, proj[j]);
-    return j < 2 ? spec2(shape, Is, H) : spec2(shape, H, Is);
+    return mc_spec_swiglu(p, "mlp.shared_experts", j, Is, H, name, len, shape);
 }
 
 int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_MAX],
@@ -335,7 +319,7 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
     *dt = TIDE_DTYPE_BF16;
     if (i == 0) {
         snprintf(name, LLADA2_NAME_MAX, "model.word_embeddings.weight");
-        return spec2(shape, c->vocab, c->hidden);
+        return mc_spec2(shape, c->vocab, c->hidden);
     }
     i--;
     /* Dense layers all have one count and MoE layers another: O(1), not O(layers). */
@@ -349,10 +333,10 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
     i -= n_moe * nm;
     if (i == 0) {
         snprintf(name, LLADA2_NAME_MAX, "model.norm.weight");
-        return spec1(shape, c->hidden);
+        return mc_spec1(shape, c->hidden);
     }
     snprintf(name, LLADA2_NAME_MAX, "lm_head.weight");
-    return spec2(shape, c->vocab, c->hidden);
+    return mc_spec2(shape, c->vocab, c->hidden);
 }
 
 /* Bytes of tensor i (llada2_tensor_spec order). */
