@@ -44,6 +44,33 @@ static inline int mc_load_weight(const char *who, const struct tide_st *st,
     return rc;
 }
 
+/* Open the checkpoint's safetensors in args->dir with the load flags args
+ * carries (older callers' args have none), then declare the model's MoE
+ * shape to the dispatcher args->moe (nothing without MoE layers). */
+static inline int mc_open_checkpoint(const struct tide_model_args *args, int n_moe_layers,
+                                     int n_experts, int top_k, int hidden, int moe_inter,
+                                     struct tide_st **st)
+{
+    const unsigned load =
+        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
+            ? args->load_flags
+            : 0u;
+    int rc = tide_st_open_flags(args->dir, load, st);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_moe_shape shape = {
+        .size = sizeof shape,
+        .n_layers = n_moe_layers,
+        .n_experts = n_experts,
+        .top_k = top_k,
+        .hidden = hidden,
+        .inter = moe_inter,
+    };
+    if (shape.n_layers > 0)
+        rc = tide_moe_declare(args->moe, &shape);
+    return rc;
+}
+
 /* Destroy a backend weight (NULL: nothing) and clear the pointer. */
 static inline void mc_weight_free(const struct tide_backend_ref *dev, struct tide_weight **w)
 {

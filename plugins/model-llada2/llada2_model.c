@@ -222,21 +222,8 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .decoder = "llada2",
     };
     mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
-    const unsigned load =
-        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
-            ? args->load_flags
-            : 0u;
-    if ((rc = tide_st_open_flags(args->dir, load, &m->st)) != TIDE_OK)
-        goto fail;
-    const struct tide_moe_shape shape = {
-        .size = sizeof shape,
-        .n_layers = llada2_n_moe_layers(c),
-        .n_experts = c->n_experts,
-        .top_k = c->top_k,
-        .hidden = c->hidden,
-        .inter = c->moe_inter,
-    };
-    if (shape.n_layers > 0 && (rc = tide_moe_declare(m->moe, &shape)) != TIDE_OK)
+    if ((rc = mc_open_checkpoint(args, llada2_n_moe_layers(c), c->n_experts, c->top_k, c->hidden,
+                                 c->moe_inter, &m->st)) != TIDE_OK)
         goto fail;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
