@@ -11,6 +11,7 @@
 #include "model-common/spec.h"
 #include "tide/log.h"
 #include "tide/safetensors.h"
+#include "tide/status.h"
 
 /* Human-readable bytes into buf: B, KiB, MiB, GiB or TiB. */
 static inline const char *mc_hbytes(uint64_t b, char *buf, size_t len)
@@ -127,6 +128,47 @@ static inline void mc_budget_table(FILE *f, int n_experts, int moe, uint64_t eb,
                 mc_hbytes(routed - eb * (uint64_t)moe * (uint64_t)b, b2, sizeof b2),
                 b == requested ? "  <- requested" : "");
     }
+}
+
+/* What `tide inspect` prints after a model's own architecture lines: the
+ * vocabulary and context, parameter counts, bytes per routed expert, the
+ * memory table, and the check of the checkpoint in dir against the model's
+ * n_tensors specs (ctx, spec). Sizes are bf16 bytes: dense (everything but
+ * the routed experts), routed (all routed experts), active (per token,
+ * excluding embeddings), eb (one routed expert) over moe MoE layers. */
+struct mc_inspect_sizes {
+    int vocab, n_experts, moe;
+    int64_t max_pos;
+    uint64_t eb, dense, routed, active;
+};
+
+static inline int mc_inspect_rest(FILE *f, const char *dir, const struct mc_inspect_sizes *z,
+                                  const void *ctx, int n_tensors, mc_spec_fn spec, int budget)
+{
+    fprintf(f, "vocabulary   %d, context %lld positions\n", z->vocab, (long long)z->max_pos);
+    const double total_p = (double)(z->dense + z->routed) / 2, active_p = (double)z->active / 2;
+    const bool billions = total_p >= 1e9;
+    fprintf(f, "parameters   %.3f %s total, %.3f %s active per token (excluding embeddings)\n",
+            total_p / (billions ? 1e9 : 1e6), billions ? "B" : "M",
+            active_p / (billions ? 1e9 : 1e6), billions ? "B" : "M");
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "bytes        %llu per routed expert (%s); routed experts %s; everything else %s\n",
+            (unsigned long long)z->eb, mc_hbytes(z->eb, b1, sizeof b1),
+            mc_hbytes(z->routed, b2, sizeof b2), mc_hbytes(z->dense, b3, sizeof b3));
+    mc_budget_table(f, z->n_experts, z->moe, z->eb, z->dense, z->routed, budget);
+    struct tide_st *st = NULL;
+    int rc = tide_st_open(dir, &st);
+    if (rc != TIDE_OK) {
+        fprintf(f, "\ntensors      cannot be read (see the error above)\n");
+        return rc;
+    }
+    fprintf(f, "\ntensors      %d in the checkpoint, %d expected, %s of data\n", tide_st_count(st),
+            n_tensors, mc_hbytes(tide_st_data_bytes(st), b1, sizeof b1));
+    int problems = mc_check_tensors(ctx, n_tensors, spec, st, f);
+    if (!problems)
+        fprintf(f, "  all tensors present with the expected dtype and shape\n");
+    tide_st_close(st);
+    return problems ? TIDE_E_FORMAT : TIDE_OK;
 }
 
 #endif

@@ -20,6 +20,7 @@
 #include "tide/safetensors_write.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
+#include "tide/tokenizer_train.h"
 
 /* Text the synthetic tokenizer's merges are learned from: prose, code, math
  * and chat, so that bench prompts of each kind tokenize into real merges. */
@@ -216,6 +217,54 @@ static inline int mc_mk_prepare_dir(const char *dir)
         return TIDE_E_INVAL;
     }
     return TIDE_OK;
+}
+
+/* The first half of `tide mkmodel DIR`: DIR prepared (mc_mk_prepare_dir),
+ * its tokenizer.json trained on the built-in corpus to vocab_target tokens,
+ * *vocab set to the tokenizer's size when 0, and *head_gain (to free) made
+ * for that vocabulary. */
+static inline int mc_mk_tokenizer(const char *dir, int vocab_target, int *vocab, float **head_gain)
+{
+    int rc = mc_mk_prepare_dir(dir);
+    if (rc != TIDE_OK)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    rc = tide_tokenizer_train(mc_mk_corpus, sizeof mc_mk_corpus - 1, vocab_target, mc_mk_specials,
+                              (int)(sizeof mc_mk_specials / sizeof mc_mk_specials[0]), path, false);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_tokenizer *tok;
+    if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
+        return rc;
+    if (!*vocab)
+        *vocab = tide_tokenizer_size(tok);
+    *head_gain = mc_mk_head_gains(tok, *vocab);
+    tide_tokenizer_free(tok);
+    return *head_gain ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+/* The second half: DIR/config.json by write_cfg(path, cfg), then
+ * DIR/model.safetensors (mc_mk_write_weights; bytes is its size for the
+ * messages); head_gain is freed. */
+static inline int mc_mk_finish(const char *dir, const char *preset, int n_layers, const void *cfg,
+                               int (*write_cfg)(const char *path, const void *cfg), int n_tensors,
+                               mc_spec_fn spec, mc_dist_fn dist, uint64_t bytes, uint64_t seed,
+                               float *head_gain)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = write_cfg(path, cfg);
+    if (rc != TIDE_OK) {
+        free(head_gain);
+        return rc;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    tide_info("mkmodel: writing %s (%s, %d layers, %.2f GiB, seed %llu)", dir, preset, n_layers,
+              (double)bytes / 1073741824.0, (unsigned long long)seed);
+    rc = mc_mk_write_weights(path, cfg, n_tensors, spec, dist, bytes, seed, head_gain);
+    free(head_gain);
+    return rc;
 }
 
 #endif

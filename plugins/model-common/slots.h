@@ -71,6 +71,22 @@ static inline int mc_prompt_vector(const char *who, const struct tide_view *v, i
 
 /* ---- phase profiling (model ops profile / profile_read) ------------------ */
 
+/* The phases of a MoE decoder layer stack's forward pass, for the profile
+ * slots; a model that has these parts names them the same. */
+enum mc_phase {
+    MC_PH_ATTENTION, /* q/k/v, q/k norms, rope, K/V write, attention, output projection, residual */
+    MC_PH_DENSE,     /* the dense SwiGLU of dense layers */
+    MC_PH_SHARED,    /* the shared expert of MoE layers */
+    MC_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
+    MC_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
+    MC_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
+    MC_N_PHASES
+};
+
+static const char *const mc_phase_names[MC_N_PHASES] = {
+    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
+};
+
 #define MC_MAX_PHASES 8
 
 struct mc_prof {
@@ -130,6 +146,13 @@ static inline void mc_prof_work(struct mc_prof *p, uint64_t bytes, uint64_t flop
     p->ph[p->cur].bytes += bytes;
     p->ph[p->cur].flops += flops;
     p->ph[p->cur].flops_f32 += flops_f32;
+}
+
+/* Count the work of x [n, K] times a bf16 [N, K] matrix: the matrix's bytes
+ * and 2 n N K FLOPs. */
+static inline void mc_prof_mm_work(struct mc_prof *p, int64_t n, int64_t N, int64_t K)
+{
+    mc_prof_work(p, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
 }
 
 /* The profile slot: zero the counters and switch timing on or off. */

@@ -2,6 +2,10 @@
 #ifndef MODEL_COMMON_SPEC_H
 #define MODEL_COMMON_SPEC_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
 #include "tide/safetensors.h"
 
 #define MC_NAME_MAX 128
@@ -10,5 +14,41 @@
  * returns the number of dims. ctx is the model's validated config. */
 typedef int (*mc_spec_fn)(const void *ctx, int i, char name[MC_NAME_MAX], enum tide_dtype *dtype,
                           int64_t shape[TIDE_MAX_DIMS]);
+
+/* shape = {a}: 1 dim. */
+static inline int mc_spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
+{
+    shape[0] = a;
+    return 1;
+}
+
+/* shape = {a, b}: 2 dims. */
+static inline int mc_spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
+{
+    shape[0] = a;
+    shape[1] = b;
+    return 2;
+}
+
+/* The j-th (0..2) tensor of a SwiGLU MLP of width I over hidden H named
+ * <prefix>.<part>.{gate,up,down}_proj.weight: gate and up [I, H], down [H, I]. */
+static inline int mc_spec_swiglu(const char *prefix, const char *part, int j, int64_t I, int64_t H,
+                                 char *name, size_t len, int64_t shape[TIDE_MAX_DIMS])
+{
+    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+    snprintf(name, len, "%s.%s.%s.weight", prefix, part, proj[j]);
+    return j < 2 ? mc_spec2(shape, I, H) : mc_spec2(shape, H, I);
+}
+
+/* The j-th (0 .. 3 n_experts - 1) routed-expert tensor of a layer:
+ * <prefix>.mlp.experts.<j/3>.{gate,up,down}_proj.weight, width I over H (the
+ * names mc_register_experts checks). */
+static inline int mc_spec_expert(const char *prefix, int j, int64_t I, int64_t H, char *name,
+                                 size_t len, int64_t shape[TIDE_MAX_DIMS])
+{
+    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+    snprintf(name, len, "%s.mlp.experts.%d.%s.weight", prefix, j / 3, proj[j % 3]);
+    return j % 3 < 2 ? mc_spec2(shape, I, H) : mc_spec2(shape, H, I);
+}
 
 #endif

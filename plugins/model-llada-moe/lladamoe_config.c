@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include "lladamoe.h"
+#include "model-common/config.h"
+#include "model-common/spec.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -19,73 +21,15 @@
  * count an int; 1000x the published model). */
 #define LMOE_MAX_ROUTED (1 << 20)
 
-struct cfg_reader {
-    json_t *root;
-    const char *path;
-    int errors;
-};
-
 /* Missing keys. The official class's default for every shape key is -1 (or
  * None), which builds no working model, so those are required; any other key
  * takes the class default, logged. */
-static bool rd_missing(struct cfg_reader *r, const char *key, bool def_ok, const char *def)
-{
-    json_t *v = json_object_get(r->root, key);
-    if (v && !json_is_null(v))
-        return false;
-    if (!def_ok) {
-        tide_error("%s: missing key \"%s\" (the official configuration class's default, -1 or "
-                   "None, builds no working model, so there is no default)",
-                   r->path, key);
-        r->errors++;
-    } else {
-        tide_info("%s: \"%s\" is missing: using %s, the default of the official configuration "
-                  "class",
-                  r->path, key, def);
-    }
-    return true;
-}
-
-static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t def, int64_t lo,
-                  int64_t hi)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%lld", (long long)def);
-    if (rd_missing(r, key, def_ok, text))
-        return (int)def;
-    json_t *v = json_object_get(r->root, key);
-    if (!json_is_integer(v)) {
-        tide_error("%s: \"%s\" must be an integer", r->path, key);
-        r->errors++;
-        return (int)def;
-    }
-    json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi) {
-        tide_error("%s: \"%s\" = %lld is out of range [%lld, %lld]", r->path, key, (long long)x,
-                   (long long)lo, (long long)hi);
-        r->errors++;
-        return (int)def;
-    }
-    return (int)x;
-}
-
-static double rd_num(struct cfg_reader *r, const char *key, bool def_ok, double def)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%g", def);
-    if (rd_missing(r, key, def_ok, text))
-        return def;
-    json_t *v = json_object_get(r->root, key);
-    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-        tide_error("%s: \"%s\" must be a number", r->path, key);
-        r->errors++;
-        return def;
-    }
-    return json_number_value(v);
-}
+#define NO_DEFAULT                                                                                 \
+    "the official configuration class's default, -1 or None, builds no working model, so there "   \
+    "is no default"
 
 /* A flag the official code tests for truth (None counts as false). */
-static bool rd_flag(struct cfg_reader *r, const char *key, bool def)
+static bool rd_flag(struct mc_cfg_reader *r, const char *key, bool def)
 {
     json_t *v = json_object_get(r->root, key);
     if (!v)
@@ -98,21 +42,6 @@ static bool rd_flag(struct cfg_reader *r, const char *key, bool def)
         return def;
     }
     return json_is_true(v);
-}
-
-static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...) TIDE_PRINTF(3, 4);
-
-static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...)
-{
-    if (ok)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tide_error("%s: %s", r->path, msg);
-    r->errors++;
 }
 
 /* model_type and architectures: "llada" is shared with the dense LLaDA-8B
@@ -154,7 +83,7 @@ static int check_type(json_t *root, const char *path)
 }
 
 /* moe_layer_freq: one entry per layer, 0 = dense feed-forward, else MoE. */
-static void rd_layer_freq(struct cfg_reader *r, struct lmoe_cfg *c)
+static void rd_layer_freq(struct mc_cfg_reader *r, struct lmoe_cfg *c)
 {
     json_t *v = json_object_get(r->root, "moe_layer_freq");
     if (!v || json_is_null(v)) {
@@ -201,44 +130,28 @@ void lmoe_cfg_finish(struct lmoe_cfg *c)
 int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        tide_error("%s: not a regular file", path);
-        return TIDE_E_FORMAT;
-    }
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
-            tide_error("%s: cannot read: %s", path, jerr.text);
-        else
-            tide_error("%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
-        return errno == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_FORMAT;
-    }
-    if (!json_is_object(root)) {
-        tide_error("%s: top level must be a JSON object", path);
-        json_decref(root);
-        return TIDE_E_FORMAT;
-    }
-    int rc = check_type(root, path);
+    json_t *root;
+    int rc = mc_cfg_open(dir, path, sizeof path, &root);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = check_type(root, path);
     if (rc != TIDE_OK) {
         json_decref(root);
         return rc;
     }
-    struct cfg_reader r = {.root = root, .path = path};
+    struct mc_cfg_reader r = {.root = root, .path = path, .no_default = NO_DEFAULT};
     const int64_t big = 1 << 20;
     memset(c, 0, sizeof *c);
     /* Defaults: LLaDAConfig.__init__ (configuration_lladamoe.py). */
-    c->hidden = rd_int(&r, "hidden_size", false, 0, 1, big);
-    c->n_layers = rd_int(&r, "num_hidden_layers", false, 0, 1, LMOE_MAX_LAYERS);
-    c->n_heads = rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
+    c->hidden = mc_rd_int(&r, "hidden_size", false, 0, 1, big);
+    c->n_layers = mc_rd_int(&r, "num_hidden_layers", false, 0, 1, LMOE_MAX_LAYERS);
+    c->n_heads = mc_rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
     /* num_key_value_heads None -> num_attention_heads */
-    c->n_kv_heads = rd_int(&r, "num_key_value_heads", true, c->n_heads, 1, 4096);
-    cfg_rule(&r, c->hidden % c->n_heads == 0,
-             "num_attention_heads (%d) must divide hidden_size (%d): the official attention "
-             "takes head_dim = hidden_size / num_attention_heads and raises otherwise",
-             c->n_heads, c->hidden);
+    c->n_kv_heads = mc_rd_int(&r, "num_key_value_heads", true, c->n_heads, 1, 4096);
+    mc_cfg_rule(&r, c->hidden % c->n_heads == 0,
+                "num_attention_heads (%d) must divide hidden_size (%d): the official attention "
+                "takes head_dim = hidden_size / num_attention_heads and raises otherwise",
+                c->n_heads, c->hidden);
     c->head_dim = c->hidden / c->n_heads;
     json_t *hd = json_object_get(root, "head_dim");
     if (hd && json_is_integer(hd) && json_integer_value(hd) != c->head_dim)
@@ -248,17 +161,17 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
     /* transformers' default RoPE: int(head_dim * partial_rotary_factor) dims;
      * the class default -1 gives none that work. */
     const int before = r.errors;
-    double prf = rd_num(&r, "partial_rotary_factor", false, -1.0);
-    cfg_rule(&r, r.errors > before || (prf > 0 && prf <= 1),
-             "partial_rotary_factor (%g) must be in (0, 1]", prf);
+    double prf = mc_rd_num(&r, "partial_rotary_factor", false, -1.0);
+    mc_cfg_rule(&r, r.errors > before || (prf > 0 && prf <= 1),
+                "partial_rotary_factor (%g) must be in (0, 1]", prf);
     c->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0;
-    c->rope_theta = rd_num(&r, "rope_theta", false, -1.0);
-    c->moe_inter = rd_int(&r, "expert_intermediate_size", false, 0, 1, big);
-    c->n_experts = rd_int(&r, "num_experts", false, 1, 1, 65536);
-    c->top_k = rd_int(&r, "num_experts_per_tok", false, 1, 1, 65536);
-    c->vocab = rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
-    c->max_pos = rd_int(&r, "max_position_embeddings", true, 4096, 1, 1 << 24);
-    c->eps = rd_num(&r, "rms_norm_eps", true, 1e-5);
+    c->rope_theta = mc_rd_num(&r, "rope_theta", false, -1.0);
+    c->moe_inter = mc_rd_int(&r, "expert_intermediate_size", false, 0, 1, big);
+    c->n_experts = mc_rd_int(&r, "num_experts", false, 1, 1, 65536);
+    c->top_k = mc_rd_int(&r, "num_experts_per_tok", false, 1, 1, 65536);
+    c->vocab = mc_rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
+    c->max_pos = mc_rd_int(&r, "max_position_embeddings", true, 4096, 1, 1 << 24);
+    c->eps = mc_rd_num(&r, "rms_norm_eps", true, 1e-5);
     c->tied = rd_flag(&r, "tie_word_embeddings", false);
     c->qk_norm = rd_flag(&r, "qk_layernorm", false);
     c->expert_bias = rd_flag(&r, "moe_router_enable_expert_bias", false);
@@ -271,7 +184,7 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
                    path);
         r.errors++;
     } else if (!json_is_null(sh)) {
-        c->shared_inter = rd_int(&r, "shared_expert_intermediate_size", false, 0, 1, big);
+        c->shared_inter = mc_rd_int(&r, "shared_expert_intermediate_size", false, 0, 1, big);
     }
     if (c->n_layers >= 1 && c->n_layers <= LMOE_MAX_LAYERS)
         rd_layer_freq(&r, c);
@@ -279,7 +192,7 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
     for (int l = 0; l < c->n_layers && !r.errors; l++)
         any_dense |= !c->moe[l];
     if (any_dense)
-        c->dense_inter = rd_int(&r, "dense_intermediate_size", false, 0, 1, big);
+        c->dense_inter = mc_rd_int(&r, "dense_intermediate_size", false, 0, 1, big);
 
     /* Keys the code path never reads: noted when they promise something else. */
     json_t *nt = json_object_get(root, "norm_topk_prob");
@@ -297,35 +210,36 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
         tide_warn("%s: \"routed_scaling_factor\" = %g is ignored, as in the official code", path,
                   json_number_value(rs));
     json_t *act = json_object_get(root, "hidden_act");
-    cfg_rule(&r,
-             !act || json_is_null(act) ||
-                 (json_is_string(act) && !strcmp(json_string_value(act), "silu")),
-             "hidden_act must be \"silu\" (model-llada-moe implements SwiGLU)");
-    cfg_rule(&r, !rd_flag(&r, "attention_bias", false), "attention_bias = true is not supported");
+    mc_cfg_rule(&r,
+                !act || json_is_null(act) ||
+                    (json_is_string(act) && !strcmp(json_string_value(act), "silu")),
+                "hidden_act must be \"silu\" (model-llada-moe implements SwiGLU)");
+    mc_cfg_rule(&r, !rd_flag(&r, "attention_bias", false),
+                "attention_bias = true is not supported");
     json_t *clip = json_object_get(root, "clip_qkv");
-    cfg_rule(&r, !clip || json_is_null(clip), "clip_qkv is not supported (must be null)");
+    mc_cfg_rule(&r, !clip || json_is_null(clip), "clip_qkv is not supported (must be null)");
     json_t *rsc = json_object_get(root, "rope_scaling");
-    cfg_rule(&r, !rsc || json_is_null(rsc), "rope_scaling is not supported (must be null)");
+    mc_cfg_rule(&r, !rsc || json_is_null(rsc), "rope_scaling is not supported (must be null)");
 
     if (!r.errors) {
-        cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
-                 "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
-                 c->n_heads);
-        cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim >= 2,
-                 "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and >= 2",
-                 c->rot_dim);
-        cfg_rule(&r, c->top_k <= c->n_experts, "num_experts_per_tok (%d) exceeds num_experts (%d)",
-                 c->top_k, c->n_experts);
+        mc_cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
+                    "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
+                    c->n_heads);
+        mc_cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim >= 2,
+                    "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and >= 2",
+                    c->rot_dim);
+        mc_cfg_rule(&r, c->top_k <= c->n_experts,
+                    "num_experts_per_tok (%d) exceeds num_experts (%d)", c->top_k, c->n_experts);
         int n_moe = 0;
         for (int l = 0; l < c->n_layers; l++)
             n_moe += c->moe[l];
         const int64_t routed = (int64_t)n_moe * c->n_experts;
-        cfg_rule(&r, routed <= LMOE_MAX_ROUTED,
-                 "%d MoE layers times num_experts (%d) is %lld routed experts; TIDE supports at "
-                 "most %d",
-                 n_moe, c->n_experts, (long long)routed, LMOE_MAX_ROUTED);
-        cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
-        cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
+        mc_cfg_rule(&r, routed <= LMOE_MAX_ROUTED,
+                    "%d MoE layers times num_experts (%d) is %lld routed experts; TIDE supports at "
+                    "most %d",
+                    n_moe, c->n_experts, (long long)routed, LMOE_MAX_ROUTED);
+        mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
+        mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
     json_decref(root);
     if (r.errors)
@@ -393,19 +307,6 @@ int lmoe_tensor_count(const struct lmoe_cfg *c)
     return c->first[c->n_layers] + 1 + (c->tied ? 0 : 1);
 }
 
-static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
-{
-    shape[0] = a;
-    shape[1] = b;
-    return 2;
-}
-
-static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
-{
-    shape[0] = a;
-    return 1;
-}
-
 /* The layer holding tensor i (first[l] <= i < first[l+1]), by bisection. */
 static int layer_of(const struct lmoe_cfg *c, int i)
 {
@@ -439,28 +340,26 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
         switch (slot) {
         case 0:
         case 7:
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         case 1:
-            return spec2(shape, qw, H);
+            return mc_spec2(shape, qw, H);
         case 2:
         case 3:
-            return spec2(shape, kw, H);
+            return mc_spec2(shape, kw, H);
         case 4:
         case 5:
-            return spec1(shape, hd); /* per head, over head_dim */
+            return mc_spec1(shape, hd); /* per head, over head_dim */
         default:
-            return spec2(shape, H, qw);
+            return mc_spec2(shape, H, qw);
         }
     }
     j -= natt;
-    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
     if (!c->moe[l]) {
-        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
-        return j < 2 ? spec2(shape, c->dense_inter, H) : spec2(shape, H, c->dense_inter);
+        return mc_spec_swiglu(p, "mlp", j, c->dense_inter, H, name, len, shape);
     }
     if (j == 0) {
         snprintf(name, len, "%s.mlp.gate.weight", p);
-        return spec2(shape, c->n_experts, H);
+        return mc_spec2(shape, c->n_experts, H);
     }
     j--;
     if (c->expert_bias) {
@@ -468,18 +367,16 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
             /* a float32 buffer of LLaDAMoESparseMoeBlock */
             snprintf(name, len, "%s.mlp.expert_bias", p);
             *dt = TIDE_DTYPE_F32;
-            return spec1(shape, c->n_experts);
+            return mc_spec1(shape, c->n_experts);
         }
         j--;
     }
     if (j < 3 * c->n_experts) {
-        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
-        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
     }
     j -= 3 * c->n_experts;
     /* the shared expert hangs off the decoder layer, not the MoE block */
-    snprintf(name, len, "%s.shared_expert.%s.weight", p, proj[j]);
-    return j < 2 ? spec2(shape, c->shared_inter, H) : spec2(shape, H, c->shared_inter);
+    return mc_spec_swiglu(p, "shared_expert", j, c->shared_inter, H, name, len, shape);
 }
 
 int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], enum tide_dtype *dt,
@@ -488,7 +385,7 @@ int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], 
     *dt = TIDE_DTYPE_BF16;
     if (i == 0) {
         snprintf(name, LMOE_NAME_MAX, "model.embed_tokens.weight");
-        return spec2(shape, c->vocab, c->hidden);
+        return mc_spec2(shape, c->vocab, c->hidden);
     }
     if (i < c->first[c->n_layers]) {
         int l = layer_of(c, i);
@@ -496,10 +393,10 @@ int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], 
     }
     if (i == c->first[c->n_layers]) {
         snprintf(name, LMOE_NAME_MAX, "model.norm.weight");
-        return spec1(shape, c->hidden);
+        return mc_spec1(shape, c->hidden);
     }
     snprintf(name, LMOE_NAME_MAX, "lm_head.weight");
-    return spec2(shape, c->vocab, c->hidden);
+    return mc_spec2(shape, c->vocab, c->hidden);
 }
 
 bool lmoe_tensor_is_routed(const struct lmoe_cfg *c, int i)

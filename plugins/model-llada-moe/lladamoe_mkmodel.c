@@ -11,8 +11,6 @@
 #include "model-common/mkmodel.h"
 #include "tide/log.h"
 #include "tide/status.h"
-#include "tide/tokenizer.h"
-#include "tide/tokenizer_train.h"
 
 /* A preset: the shape of one model size. */
 struct mk_preset {
@@ -90,6 +88,11 @@ static int mk_spec(const void *ctx, int i, char name[MC_NAME_MAX], enum tide_dty
     return lmoe_tensor_spec(ctx, i, name, dt, shape);
 }
 
+static int mk_write_cfg(const char *path, const void *cfg)
+{
+    return lmoe_cfg_write(path, cfg);
+}
+
 int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed)
 {
     const struct mk_preset *p = NULL;
@@ -112,38 +115,13 @@ int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed)
         for (int l = 0; l < layers; l++)
             c.moe[l] = l >= p->n_dense;
     }
-    int rc = mc_mk_prepare_dir(dir);
+    float *head_gain;
+    int rc = mc_mk_tokenizer(dir, p->vocab_target, &c.vocab, &head_gain);
     if (rc != TIDE_OK)
         return rc;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    rc =
-        tide_tokenizer_train(mc_mk_corpus, sizeof mc_mk_corpus - 1, p->vocab_target, mc_mk_specials,
-                             (int)(sizeof mc_mk_specials / sizeof mc_mk_specials[0]), path, false);
-    if (rc != TIDE_OK)
-        return rc;
-    struct tide_tokenizer *tok;
-    if ((rc = tide_tokenizer_load(path, &tok)) != TIDE_OK)
-        return rc;
-    if (!c.vocab)
-        c.vocab = tide_tokenizer_size(tok);
     lmoe_cfg_finish(&c);
-    float *head_gain = mc_mk_head_gains(tok, c.vocab);
-    tide_tokenizer_free(tok);
-    if (!head_gain)
-        return TIDE_E_NOMEM;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = lmoe_cfg_write(path, &c)) != TIDE_OK) {
-        free(head_gain);
-        return rc;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const uint64_t bytes =
         lmoe_dense_bytes(&c) + lmoe_expert_bytes(&c) * (uint64_t)c.n_moe * (uint64_t)c.n_experts;
-    tide_info("mkmodel: writing %s (%s, %d layers, %.2f GiB, seed %llu)", dir, preset, c.n_layers,
-              (double)bytes / 1073741824.0, (unsigned long long)seed);
-    rc = mc_mk_write_weights(path, &c, lmoe_tensor_count(&c), mk_spec, mk_dist, bytes, seed,
-                             head_gain);
-    free(head_gain);
-    return rc;
+    return mc_mk_finish(dir, preset, c.n_layers, &c, mk_write_cfg, lmoe_tensor_count(&c), mk_spec,
+                        mk_dist, bytes, seed, head_gain);
 }

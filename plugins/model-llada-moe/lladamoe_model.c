@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "lladamoe.h"
+#include "model-common/forward.h"
 #include "model-common/slots.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -29,20 +30,6 @@ struct lmoe_layer {
     struct tide_weight *sh_gate, *sh_up, *sh_down;    /* shared expert, or NULL */
     int moe_index;                                    /* -1 for dense layers */
     struct tide_buffer *k_cache, *v_cache;            /* f32 [n_ctx, n_kv*hd] */
-};
-
-enum lmoe_phase {
-    LMOE_PH_ATTENTION, /* q/k/v, q/k norms, rope, K/V write, attention, o_proj, residual */
-    LMOE_PH_DENSE,     /* the dense SwiGLU of dense layers */
-    LMOE_PH_SHARED,    /* the shared expert */
-    LMOE_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
-    LMOE_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
-    LMOE_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
-    LMOE_N_PHASES
-};
-
-static const char *const lmoe_phase_names[LMOE_N_PHASES] = {
-    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
 };
 
 struct tide_model {
@@ -70,16 +57,7 @@ static const struct tide_backend_ops *ops_of(const struct tide_model *m)
 static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
                        int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
 {
-    const int64_t shape[2] = {d0, d1};
-    const struct tide_view *v;
-    int rc = tide_st_expect(m->st, name, dt, ndim, shape, &v);
-    if (rc != TIDE_OK)
-        return rc;
-    rc = ops_of(m)->weight_create(m->dev.bk, v, kind, out);
-    if (rc != TIDE_OK)
-        tide_error("model-llada-moe: backend %s could not take tensor '%s': %s", m->dev.name, name,
-                   tide_status_str(rc));
-    return rc;
+    return mc_load_weight("model-llada-moe", m->st, &m->dev, name, dt, ndim, d0, d1, kind, out);
 }
 
 static int load_layer(struct tide_model *m, int l, int *moe_index)
@@ -132,38 +110,18 @@ static int load_layer(struct tide_model *m, int l, int *moe_index)
         W(sh_down, "shared_expert.down_proj.weight", B, 2, H, I, TIDE_WEIGHT_MATMUL);
     }
 #undef W
-    for (int e = 0; e < c->n_experts; e++) {
-        static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
-        const struct tide_view *v[3];
-        for (int j = 0; j < 3; j++) {
-            const int64_t shape[2] = {j < 2 ? c->moe_inter : H, j < 2 ? H : c->moe_inter};
-            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
-            if ((rc = tide_st_expect(m->st, n, B, 2, shape, &v[j])) != TIDE_OK)
-                return rc;
-        }
-        if ((rc = tide_moe_register_expert(m->moe, L->moe_index, e, v[0], v[1], v[2])) != TIDE_OK)
-            return rc;
-    }
-    return TIDE_OK;
+    return mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H);
 }
 
 static void free_buffers(struct tide_model *m)
 {
-    const struct tide_backend_ops *o = m->dev.ops;
     struct tide_buffer **bufs[] = {&m->h,    &m->x, &m->q, &m->k, &m->v,    &m->att,   &m->tmp,
                                    &m->tmp2, &m->g, &m->u, &m->a, &m->rlog, &m->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i])
-            o->buffer_free(m->dev.bk, *bufs[i]);
-        *bufs[i] = NULL;
-    }
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mc_buffer_free(&m->dev, bufs[i]);
     for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
-        struct lmoe_layer *L = &m->layers[l];
-        if (L->k_cache)
-            o->buffer_free(m->dev.bk, L->k_cache);
-        if (L->v_cache)
-            o->buffer_free(m->dev.bk, L->v_cache);
-        L->k_cache = L->v_cache = NULL;
+        mc_buffer_free(&m->dev, &m->layers[l].k_cache);
+        mc_buffer_free(&m->dev, &m->layers[l].v_cache);
     }
     free(m->ids);
     free(m->wts);
@@ -187,10 +145,7 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
     const size_t ffn = max3((size_t)c->dense_inter, (size_t)c->shared_inter, 1);
     const size_t qw = (size_t)c->n_heads * (size_t)c->head_dim;
     const size_t kw = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    struct {
-        struct tide_buffer **buf;
-        size_t bytes;
-    } want[] = {
+    const struct mc_buf_want want[] = {
         {&m->h, T * H * 4},
         {&m->x, T * H * 2},
         {&m->q, T * qw * 4},
@@ -205,14 +160,9 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
         {&m->rlog, T * (size_t)c->n_experts * 4},
         {&m->logits, T * (size_t)c->vocab * 4},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        int rc = ops_of(m)->buffer_alloc(m->dev.bk, want[i].bytes, want[i].buf);
-        if (rc != TIDE_OK) {
-            tide_error("model-llada-moe: cannot allocate %zu bytes of activations on %s",
-                       want[i].bytes, m->dev.name);
-            return rc;
-        }
-    }
+    int rc = mc_buffers_alloc("model-llada-moe", &m->dev, want, sizeof want / sizeof want[0]);
+    if (rc != TIDE_OK)
+        return rc;
     m->ids = malloc(T * (size_t)c->top_k * sizeof *m->ids);
     m->wts = malloc(T * (size_t)c->top_k * sizeof *m->wts);
     m->rl_host = malloc(T * (size_t)c->n_experts * sizeof *m->rl_host);
@@ -222,17 +172,9 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
 int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
 {
     const struct lmoe_cfg *c = &m->cfg;
-    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
-        tide_error("model-llada-moe: reserve(%lld positions, %lld per forward) is invalid",
-                   (long long)n_ctx, (long long)max_tokens);
-        return TIDE_E_INVAL;
-    }
-    if (n_ctx > c->max_pos) {
-        tide_error("model-llada-moe: %lld positions requested but the model supports %lld "
-                   "(max_position_embeddings)",
-                   (long long)n_ctx, (long long)c->max_pos);
-        return TIDE_E_RANGE;
-    }
+    int rc = mc_reserve_check("model-llada-moe", n_ctx, max_tokens, c->max_pos);
+    if (rc != TIDE_OK)
+        return rc;
     if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
         return TIDE_OK;
     if (m->n_ctx > n_ctx)
@@ -240,15 +182,11 @@ int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
     if (m->max_tokens > max_tokens)
         max_tokens = m->max_tokens;
     free_buffers(m);
-    int rc = alloc_acts(m, max_tokens);
+    rc = alloc_acts(m, max_tokens);
     const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
-    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
-        struct lmoe_layer *L = &m->layers[l];
-        if ((rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->k_cache)) != TIDE_OK ||
-            (rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->v_cache)) != TIDE_OK)
-            tide_error("model-llada-moe: cannot allocate the KV cache of layer %d (%zu bytes x 2)",
-                       l, kv_bytes);
-    }
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++)
+        rc = mc_kv_alloc("model-llada-moe", &m->dev, l, kv_bytes, &m->layers[l].k_cache,
+                         &m->layers[l].v_cache);
     if (rc != TIDE_OK) {
         free_buffers(m);
         return rc;
@@ -294,22 +232,9 @@ int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
         .attention = TIDE_ATTN_FULL,
         .decoder = "llada",
     };
-    mc_prof_init(&m->prof, lmoe_phase_names, LMOE_N_PHASES);
-    const unsigned load =
-        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
-            ? args->load_flags
-            : 0u;
-    if ((rc = tide_st_open_flags(args->dir, load, &m->st)) != TIDE_OK)
-        goto fail;
-    const struct tide_moe_shape shape = {
-        .size = sizeof shape,
-        .n_layers = c->n_moe,
-        .n_experts = c->n_experts,
-        .top_k = c->top_k,
-        .hidden = c->hidden,
-        .inter = c->moe_inter,
-    };
-    if (shape.n_layers > 0 && (rc = tide_moe_declare(m->moe, &shape)) != TIDE_OK)
+    mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
+    if ((rc = mc_open_checkpoint(args, c->n_moe, c->n_experts, c->top_k, c->hidden, c->moe_inter,
+                                 &m->st)) != TIDE_OK)
         goto fail;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->scratch = malloc(sizeof *m->scratch * (size_t)c->n_experts);
@@ -342,14 +267,8 @@ void lmoe_close(struct tide_model *m)
 {
     if (!m)
         return;
-    const struct tide_backend_ops *o = m->dev.ops;
-    struct tide_backend *bk = m->dev.bk;
-    if (o) {
-#define WFREE(w)                                                                                   \
-    do {                                                                                           \
-        if (w)                                                                                     \
-            o->weight_destroy(bk, w);                                                              \
-    } while (0)
+    if (m->dev.ops) {
+#define WFREE(w) mc_weight_free(&m->dev, &(w))
         for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
             struct lmoe_layer *L = &m->layers[l];
             WFREE(L->in_norm);
@@ -394,18 +313,6 @@ static int lmoe_phase(struct tide_model *m, int next)
     return mc_prof_phase(&m->prof, ops_of(m), m->dev.bk, next);
 }
 
-/* Count the work of the phase being timed: bytes read and FLOPs. */
-static void lmoe_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
-{
-    mc_prof_work(&m->prof, bytes, flops, flops_f32);
-}
-
-/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
-static void lmoe_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
-{
-    lmoe_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
-}
-
 int lmoe_profile(struct tide_model *m, bool on)
 {
     return mc_prof_switch(&m->prof, on, m->cfg.n_experts);
@@ -422,16 +329,10 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
                       const struct tide_weight *gate, const struct tide_weight *up,
                       const struct tide_weight *down, const struct tide_tensor *y)
 {
-    const struct tide_backend_ops *o = ops_of(m);
-    struct tide_backend *bk = m->dev.bk;
-    struct tide_tensor g = tide_tensor_2d(m->g, TIDE_DTYPE_F32, n, I);
-    struct tide_tensor u = tide_tensor_2d(m->u, TIDE_DTYPE_F32, n, I);
-    struct tide_tensor a = tide_tensor_2d(m->a, TIDE_DTYPE_BF16, n, I);
-    int rc;
-    if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
-        (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
+    int rc = mc_swiglu(&m->dev, m->g, m->u, m->a, x, n, I, gate, up, down, y);
+    if (rc != TIDE_OK)
         return rc;
-    lmoe_mm_work(m, n, 3 * I, m->cfg.hidden);
+    mc_prof_mm_work(&m->prof, n, 3 * I, m->cfg.hidden);
     return TIDE_OK;
 }
 
@@ -449,11 +350,6 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
     struct tide_tensor q = tide_tensor_2d(m->q, TIDE_DTYPE_F32, n, qw);
     struct tide_tensor k = tide_tensor_2d(m->k, TIDE_DTYPE_F32, n, kw);
     struct tide_tensor v = tide_tensor_2d(m->v, TIDE_DTYPE_F32, n, kw);
-    struct tide_tensor kc = tide_tensor_2d(L->k_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
-    struct tide_tensor vc = tide_tensor_2d(L->v_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
-    struct tide_tensor kdst = tide_tensor_slice(&kc, pos0, n, 0, kw);
-    struct tide_tensor vdst = tide_tensor_slice(&vc, pos0, n, 0, kw);
-    struct tide_tensor att = tide_tensor_2d(m->att, TIDE_DTYPE_BF16, n, qw);
     int rc;
     if ((rc = o->matmul(bk, x, L->wq, &q)) || (rc = o->matmul(bk, x, L->wk, &k)) ||
         (rc = o->matmul(bk, x, L->wv, &v)))
@@ -466,32 +362,32 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
     if ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
         (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)))
         return rc;
-    if ((rc = o->convert(bk, &k, &kdst)) || (rc = o->convert(bk, &v, &vdst)))
-        return rc;
-    const struct tide_attn_args aa = {
-        .size = sizeof aa,
+    const struct mc_attend_args aa = {
         .q = &q,
-        .k_cache = &kc,
-        .v_cache = &vc,
-        .out = &att,
-        .pos0 = pos0,
+        .k = &k,
+        .v = &v,
+        .k_cache = L->k_cache,
+        .v_cache = L->v_cache,
+        .att = m->att,
+        .tmp = m->tmp,
+        .h = m->h,
+        .wo = L->wo,
+        .n_ctx = m->n_ctx,
         .n = n,
+        .pos0 = pos0,
+        .hidden = c->hidden,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .head_dim = (int)hd,
         .block = (int)m->n_ctx, /* one block: full attention */
-        .scale = (float)(1.0 / sqrt((double)hd)),
     };
-    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, c->hidden);
-    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, L->wo, &tmp)) ||
-        (rc = o->add(bk, &h, &tmp)))
+    if ((rc = mc_attend(&m->dev, &aa)))
         return rc;
     if (m->prof.on) {
-        lmoe_mm_work(m, n, qw + 2 * kw, c->hidden);
-        lmoe_mm_work(m, n, c->hidden, qw);
-        lmoe_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
-                  4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
+        mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
+        mc_prof_mm_work(&m->prof, n, c->hidden, qw);
+        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
+                     4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
     }
     return TIDE_OK;
 }
@@ -532,9 +428,10 @@ static void lmoe_routed_work(struct tide_model *m, int64_t n)
     if (!m->prof.on)
         return;
     const uint64_t distinct = mc_prof_distinct(&m->prof, m->ids, n * c->top_k, c->n_experts);
-    lmoe_mm_work(m, n, c->n_experts, c->hidden);
-    lmoe_work(m, distinct * lmoe_expert_bytes(c),
-              2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter, 0);
+    mc_prof_mm_work(&m->prof, n, c->n_experts, c->hidden);
+    mc_prof_work(&m->prof, distinct * lmoe_expert_bytes(c),
+                 2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
+                 0);
 }
 
 /* y = sum of the routed experts (through the dispatcher) + the shared expert. */
@@ -545,7 +442,7 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
-    int rc = lmoe_phase(m, LMOE_PH_ROUTED);
+    int rc = lmoe_phase(m, MC_PH_ROUTED);
     if (!rc)
         rc = o->matmul(bk, x, L->router, &rl);
     /* The softmax router runs on the host, like the backend router op's
@@ -563,7 +460,7 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
     if (!c->shared_inter)
         return TIDE_OK;
     struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = lmoe_phase(m, LMOE_PH_SHARED)) ||
+    if ((rc = lmoe_phase(m, MC_PH_SHARED)) ||
         (rc = swiglu_mlp(m, x, n, c->shared_inter, L->sh_gate, L->sh_up, L->sh_down, &sh)))
         return rc;
     return o->add(bk, y, &sh);
@@ -572,48 +469,30 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
 static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
 {
     const struct lmoe_cfg *c = &m->cfg;
-    const struct tide_backend_ops *o = ops_of(m);
-    struct tide_backend *bk = m->dev.bk;
-    const int64_t H = c->hidden;
-    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n_rows, H);
-    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n_rows, H);
-    struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n_rows, c->vocab);
-    int rc = TIDE_OK;
-    if (rows) {
-        struct tide_tensor hall = tide_tensor_2d(m->h, TIDE_DTYPE_F32, m->max_tokens, H);
-        h = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n_rows, H);
-        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
-    }
-    if (!rc && !(rc = o->rmsnorm(bk, &h, m->norm, (int)H, (float)c->eps, &x)) &&
-        !(rc = o->matmul(bk, &x, m->head, &lg)))
-        rc = o->read(bk, &lg, logits);
-    lmoe_mm_work(m, n_rows, c->vocab, H);
+    const struct mc_output_args oa = {
+        .h = m->h,
+        .x = m->x,
+        .tmp = m->tmp,
+        .lg = m->logits,
+        .norm = m->norm,
+        .head = m->head,
+        .max_tokens = m->max_tokens,
+        .hidden = c->hidden,
+        .vocab = c->vocab,
+        .eps = (float)c->eps,
+    };
+    int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
+    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
     return rc;
-}
-
-static int lmoe_check_rows(const int32_t *rows, int64_t n_rows, int64_t n, const float *logits)
-{
-    return mc_check_rows("model-llada-moe", rows, n_rows, n, logits);
 }
 
 static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                     const int32_t *rows, int64_t n_rows, float *logits)
 {
     const struct lmoe_cfg *c = &m->cfg;
-    if (n < 1 || n > m->max_tokens || pos0 < 0 || pos0 + n > m->n_ctx) {
-        tide_error("model-llada-moe: forward of %lld tokens at position %lld exceeds the opened "
-                   "capacity (%lld tokens per call, %lld positions)",
-                   (long long)n, (long long)pos0, (long long)m->max_tokens, (long long)m->n_ctx);
-        return TIDE_E_RANGE;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= c->vocab) {
-            tide_error("model-llada-moe: token id %d at position %lld is outside the vocabulary "
-                       "(vocab_size %d)",
-                       ids[i], (long long)(pos0 + i), c->vocab);
-            return TIDE_E_RANGE;
-        }
-    }
+    int rc = mc_check_span("model-llada-moe", ids, n, pos0, m->max_tokens, m->n_ctx, c->vocab);
+    if (rc != TIDE_OK)
+        return rc;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     const int64_t H = c->hidden;
@@ -621,34 +500,34 @@ static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t
     struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
     struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
     const float eps = (float)c->eps;
-    int rc = lmoe_phase(m, LMOE_PH_OTHER);
+    rc = lmoe_phase(m, MC_PH_OTHER);
     if (!rc)
         rc = o->embed(bk, m->embed, ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct lmoe_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = lmoe_phase(m, LMOE_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
-            (rc = lmoe_phase(m, LMOE_PH_OTHER)) ||
+            (rc = lmoe_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = lmoe_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
         if (L->moe_index < 0) {
-            if (!(rc = lmoe_phase(m, LMOE_PH_DENSE)))
+            if (!(rc = lmoe_phase(m, MC_PH_DENSE)))
                 rc =
                     swiglu_mlp(m, &x, n, c->dense_inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
         } else {
             rc = moe_block(m, L, n, &x, &tmp);
         }
-        if (rc == TIDE_OK && (rc = lmoe_phase(m, LMOE_PH_OTHER)) == TIDE_OK)
+        if (rc == TIDE_OK && (rc = lmoe_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
     if (rc == TIDE_OK && logits && n_rows > 0) {
-        if (!(rc = lmoe_phase(m, LMOE_PH_OUTPUT)))
+        if (!(rc = lmoe_phase(m, MC_PH_OUTPUT)))
             rc = lmoe_output(m, rows, n_rows, logits);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
     if (rc == TIDE_OK)
-        rc = lmoe_phase(m, LMOE_N_PHASES);
+        rc = lmoe_phase(m, MC_N_PHASES);
     return rc;
 }
 
@@ -666,20 +545,6 @@ int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t po
 int lmoe_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                       const int32_t *rows, int64_t n_rows, float *logits)
 {
-    int rc = lmoe_check_rows(rows, n_rows, n, logits);
-    if (rc != TIDE_OK)
-        return rc;
-    const struct tide_backend_ops *o = ops_of(m);
-    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
-        const int64_t V = m->cfg.vocab;
-        float *all = malloc(sizeof *all * (size_t)(n * V));
-        if (!all)
-            return TIDE_E_NOMEM;
-        rc = lmoe_run(m, ids, n, pos0, NULL, n, all);
-        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
-            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
-        free(all);
-        return rc;
-    }
-    return lmoe_run(m, ids, n, pos0, rows, n_rows, logits);
+    return mc_forward_rows("model-llada-moe", ops_of(m), lmoe_run, m, m->cfg.vocab, ids, n, pos0,
+                           rows, n_rows, logits);
 }

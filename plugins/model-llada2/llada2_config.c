@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "llada2.h"
+#include "model-common/config.h"
+#include "model-common/spec.h"
 #include "tide/log.h"
 #include "tide/status.h"
 
@@ -16,76 +18,16 @@
  * the largest MoE checkpoints published, and it keeps the tensor count an int. */
 #define LLADA2_MAX_ROUTED (1 << 20)
 
-struct cfg_reader {
-    json_t *root;
-    const char *path;
-    int errors;
-};
-
 /* Missing keys. A key that sets tensor shapes has no usable default: the
  * official configuration class's (hidden_size 1024, intermediate_size None,
  * num_key_value_heads 0, ...) fit no released checkpoint or crash its own
  * code, so naming the key beats a shape mismatch later. Any other key takes
  * the default of LLaDA2MoeConfig (configuration_llada2_moe.py), logged. */
-static bool rd_missing(struct cfg_reader *r, const char *key, bool def_ok, const char *def)
-{
-    json_t *v = json_object_get(r->root, key);
-    if (v && !json_is_null(v))
-        return false;
-    if (!def_ok) {
-        tide_error("%s: missing key \"%s\" (it sets tensor shapes, so there is no default)",
-                   r->path, key);
-        r->errors++;
-    } else {
-        tide_info("%s: \"%s\" is missing: using %s, the default of the official configuration "
-                  "class",
-                  r->path, key, def);
-    }
-    return true;
-}
+#define NO_DEFAULT "it sets tensor shapes, so there is no default"
 
-/* An integer key; a missing one takes def when def_ok (rd_missing). */
-static int rd_int(struct cfg_reader *r, const char *key, bool def_ok, int64_t def, int64_t lo,
-                  int64_t hi)
+static bool rd_bool(struct mc_cfg_reader *r, const char *key, bool def)
 {
-    char text[32];
-    snprintf(text, sizeof text, "%lld", (long long)def);
-    if (rd_missing(r, key, def_ok, text))
-        return (int)def;
-    json_t *v = json_object_get(r->root, key);
-    if (!json_is_integer(v)) {
-        tide_error("%s: \"%s\" must be an integer", r->path, key);
-        r->errors++;
-        return (int)def;
-    }
-    json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi) {
-        tide_error("%s: \"%s\" = %lld is out of range [%lld, %lld]", r->path, key, (long long)x,
-                   (long long)lo, (long long)hi);
-        r->errors++;
-        return (int)def;
-    }
-    return (int)x;
-}
-
-static double rd_num(struct cfg_reader *r, const char *key, double def)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%g", def);
-    if (rd_missing(r, key, true, text))
-        return def;
-    json_t *v = json_object_get(r->root, key);
-    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-        tide_error("%s: \"%s\" must be a number", r->path, key);
-        r->errors++;
-        return def;
-    }
-    return json_number_value(v);
-}
-
-static bool rd_bool(struct cfg_reader *r, const char *key, bool def)
-{
-    if (rd_missing(r, key, true, def ? "true" : "false"))
+    if (mc_rd_missing(r, key, true, def ? "true" : "false"))
         return def;
     json_t *v = json_object_get(r->root, key);
     if (!json_is_boolean(v)) {
@@ -97,7 +39,7 @@ static bool rd_bool(struct cfg_reader *r, const char *key, bool def)
 }
 
 /* A string key that, when present, must equal one of the accepted values. */
-static void rd_expect_str(struct cfg_reader *r, const char *key, const char *want)
+static void rd_expect_str(struct mc_cfg_reader *r, const char *key, const char *want)
 {
     json_t *v = json_object_get(r->root, key);
     if (!v || json_is_null(v))
@@ -109,46 +51,14 @@ static void rd_expect_str(struct cfg_reader *r, const char *key, const char *wan
     }
 }
 
-static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...) TIDE_PRINTF(3, 4);
-
-static void cfg_rule(struct cfg_reader *r, bool ok, const char *fmt, ...)
-{
-    if (ok)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tide_error("%s: %s", r->path, msg);
-    r->errors++;
-}
-
 int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        /* A FIFO would block the read below; a folder reads as bad JSON. */
-        tide_error("%s: not a regular file", path);
-        return TIDE_E_FORMAT;
-    }
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
-            tide_error("%s: cannot read: %s", path, jerr.text);
-        else
-            tide_error("%s:%d:%d: not valid JSON: %s", path, jerr.line, jerr.column, jerr.text);
-        return errno == ENOENT ? TIDE_E_NOTFOUND : TIDE_E_FORMAT;
-    }
-    struct cfg_reader r = {.root = root, .path = path};
-    if (!json_is_object(root)) {
-        tide_error("%s: top level must be a JSON object", path);
-        json_decref(root);
-        return TIDE_E_FORMAT;
-    }
+    json_t *root;
+    int rc = mc_cfg_open(dir, path, sizeof path, &root);
+    if (rc != TIDE_OK)
+        return rc;
+    struct mc_cfg_reader r = {.root = root, .path = path, .no_default = NO_DEFAULT};
     json_t *mt = json_object_get(root, "model_type");
     if (!json_is_string(mt)) {
         tide_error("%s: missing \"model_type\" (expected \"llada2_moe\")", path);
@@ -165,16 +75,16 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
     const int64_t big = 1 << 20;
     memset(c, 0, sizeof *c);
     /* Defaults: LLaDA2MoeConfig.__init__ (configuration_llada2_moe.py). */
-    c->hidden = rd_int(&r, "hidden_size", false, 0, 1, big);
-    c->n_layers = rd_int(&r, "num_hidden_layers", false, 0, 1, 4096);
-    c->n_heads = rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
-    c->n_kv_heads = rd_int(&r, "num_key_value_heads", false, 1, 1, 4096);
-    cfg_rule(&r, c->hidden % c->n_heads == 0 || json_object_get(root, "head_dim"),
-             "num_attention_heads (%d) must divide hidden_size (%d) when head_dim is absent",
-             c->n_heads, c->hidden);
-    c->head_dim = rd_int(&r, "head_dim", true, c->hidden / c->n_heads, 2, 4096);
-    double prf = rd_num(&r, "partial_rotary_factor", 0.5);
-    cfg_rule(&r, prf >= 0 && prf <= 1, "partial_rotary_factor (%g) must be in [0, 1]", prf);
+    c->hidden = mc_rd_int(&r, "hidden_size", false, 0, 1, big);
+    c->n_layers = mc_rd_int(&r, "num_hidden_layers", false, 0, 1, 4096);
+    c->n_heads = mc_rd_int(&r, "num_attention_heads", false, 1, 1, 4096);
+    c->n_kv_heads = mc_rd_int(&r, "num_key_value_heads", false, 1, 1, 4096);
+    mc_cfg_rule(&r, c->hidden % c->n_heads == 0 || json_object_get(root, "head_dim"),
+                "num_attention_heads (%d) must divide hidden_size (%d) when head_dim is absent",
+                c->n_heads, c->hidden);
+    c->head_dim = mc_rd_int(&r, "head_dim", true, c->hidden / c->n_heads, 2, 4096);
+    double prf = mc_rd_num(&r, "partial_rotary_factor", true, 0.5);
+    mc_cfg_rule(&r, prf >= 0 && prf <= 1, "partial_rotary_factor (%g) must be in [0, 1]", prf);
     /* The official code never reads rotary_dim: RoPE covers
      * int(head_dim * partial_rotary_factor) dims (transformers' default rope). */
     c->rot_dim = prf >= 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0;
@@ -183,19 +93,19 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
         tide_warn("%s: \"rotary_dim\" = %lld is ignored, as in the official code: RoPE covers "
                   "int(head_dim x partial_rotary_factor) = %d dims",
                   path, (long long)json_integer_value(rd), c->rot_dim);
-    c->inter = rd_int(&r, "intermediate_size", false, 0, 1, big);
-    c->moe_inter = rd_int(&r, "moe_intermediate_size", false, 0, 1, big);
-    c->n_experts = rd_int(&r, "num_experts", false, 1, 1, 65536);
-    c->top_k = rd_int(&r, "num_experts_per_tok", true, 2, 1, 65536);
-    c->n_shared = rd_int(&r, "num_shared_experts", true, 0, 0, 64);
-    c->n_group = rd_int(&r, "n_group", true, 8, 1, 65536);
-    c->topk_group = rd_int(&r, "topk_group", true, 4, 1, 65536);
-    c->first_dense = rd_int(&r, "first_k_dense_replace", true, 0, 0, 4096);
-    c->vocab = rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
-    c->max_pos = rd_int(&r, "max_position_embeddings", true, 16384, 1, 1 << 24);
-    c->rope_theta = rd_num(&r, "rope_theta", 10000.0);
-    c->eps = rd_num(&r, "rms_norm_eps", 1e-5);
-    c->routed_scale = rd_num(&r, "routed_scaling_factor", 2.5);
+    c->inter = mc_rd_int(&r, "intermediate_size", false, 0, 1, big);
+    c->moe_inter = mc_rd_int(&r, "moe_intermediate_size", false, 0, 1, big);
+    c->n_experts = mc_rd_int(&r, "num_experts", false, 1, 1, 65536);
+    c->top_k = mc_rd_int(&r, "num_experts_per_tok", true, 2, 1, 65536);
+    c->n_shared = mc_rd_int(&r, "num_shared_experts", true, 0, 0, 64);
+    c->n_group = mc_rd_int(&r, "n_group", true, 8, 1, 65536);
+    c->topk_group = mc_rd_int(&r, "topk_group", true, 4, 1, 65536);
+    c->first_dense = mc_rd_int(&r, "first_k_dense_replace", true, 0, 0, 4096);
+    c->vocab = mc_rd_int(&r, "vocab_size", false, 0, 1, 1 << 24);
+    c->max_pos = mc_rd_int(&r, "max_position_embeddings", true, 16384, 1, 1 << 24);
+    c->rope_theta = mc_rd_num(&r, "rope_theta", true, 10000.0);
+    c->eps = mc_rd_num(&r, "rms_norm_eps", true, 1e-5);
+    c->routed_scale = mc_rd_num(&r, "routed_scaling_factor", true, 2.5);
     /* The official gate normalises the top-k weights whenever top_k > 1 and
      * never reads norm_topk_prob. */
     c->norm_topk = c->top_k > 1;
@@ -209,48 +119,49 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
     c->expert_bias = rd_bool(&r, "moe_router_enable_expert_bias", true);
     rd_expect_str(&r, "score_function", "sigmoid");
     rd_expect_str(&r, "hidden_act", "silu");
-    cfg_rule(&r, !rd_bool(&r, "use_qkv_bias", false), "use_qkv_bias = true is not supported");
+    mc_cfg_rule(&r, !rd_bool(&r, "use_qkv_bias", false), "use_qkv_bias = true is not supported");
     /* The class default of use_bias is true: a bias on attention.dense. */
     json_t *ub = json_object_get(root, "use_bias");
-    cfg_rule(&r, !(!ub || json_is_null(ub)),
-             "\"use_bias\" is missing, and the official configuration class defaults it to true "
-             "(a bias on attention.dense), which model-llada2 does not support; LLaDA2.0 "
-             "checkpoints set \"use_bias\": false");
-    cfg_rule(&r, !ub || json_is_null(ub) || !rd_bool(&r, "use_bias", true),
-             "use_bias = true (a bias on attention.dense) is not supported");
+    mc_cfg_rule(&r, !(!ub || json_is_null(ub)),
+                "\"use_bias\" is missing, and the official configuration class defaults it to true "
+                "(a bias on attention.dense), which model-llada2 does not support; LLaDA2.0 "
+                "checkpoints set \"use_bias\": false");
+    mc_cfg_rule(&r, !ub || json_is_null(ub) || !rd_bool(&r, "use_bias", true),
+                "use_bias = true (a bias on attention.dense) is not supported");
     json_t *rs = json_object_get(root, "rope_scaling");
-    cfg_rule(&r, !rs || json_is_null(rs), "rope_scaling is not supported (must be null)");
+    mc_cfg_rule(&r, !rs || json_is_null(rs), "rope_scaling is not supported (must be null)");
 
     if (!r.errors) {
-        cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
-                 "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
-                 c->n_heads);
-        cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim <= c->head_dim,
-                 "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and at most "
-                 "head_dim (%d)",
-                 c->rot_dim, c->head_dim);
-        cfg_rule(&r, c->n_experts % c->n_group == 0, "n_group (%d) must divide num_experts (%d)",
-                 c->n_group, c->n_experts);
-        cfg_rule(&r, c->topk_group <= c->n_group, "topk_group (%d) must be at most n_group (%d)",
-                 c->topk_group, c->n_group);
-        cfg_rule(&r, c->n_group == 1 || c->n_experts / c->n_group >= 2,
-                 "groups need at least 2 experts (num_experts %d, n_group %d)", c->n_experts,
-                 c->n_group);
+        mc_cfg_rule(&r, c->n_heads % c->n_kv_heads == 0,
+                    "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->n_kv_heads,
+                    c->n_heads);
+        mc_cfg_rule(&r, c->rot_dim % 2 == 0 && c->rot_dim <= c->head_dim,
+                    "RoPE dims int(head_dim x partial_rotary_factor) (%d) must be even and at most "
+                    "head_dim (%d)",
+                    c->rot_dim, c->head_dim);
+        mc_cfg_rule(&r, c->n_experts % c->n_group == 0, "n_group (%d) must divide num_experts (%d)",
+                    c->n_group, c->n_experts);
+        mc_cfg_rule(&r, c->topk_group <= c->n_group, "topk_group (%d) must be at most n_group (%d)",
+                    c->topk_group, c->n_group);
+        mc_cfg_rule(&r, c->n_group == 1 || c->n_experts / c->n_group >= 2,
+                    "groups need at least 2 experts (num_experts %d, n_group %d)", c->n_experts,
+                    c->n_group);
         const int64_t kept = (int64_t)c->topk_group * (c->n_experts / c->n_group);
-        cfg_rule(&r, c->top_k <= kept,
-                 "num_experts_per_tok (%d) exceeds the experts in the kept groups (%lld)", c->top_k,
-                 (long long)kept);
-        cfg_rule(&r, c->first_dense <= c->n_layers,
-                 "first_k_dense_replace (%d) exceeds num_hidden_layers (%d)", c->first_dense,
-                 c->n_layers);
+        mc_cfg_rule(&r, c->top_k <= kept,
+                    "num_experts_per_tok (%d) exceeds the experts in the kept groups (%lld)",
+                    c->top_k, (long long)kept);
+        mc_cfg_rule(&r, c->first_dense <= c->n_layers,
+                    "first_k_dense_replace (%d) exceeds num_hidden_layers (%d)", c->first_dense,
+                    c->n_layers);
         /* Bounds the tensor list (an int) and the work of walking it. */
         const int64_t routed = (int64_t)(c->n_layers - c->first_dense) * c->n_experts;
-        cfg_rule(&r, routed <= LLADA2_MAX_ROUTED,
-                 "num_hidden_layers - first_k_dense_replace (%d) times num_experts (%d) is %lld "
-                 "routed experts; TIDE supports at most %d",
-                 c->n_layers - c->first_dense, c->n_experts, (long long)routed, LLADA2_MAX_ROUTED);
-        cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
-        cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
+        mc_cfg_rule(&r, routed <= LLADA2_MAX_ROUTED,
+                    "num_hidden_layers - first_k_dense_replace (%d) times num_experts (%d) is %lld "
+                    "routed experts; TIDE supports at most %d",
+                    c->n_layers - c->first_dense, c->n_experts, (long long)routed,
+                    LLADA2_MAX_ROUTED);
+        mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
+        mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
     json_decref(root);
     return r.errors ? TIDE_E_FORMAT : TIDE_OK;
@@ -344,19 +255,6 @@ int llada2_tensor_count(const struct llada2_cfg *c)
     return n;
 }
 
-static int spec2(int64_t shape[TIDE_MAX_DIMS], int64_t a, int64_t b)
-{
-    shape[0] = a;
-    shape[1] = b;
-    return 2;
-}
-
-static int spec1(int64_t shape[TIDE_MAX_DIMS], int64_t a)
-{
-    shape[0] = a;
-    return 1;
-}
-
 static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size_t len,
                       enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
 {
@@ -372,51 +270,47 @@ static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size
         switch (c->qk_norm ? fixed_qk[j] : fixed_noqk[j]) {
         case SLOT_IN_NORM:
             snprintf(name, len, "%s.input_layernorm.weight", p);
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         case SLOT_QKV:
             snprintf(name, len, "%s.attention.query_key_value.weight", p);
-            return spec2(shape, (c->n_heads + 2 * c->n_kv_heads) * hd, H);
+            return mc_spec2(shape, (c->n_heads + 2 * c->n_kv_heads) * hd, H);
         case SLOT_QNORM:
             snprintf(name, len, "%s.attention.query_layernorm.weight", p);
-            return spec1(shape, hd);
+            return mc_spec1(shape, hd);
         case SLOT_KNORM:
             snprintf(name, len, "%s.attention.key_layernorm.weight", p);
-            return spec1(shape, hd);
+            return mc_spec1(shape, hd);
         case SLOT_DENSE:
             snprintf(name, len, "%s.attention.dense.weight", p);
-            return spec2(shape, H, c->n_heads * hd);
+            return mc_spec2(shape, H, c->n_heads * hd);
         default:
             snprintf(name, len, "%s.post_attention_layernorm.weight", p);
-            return spec1(shape, H);
+            return mc_spec1(shape, H);
         }
     }
     j -= nfixed;
-    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
     if (l < c->first_dense) {
-        snprintf(name, len, "%s.mlp.%s.weight", p, proj[j]);
-        return j < 2 ? spec2(shape, c->inter, H) : spec2(shape, H, c->inter);
+        return mc_spec_swiglu(p, "mlp", j, c->inter, H, name, len, shape);
     }
     if (j == 0) {
         snprintf(name, len, "%s.mlp.gate.weight", p);
-        return spec2(shape, c->n_experts, H);
+        return mc_spec2(shape, c->n_experts, H);
     }
     j--;
     if (c->expert_bias) {
         if (j == 0) {
             snprintf(name, len, "%s.mlp.gate.expert_bias", p);
             *dt = TIDE_DTYPE_F32;
-            return spec1(shape, c->n_experts);
+            return mc_spec1(shape, c->n_experts);
         }
         j--;
     }
     if (j < 3 * c->n_experts) {
-        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", p, j / 3, proj[j % 3]);
-        return j % 3 < 2 ? spec2(shape, c->moe_inter, H) : spec2(shape, H, c->moe_inter);
+        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
     }
     j -= 3 * c->n_experts;
     const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
-    snprintf(name, len, "%s.mlp.shared_experts.%s.weight", p, proj[j]);
-    return j < 2 ? spec2(shape, Is, H) : spec2(shape, H, Is);
+    return mc_spec_swiglu(p, "mlp.shared_experts", j, Is, H, name, len, shape);
 }
 
 int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_MAX],
@@ -425,7 +319,7 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
     *dt = TIDE_DTYPE_BF16;
     if (i == 0) {
         snprintf(name, LLADA2_NAME_MAX, "model.word_embeddings.weight");
-        return spec2(shape, c->vocab, c->hidden);
+        return mc_spec2(shape, c->vocab, c->hidden);
     }
     i--;
     /* Dense layers all have one count and MoE layers another: O(1), not O(layers). */
@@ -439,10 +333,10 @@ int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_
     i -= n_moe * nm;
     if (i == 0) {
         snprintf(name, LLADA2_NAME_MAX, "model.norm.weight");
-        return spec1(shape, c->hidden);
+        return mc_spec1(shape, c->hidden);
     }
     snprintf(name, LLADA2_NAME_MAX, "lm_head.weight");
-    return spec2(shape, c->vocab, c->hidden);
+    return mc_spec2(shape, c->vocab, c->hidden);
 }
 
 /* Bytes of tensor i (llada2_tensor_spec order). */

@@ -35,28 +35,15 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
             "experts      %d routed per MoE layer (width %d), top-%d in %d groups (keep %d), "
             "%d shared, scale %g\n",
             c.n_experts, c.moe_inter, c.top_k, c.n_group, c.topk_group, c.n_shared, c.routed_scale);
-    fprintf(f, "vocabulary   %d, context %lld positions\n", c.vocab, (long long)c.max_pos);
-    const double total_p = (double)(dense + routed) / 2, active_p = (double)active / 2;
-    const bool billions = total_p >= 1e9;
-    fprintf(f, "parameters   %.3f %s total, %.3f %s active per token (excluding embeddings)\n",
-            total_p / (billions ? 1e9 : 1e6), billions ? "B" : "M",
-            active_p / (billions ? 1e9 : 1e6), billions ? "B" : "M");
-    char b1[32], b2[32], b3[32];
-    fprintf(f, "bytes        %llu per routed expert (%s); routed experts %s; everything else %s\n",
-            (unsigned long long)eb, mc_hbytes(eb, b1, sizeof b1), mc_hbytes(routed, b2, sizeof b2),
-            mc_hbytes(dense, b3, sizeof b3));
-    mc_budget_table(f, c.n_experts, moe, eb, dense, routed, args->budget);
-    struct tide_st *st = NULL;
-    rc = tide_st_open(dir, &st);
-    if (rc != TIDE_OK) {
-        fprintf(f, "\ntensors      cannot be read (see the error above)\n");
-        return rc;
-    }
-    fprintf(f, "\ntensors      %d in the checkpoint, %d expected, %s of data\n", tide_st_count(st),
-            llada2_tensor_count(&c), mc_hbytes(tide_st_data_bytes(st), b1, sizeof b1));
-    int problems = mc_check_tensors(&c, llada2_tensor_count(&c), spec_of, st, f);
-    if (!problems)
-        fprintf(f, "  all tensors present with the expected dtype and shape\n");
-    tide_st_close(st);
-    return problems ? TIDE_E_FORMAT : TIDE_OK;
+    const struct mc_inspect_sizes z = {
+        .vocab = c.vocab,
+        .n_experts = c.n_experts,
+        .moe = moe,
+        .max_pos = c.max_pos,
+        .eb = eb,
+        .dense = dense,
+        .routed = routed,
+        .active = active,
+    };
+    return mc_inspect_rest(f, dir, &z, &c, llada2_tensor_count(&c), spec_of, args->budget);
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "llada2.h"
+#include "model-common/forward.h"
 #include "model-common/slots.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -26,21 +27,6 @@ struct llada2_layer {
     struct tide_weight *sh_gate, *sh_up, *sh_down;
     int moe_index;                         /* -1 for dense layers */
     struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
-};
-
-/* Phases of the forward pass, for the profile slots. */
-enum llada2_phase {
-    LLADA2_PH_ATTENTION, /* qkv, q/k norms, rope, K/V write, attention, dense, residual */
-    LLADA2_PH_DENSE,     /* the dense SwiGLU of the first layers */
-    LLADA2_PH_SHARED,    /* the shared expert of MoE layers */
-    LLADA2_PH_ROUTED,    /* router, routed experts (the dispatcher) and their combination */
-    LLADA2_PH_OUTPUT,    /* final norm and head, for the rows asked for, and the read back */
-    LLADA2_PH_OTHER,     /* embedding, layer norms, residual adds of the feed-forward */
-    LLADA2_N_PHASES
-};
-
-static const char *const llada2_phase_names[LLADA2_N_PHASES] = {
-    "attention", "dense ffn", "shared expert", "routed experts", "output layer", "other",
 };
 
 struct tide_model {
@@ -70,16 +56,7 @@ static const struct tide_backend_ops *ops_of(const struct tide_model *m)
 static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
                        int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
 {
-    const int64_t shape[2] = {d0, d1};
-    const struct tide_view *v;
-    int rc = tide_st_expect(m->st, name, dt, ndim, shape, &v);
-    if (rc != TIDE_OK)
-        return rc;
-    rc = ops_of(m)->weight_create(m->dev.bk, v, kind, out);
-    if (rc != TIDE_OK)
-        tide_error("model-llada2: backend %s could not take tensor '%s': %s", m->dev.name, name,
-                   tide_status_str(rc));
-    return rc;
+    return mc_load_weight("model-llada2", m->st, &m->dev, name, dt, ndim, d0, d1, kind, out);
 }
 
 static int load_layer(struct tide_model *m, int l, int *moe_index)
@@ -125,19 +102,9 @@ static int load_layer(struct tide_model *m, int l, int *moe_index)
             W(sh_down, "mlp.shared_experts.down_proj.weight", TIDE_DTYPE_BF16, 2, H, Is,
               TIDE_WEIGHT_MATMUL);
         }
-        for (int e = 0; e < c->n_experts; e++) {
-            static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
-            const struct tide_view *v[3];
-            for (int j = 0; j < 3; j++) {
-                const int64_t shape[2] = {j < 2 ? c->moe_inter : H, j < 2 ? H : c->moe_inter};
-                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
-                if ((rc = tide_st_expect(m->st, n, TIDE_DTYPE_BF16, 2, shape, &v[j])) != TIDE_OK)
-                    return rc;
-            }
-            rc = tide_moe_register_expert(m->moe, L->moe_index, e, v[0], v[1], v[2]);
-            if (rc != TIDE_OK)
-                return rc;
-        }
+        rc = mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H);
+        if (rc != TIDE_OK)
+            return rc;
     }
 #undef W
     return TIDE_OK;
@@ -145,21 +112,13 @@ static int load_layer(struct tide_model *m, int l, int *moe_index)
 
 static void free_buffers(struct tide_model *m)
 {
-    const struct tide_backend_ops *o = m->dev.ops;
     struct tide_buffer **bufs[] = {&m->h, &m->x, &m->qkv, &m->att,  &m->tmp,   &m->tmp2,
                                    &m->g, &m->u, &m->a,   &m->rlog, &m->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i])
-            o->buffer_free(m->dev.bk, *bufs[i]);
-        *bufs[i] = NULL;
-    }
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mc_buffer_free(&m->dev, bufs[i]);
     for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
-        struct llada2_layer *L = &m->layers[l];
-        if (L->k_cache)
-            o->buffer_free(m->dev.bk, L->k_cache);
-        if (L->v_cache)
-            o->buffer_free(m->dev.bk, L->v_cache);
-        L->k_cache = L->v_cache = NULL;
+        mc_buffer_free(&m->dev, &m->layers[l].k_cache);
+        mc_buffer_free(&m->dev, &m->layers[l].v_cache);
     }
     free(m->ids);
     free(m->wts);
@@ -176,10 +135,7 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
         (size_t)(c->inter > c->moe_inter * c->n_shared ? c->inter : c->moe_inter * c->n_shared);
     const size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * (size_t)c->head_dim;
     const size_t att = (size_t)(c->n_heads * c->head_dim);
-    struct {
-        struct tide_buffer **buf;
-        size_t bytes;
-    } want[] = {
+    const struct mc_buf_want want[] = {
         {&m->h, T * (size_t)c->hidden * 4},
         {&m->x, T * (size_t)c->hidden * 2},
         {&m->qkv, T * qkv * 4},
@@ -192,14 +148,9 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
         {&m->rlog, T * (size_t)c->n_experts * 4},
         {&m->logits, T * (size_t)c->vocab * 4},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        int rc = ops_of(m)->buffer_alloc(m->dev.bk, want[i].bytes, want[i].buf);
-        if (rc != TIDE_OK) {
-            tide_error("model-llada2: cannot allocate %zu bytes of activations on %s",
-                       want[i].bytes, m->dev.name);
-            return rc;
-        }
-    }
+    int rc = mc_buffers_alloc("model-llada2", &m->dev, want, sizeof want / sizeof want[0]);
+    if (rc != TIDE_OK)
+        return rc;
     m->ids = malloc(T * (size_t)c->top_k * sizeof *m->ids);
     m->wts = malloc(T * (size_t)c->top_k * sizeof *m->wts);
     return m->ids && m->wts ? TIDE_OK : TIDE_E_NOMEM;
@@ -208,17 +159,9 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
 int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
 {
     const struct llada2_cfg *c = &m->cfg;
-    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
-        tide_error("model-llada2: reserve(%lld positions, %lld per forward) is invalid",
-                   (long long)n_ctx, (long long)max_tokens);
-        return TIDE_E_INVAL;
-    }
-    if (n_ctx > c->max_pos) {
-        tide_error("model-llada2: %lld positions requested but the model supports %lld "
-                   "(max_position_embeddings)",
-                   (long long)n_ctx, (long long)c->max_pos);
-        return TIDE_E_RANGE;
-    }
+    int rc = mc_reserve_check("model-llada2", n_ctx, max_tokens, c->max_pos);
+    if (rc != TIDE_OK)
+        return rc;
     if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
         return TIDE_OK;
     if (m->n_ctx > n_ctx)
@@ -226,15 +169,11 @@ int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
     if (m->max_tokens > max_tokens)
         max_tokens = m->max_tokens;
     free_buffers(m);
-    int rc = alloc_acts(m, max_tokens);
+    rc = alloc_acts(m, max_tokens);
     const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
-    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
-        struct llada2_layer *L = &m->layers[l];
-        if ((rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->k_cache)) != TIDE_OK ||
-            (rc = ops_of(m)->buffer_alloc(m->dev.bk, kv_bytes, &L->v_cache)) != TIDE_OK)
-            tide_error("model-llada2: cannot allocate the KV cache of layer %d (%zu bytes x 2)", l,
-                       kv_bytes);
-    }
+    for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++)
+        rc = mc_kv_alloc("model-llada2", &m->dev, l, kv_bytes, &m->layers[l].k_cache,
+                         &m->layers[l].v_cache);
     if (rc != TIDE_OK) {
         free_buffers(m);
         return rc;
@@ -282,22 +221,9 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .attention = TIDE_ATTN_BLOCK_CAUSAL,
         .decoder = "llada2",
     };
-    mc_prof_init(&m->prof, llada2_phase_names, LLADA2_N_PHASES);
-    const unsigned load =
-        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
-            ? args->load_flags
-            : 0u;
-    if ((rc = tide_st_open_flags(args->dir, load, &m->st)) != TIDE_OK)
-        goto fail;
-    const struct tide_moe_shape shape = {
-        .size = sizeof shape,
-        .n_layers = llada2_n_moe_layers(c),
-        .n_experts = c->n_experts,
-        .top_k = c->top_k,
-        .hidden = c->hidden,
-        .inter = c->moe_inter,
-    };
-    if (shape.n_layers > 0 && (rc = tide_moe_declare(m->moe, &shape)) != TIDE_OK)
+    mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
+    if ((rc = mc_open_checkpoint(args, llada2_n_moe_layers(c), c->n_experts, c->top_k, c->hidden,
+                                 c->moe_inter, &m->st)) != TIDE_OK)
         goto fail;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
@@ -329,14 +255,8 @@ void llada2_close(struct tide_model *m)
 {
     if (!m)
         return;
-    const struct tide_backend_ops *o = m->dev.ops;
-    struct tide_backend *bk = m->dev.bk;
-    if (o) {
-#define WFREE(w)                                                                                   \
-    do {                                                                                           \
-        if (w)                                                                                     \
-            o->weight_destroy(bk, w);                                                              \
-    } while (0)
+    if (m->dev.ops) {
+#define WFREE(w) mc_weight_free(&m->dev, &(w))
         for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
             struct llada2_layer *L = &m->layers[l];
             WFREE(L->in_norm);
@@ -379,18 +299,6 @@ static int llada2_phase(struct tide_model *m, int next)
     return mc_prof_phase(&m->prof, ops_of(m), m->dev.bk, next);
 }
 
-/* Count the work of the phase being timed: bytes read and FLOPs. */
-static void llada2_work(struct tide_model *m, uint64_t bytes, uint64_t flops, uint64_t flops_f32)
-{
-    mc_prof_work(&m->prof, bytes, flops, flops_f32);
-}
-
-/* bytes and flops of x [n, K] times a bf16 [N, K] matrix. */
-static void llada2_mm_work(struct tide_model *m, int64_t n, int64_t N, int64_t K)
-{
-    llada2_work(m, (uint64_t)(N * K) * 2u, 2u * (uint64_t)(n * N * K), 0);
-}
-
 int llada2_profile(struct tide_model *m, bool on)
 {
     return mc_prof_switch(&m->prof, on, m->cfg.n_experts);
@@ -408,17 +316,10 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
                       const struct tide_weight *gate, const struct tide_weight *up,
                       const struct tide_weight *down, const struct tide_tensor *y)
 {
-    const struct tide_backend_ops *o = ops_of(m);
-    struct tide_backend *bk = m->dev.bk;
-    struct tide_tensor g = tide_tensor_2d(m->g, TIDE_DTYPE_F32, n, I);
-    struct tide_tensor u = tide_tensor_2d(m->u, TIDE_DTYPE_F32, n, I);
-    struct tide_tensor a = tide_tensor_2d(m->a, TIDE_DTYPE_BF16, n, I);
-    int rc;
-    if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
-        (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
+    int rc = mc_swiglu(&m->dev, m->g, m->u, m->a, x, n, I, gate, up, down, y);
+    if (rc != TIDE_OK)
         return rc;
-    const int64_t H = m->cfg.hidden;
-    llada2_mm_work(m, n, 3 * I, H);
+    mc_prof_mm_work(&m->prof, n, 3 * I, m->cfg.hidden);
     return TIDE_OK;
 }
 
@@ -446,11 +347,6 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
     struct tide_tensor q = tide_tensor_slice(&qkv, 0, n, 0, qw);
     struct tide_tensor k = tide_tensor_slice(&qkv, 0, n, qw, kw);
     struct tide_tensor v = tide_tensor_slice(&qkv, 0, n, qw + kw, kw);
-    struct tide_tensor kc = tide_tensor_2d(L->k_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
-    struct tide_tensor vc = tide_tensor_2d(L->v_cache, TIDE_DTYPE_F32, m->n_ctx, kw);
-    struct tide_tensor kdst = tide_tensor_slice(&kc, pos0, n, 0, kw);
-    struct tide_tensor vdst = tide_tensor_slice(&vc, pos0, n, 0, kw);
-    struct tide_tensor att = tide_tensor_2d(m->att, TIDE_DTYPE_BF16, n, qw);
     int rc;
     if ((rc = o->matmul(bk, x, L->qkv, &qkv)))
         return rc;
@@ -461,31 +357,32 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
         ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
          (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0))))
         return rc;
-    if ((rc = o->convert(bk, &k, &kdst)) || (rc = o->convert(bk, &v, &vdst)))
-        return rc;
-    const struct tide_attn_args aa = {
-        .size = sizeof aa,
+    const struct mc_attend_args aa = {
         .q = &q,
-        .k_cache = &kc,
-        .v_cache = &vc,
-        .out = &att,
-        .pos0 = pos0,
+        .k = &k,
+        .v = &v,
+        .k_cache = L->k_cache,
+        .v_cache = L->v_cache,
+        .att = m->att,
+        .tmp = m->tmp,
+        .h = m->h,
+        .wo = L->dense,
+        .n_ctx = m->n_ctx,
         .n = n,
+        .pos0 = pos0,
+        .hidden = c->hidden,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .head_dim = (int)hd,
         .block = m->block,
-        .scale = (float)(1.0 / sqrt((double)hd)),
     };
-    struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, c->hidden);
-    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, L->dense, &tmp)) ||
-        (rc = o->add(bk, &h, &tmp)))
+    if ((rc = mc_attend(&m->dev, &aa)))
         return rc;
     if (m->prof.on) {
-        llada2_mm_work(m, n, qw + 2 * kw, c->hidden);
-        llada2_mm_work(m, n, c->hidden, qw);
-        llada2_work(m, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0, llada2_attn_flops(m, n, pos0));
+        mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
+        mc_prof_mm_work(&m->prof, n, c->hidden, qw);
+        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
+                     llada2_attn_flops(m, n, pos0));
     }
     return TIDE_OK;
 }
@@ -497,10 +394,10 @@ static void llada2_routed_work(struct tide_model *m, int64_t n)
     if (!m->prof.on)
         return;
     const uint64_t distinct = mc_prof_distinct(&m->prof, m->ids, n * c->top_k, c->n_experts);
-    llada2_mm_work(m, n, c->n_experts, c->hidden); /* router */
-    llada2_work(m, distinct * llada2_expert_bytes(c),
-                2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
-                0);
+    mc_prof_mm_work(&m->prof, n, c->n_experts, c->hidden); /* router */
+    mc_prof_work(&m->prof, distinct * llada2_expert_bytes(c),
+                 2u * (uint64_t)(n * c->top_k) * 3u * (uint64_t)c->hidden * (uint64_t)c->moe_inter,
+                 0);
 }
 
 static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
@@ -510,7 +407,7 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     struct tide_tensor rl = tide_tensor_2d(m->rlog, TIDE_DTYPE_F32, n, c->n_experts);
-    int rc = llada2_phase(m, LLADA2_PH_ROUTED);
+    int rc = llada2_phase(m, MC_PH_ROUTED);
     if (!rc)
         rc = o->matmul(bk, x, L->router, &rl);
     if (rc)
@@ -535,7 +432,7 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
     if (!c->n_shared)
         return TIDE_OK;
     struct tide_tensor sh = tide_tensor_2d(m->tmp2, TIDE_DTYPE_F32, n, c->hidden);
-    if ((rc = llada2_phase(m, LLADA2_PH_SHARED)) ||
+    if ((rc = llada2_phase(m, MC_PH_SHARED)) ||
         (rc = swiglu_mlp(m, x, n, (int64_t)c->moe_inter * c->n_shared, L->sh_gate, L->sh_up,
                          L->sh_down, &sh)))
         return rc;
@@ -548,30 +445,21 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
 static int llada2_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
 {
     const struct llada2_cfg *c = &m->cfg;
-    const struct tide_backend_ops *o = ops_of(m);
-    struct tide_backend *bk = m->dev.bk;
-    const int64_t H = c->hidden;
-    struct tide_tensor h = tide_tensor_2d(m->h, TIDE_DTYPE_F32, n_rows, H);
-    struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n_rows, H);
-    struct tide_tensor lg = tide_tensor_2d(m->logits, TIDE_DTYPE_F32, n_rows, c->vocab);
-    int rc = TIDE_OK;
-    if (rows) {
-        /* Gather the rows first (tmp is free: the layers are done). */
-        struct tide_tensor hall = tide_tensor_2d(m->h, TIDE_DTYPE_F32, m->max_tokens, H);
-        h = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n_rows, H);
-        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
-    }
-    if (!rc && !(rc = o->rmsnorm(bk, &h, m->norm, (int)H, (float)c->eps, &x)) &&
-        !(rc = o->matmul(bk, &x, m->head, &lg)))
-        rc = o->read(bk, &lg, logits);
-    llada2_mm_work(m, n_rows, c->vocab, H);
+    const struct mc_output_args oa = {
+        .h = m->h,
+        .x = m->x,
+        .tmp = m->tmp,
+        .lg = m->logits,
+        .norm = m->norm,
+        .head = m->head,
+        .max_tokens = m->max_tokens,
+        .hidden = c->hidden,
+        .vocab = c->vocab,
+        .eps = (float)c->eps,
+    };
+    int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
+    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
     return rc;
-}
-
-/* Check rows[0..n_rows) against a span of n positions. */
-static int llada2_check_rows(const int32_t *rows, int64_t n_rows, int64_t n, const float *logits)
-{
-    return mc_check_rows("model-llada2", rows, n_rows, n, logits);
 }
 
 /* The forward pass; logits for rows[0..n_rows) (rows NULL: all n rows, when
@@ -580,20 +468,9 @@ static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64
                       const int32_t *rows, int64_t n_rows, float *logits)
 {
     const struct llada2_cfg *c = &m->cfg;
-    if (n < 1 || n > m->max_tokens || pos0 < 0 || pos0 + n > m->n_ctx) {
-        tide_error("model-llada2: forward of %lld tokens at position %lld exceeds the opened "
-                   "capacity (%lld tokens per call, %lld positions)",
-                   (long long)n, (long long)pos0, (long long)m->max_tokens, (long long)m->n_ctx);
-        return TIDE_E_RANGE;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= c->vocab) {
-            tide_error("model-llada2: token id %d at position %lld is outside the vocabulary "
-                       "(vocab_size %d)",
-                       ids[i], (long long)(pos0 + i), c->vocab);
-            return TIDE_E_RANGE;
-        }
-    }
+    int rc = mc_check_span("model-llada2", ids, n, pos0, m->max_tokens, m->n_ctx, c->vocab);
+    if (rc != TIDE_OK)
+        return rc;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     const int64_t H = c->hidden;
@@ -601,33 +478,33 @@ static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64
     struct tide_tensor x = tide_tensor_2d(m->x, TIDE_DTYPE_BF16, n, H);
     struct tide_tensor tmp = tide_tensor_2d(m->tmp, TIDE_DTYPE_F32, n, H);
     const float eps = (float)c->eps;
-    int rc = llada2_phase(m, LLADA2_PH_OTHER);
+    rc = llada2_phase(m, MC_PH_OTHER);
     if (!rc)
         rc = o->embed(bk, m->embed, ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct llada2_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = llada2_phase(m, LLADA2_PH_ATTENTION)) ||
-            (rc = attention_block(m, L, n, pos0, &x)) || (rc = llada2_phase(m, LLADA2_PH_OTHER)) ||
+            (rc = llada2_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = llada2_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
         if (L->moe_index < 0) {
-            if (!(rc = llada2_phase(m, LLADA2_PH_DENSE)))
+            if (!(rc = llada2_phase(m, MC_PH_DENSE)))
                 rc = swiglu_mlp(m, &x, n, c->inter, L->ffn_gate, L->ffn_up, L->ffn_down, &tmp);
         } else {
             rc = moe_block(m, L, n, &x, &tmp);
         }
-        if (rc == TIDE_OK && (rc = llada2_phase(m, LLADA2_PH_OTHER)) == TIDE_OK)
+        if (rc == TIDE_OK && (rc = llada2_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
     if (rc == TIDE_OK && logits && n_rows > 0) {
-        if (!(rc = llada2_phase(m, LLADA2_PH_OUTPUT)))
+        if (!(rc = llada2_phase(m, MC_PH_OUTPUT)))
             rc = llada2_output(m, rows, n_rows, logits);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
     if (rc == TIDE_OK)
-        rc = llada2_phase(m, LLADA2_N_PHASES);
+        rc = llada2_phase(m, MC_N_PHASES);
     return rc;
 }
 
@@ -648,21 +525,6 @@ int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t 
 int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                         const int32_t *rows, int64_t n_rows, float *logits)
 {
-    int rc = llada2_check_rows(rows, n_rows, n, logits);
-    if (rc != TIDE_OK)
-        return rc;
-    /* Without a row gather on this backend, compute every row and keep those asked for. */
-    const struct tide_backend_ops *o = ops_of(m);
-    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
-        const int64_t V = m->cfg.vocab;
-        float *all = malloc(sizeof *all * (size_t)(n * V));
-        if (!all)
-            return TIDE_E_NOMEM;
-        rc = llada2_run(m, ids, n, pos0, NULL, n, all);
-        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
-            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
-        free(all);
-        return rc;
-    }
-    return llada2_run(m, ids, n, pos0, rows, n_rows, logits);
+    return mc_forward_rows("model-llada2", ops_of(m), llada2_run, m, m->cfg.vocab, ids, n, pos0,
+                           rows, n_rows, logits);
 }

@@ -1,0 +1,325 @@
+/* model-common: pieces of a decoder forward pass over backend ops that are the
+ * same for every model: loading a checked weight onto the backend, the
+ * routed experts' registration, activation and KV cache buffers, a SwiGLU
+ * MLP, the attention over the KV cache with its output projection and
+ * residual, the output layer, and the span checks of a forward call.
+ * Header-only. What is the model's own (weight names, router, mask, rope,
+ * q/k norms) stays in its plugin and is passed in. Work counting for the
+ * profile stays with the caller, which knows its phases. */
+#ifndef MODEL_COMMON_FORWARD_H
+#define MODEL_COMMON_FORWARD_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-common/slots.h"
+#include "tide/backend.h"
+#include "tide/log.h"
+#include "tide/model.h"
+#include "tide/moe.h"
+#include "tide/plugin.h"
+#include "tide/safetensors.h"
+#include "tide/status.h"
+
+/* Create a backend weight from checkpoint tensor name, checked for dtype and
+ * shape {d0, d1} (ndim 1: {d0}); who names the plugin in the message. */
+static inline int mc_load_weight(const char *who, const struct tide_st *st,
+                                 const struct tide_backend_ref *dev, const char *name,
+                                 enum tide_dtype dt, int ndim, int64_t d0, int64_t d1,
+                                 enum tide_weight_kind kind, struct tide_weight **out)
+{
+    const int64_t shape[2] = {d0, d1};
+    const struct tide_view *v;
+    int rc = tide_st_expect(st, name, dt, ndim, shape, &v);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = dev->ops->weight_create(dev->bk, v, kind, out);
+    if (rc != TIDE_OK)
+        tide_error("%s: backend %s could not take tensor '%s': %s", who, dev->name, name,
+                   tide_status_str(rc));
+    return rc;
+}
+
+/* Open the checkpoint's safetensors in args->dir with the load flags args
+ * carries (older callers' args have none), then declare the model's MoE
+ * shape to the dispatcher args->moe (nothing without MoE layers). */
+static inline int mc_open_checkpoint(const struct tide_model_args *args, int n_moe_layers,
+                                     int n_experts, int top_k, int hidden, int moe_inter,
+                                     struct tide_st **st)
+{
+    const unsigned load =
+        args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
+            ? args->load_flags
+            : 0u;
+    int rc = tide_st_open_flags(args->dir, load, st);
+    if (rc != TIDE_OK)
+        return rc;
+    const struct tide_moe_shape shape = {
+        .size = sizeof shape,
+        .n_layers = n_moe_layers,
+        .n_experts = n_experts,
+        .top_k = top_k,
+        .hidden = hidden,
+        .inter = moe_inter,
+    };
+    if (shape.n_layers > 0)
+        rc = tide_moe_declare(args->moe, &shape);
+    return rc;
+}
+
+/* Destroy a backend weight (NULL: nothing) and clear the pointer. */
+static inline void mc_weight_free(const struct tide_backend_ref *dev, struct tide_weight **w)
+{
+    if (*w)
+        dev->ops->weight_destroy(dev->bk, *w);
+    *w = NULL;
+}
+
+/* Check and register the n_experts routed experts of checkpoint layer l
+ * (model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight, bf16, width
+ * inter over hidden H) as MoE layer moe_index of the dispatcher. */
+static inline int mc_register_experts(const struct tide_st *st, struct tide_moe *moe, int l,
+                                      int moe_index, int n_experts, int64_t inter, int64_t H)
+{
+    char n[128];
+    for (int e = 0; e < n_experts; e++) {
+        static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+        const struct tide_view *v[3];
+        for (int j = 0; j < 3; j++) {
+            const int64_t shape[2] = {j < 2 ? inter : H, j < 2 ? H : inter};
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
+            int rc = tide_st_expect(st, n, TIDE_DTYPE_BF16, 2, shape, &v[j]);
+            if (rc != TIDE_OK)
+                return rc;
+        }
+        int rc = tide_moe_register_expert(moe, moe_index, e, v[0], v[1], v[2]);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    return TIDE_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+struct mc_buf_want {
+    struct tide_buffer **buf;
+    size_t bytes;
+};
+
+/* Free a backend buffer (NULL: nothing) and clear the pointer. */
+static inline void mc_buffer_free(const struct tide_backend_ref *dev, struct tide_buffer **b)
+{
+    if (*b)
+        dev->ops->buffer_free(dev->bk, *b);
+    *b = NULL;
+}
+
+/* Allocate each want[i].bytes into *want[i].buf; the first failure is logged
+ * and returned (the caller frees what was allocated). */
+static inline int mc_buffers_alloc(const char *who, const struct tide_backend_ref *dev,
+                                   const struct mc_buf_want *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = dev->ops->buffer_alloc(dev->bk, want[i].bytes, want[i].buf);
+        if (rc != TIDE_OK) {
+            tide_error("%s: cannot allocate %zu bytes of activations on %s", who, want[i].bytes,
+                       dev->name);
+            return rc;
+        }
+    }
+    return TIDE_OK;
+}
+
+/* The K and V caches of layer l, bytes each. */
+static inline int mc_kv_alloc(const char *who, const struct tide_backend_ref *dev, int l,
+                              size_t bytes, struct tide_buffer **k, struct tide_buffer **v)
+{
+    int rc;
+    if ((rc = dev->ops->buffer_alloc(dev->bk, bytes, k)) != TIDE_OK ||
+        (rc = dev->ops->buffer_alloc(dev->bk, bytes, v)) != TIDE_OK)
+        tide_error("%s: cannot allocate the KV cache of layer %d (%zu bytes x 2)", who, l, bytes);
+    return rc;
+}
+
+/* reserve's arguments: n_ctx positions, max_tokens per forward, against the
+ * model's max_position_embeddings. */
+static inline int mc_reserve_check(const char *who, int64_t n_ctx, int64_t max_tokens,
+                                   int64_t max_pos)
+{
+    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
+        tide_error("%s: reserve(%lld positions, %lld per forward) is invalid", who,
+                   (long long)n_ctx, (long long)max_tokens);
+        return TIDE_E_INVAL;
+    }
+    if (n_ctx > max_pos) {
+        tide_error("%s: %lld positions requested but the model supports %lld "
+                   "(max_position_embeddings)",
+                   who, (long long)n_ctx, (long long)max_pos);
+        return TIDE_E_RANGE;
+    }
+    return TIDE_OK;
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+/* A forward call's span: n tokens at pos0 within the reserved capacity, ids
+ * inside the vocabulary. */
+static inline int mc_check_span(const char *who, const int32_t *ids, int64_t n, int64_t pos0,
+                                int64_t max_tokens, int64_t n_ctx, int vocab)
+{
+    if (n < 1 || n > max_tokens || pos0 < 0 || pos0 + n > n_ctx) {
+        tide_error("%s: forward of %lld tokens at position %lld exceeds the opened "
+                   "capacity (%lld tokens per call, %lld positions)",
+                   who, (long long)n, (long long)pos0, (long long)max_tokens, (long long)n_ctx);
+        return TIDE_E_RANGE;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            tide_error("%s: token id %d at position %lld is outside the vocabulary "
+                       "(vocab_size %d)",
+                       who, ids[i], (long long)(pos0 + i), vocab);
+            return TIDE_E_RANGE;
+        }
+    }
+    return TIDE_OK;
+}
+
+/* y = down(silu(x gate^T) * (x up^T)) for a dense SwiGLU MLP of width I, with
+ * g, u (f32) and a (bf16) as scratch of n x I. */
+static inline int mc_swiglu(const struct tide_backend_ref *dev, struct tide_buffer *g_buf,
+                            struct tide_buffer *u_buf, struct tide_buffer *a_buf,
+                            const struct tide_tensor *x, int64_t n, int64_t I,
+                            const struct tide_weight *gate, const struct tide_weight *up,
+                            const struct tide_weight *down, const struct tide_tensor *y)
+{
+    const struct tide_backend_ops *o = dev->ops;
+    struct tide_backend *bk = dev->bk;
+    struct tide_tensor g = tide_tensor_2d(g_buf, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor u = tide_tensor_2d(u_buf, TIDE_DTYPE_F32, n, I);
+    struct tide_tensor a = tide_tensor_2d(a_buf, TIDE_DTYPE_BF16, n, I);
+    int rc;
+    if ((rc = o->matmul(bk, x, gate, &g)) || (rc = o->matmul(bk, x, up, &u)) ||
+        (rc = o->swiglu(bk, &g, &u, &a)) || (rc = o->matmul(bk, &a, down, y)))
+        return rc;
+    return TIDE_OK;
+}
+
+/* The attention of one layer once q, k and v [n, heads * head_dim] (f32) are
+ * projected, normed and rotated: k and v go into the layer's caches at pos0,
+ * the backend's attention mixes the cached values under the block mask
+ * (block: the model's; the reserved context length makes it full), then the
+ * output projection wo, added to the residual h. */
+struct mc_attend_args {
+    const struct tide_tensor *q, *k, *v;
+    struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv_heads * head_dim] */
+    struct tide_buffer *att;               /* bf16 scratch [n, n_heads * head_dim] */
+    struct tide_buffer *tmp;               /* f32 scratch [n, hidden] */
+    struct tide_buffer *h;                 /* f32 residual [n, hidden] */
+    const struct tide_weight *wo;
+    int64_t n_ctx, n, pos0, hidden;
+    int n_heads, n_kv_heads, head_dim, block;
+};
+
+static inline int mc_attend(const struct tide_backend_ref *dev, const struct mc_attend_args *a)
+{
+    const struct tide_backend_ops *o = dev->ops;
+    struct tide_backend *bk = dev->bk;
+    const int64_t hd = a->head_dim, qw = a->n_heads * hd, kw = a->n_kv_heads * hd;
+    struct tide_tensor kc = tide_tensor_2d(a->k_cache, TIDE_DTYPE_F32, a->n_ctx, kw);
+    struct tide_tensor vc = tide_tensor_2d(a->v_cache, TIDE_DTYPE_F32, a->n_ctx, kw);
+    struct tide_tensor kdst = tide_tensor_slice(&kc, a->pos0, a->n, 0, kw);
+    struct tide_tensor vdst = tide_tensor_slice(&vc, a->pos0, a->n, 0, kw);
+    struct tide_tensor att = tide_tensor_2d(a->att, TIDE_DTYPE_BF16, a->n, qw);
+    int rc;
+    if ((rc = o->convert(bk, a->k, &kdst)) || (rc = o->convert(bk, a->v, &vdst)))
+        return rc;
+    const struct tide_attn_args aa = {
+        .size = sizeof aa,
+        .q = a->q,
+        .k_cache = &kc,
+        .v_cache = &vc,
+        .out = &att,
+        .pos0 = a->pos0,
+        .n = a->n,
+        .n_heads = a->n_heads,
+        .n_kv_heads = a->n_kv_heads,
+        .head_dim = a->head_dim,
+        .block = a->block,
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+    struct tide_tensor tmp = tide_tensor_2d(a->tmp, TIDE_DTYPE_F32, a->n, a->hidden);
+    struct tide_tensor h = tide_tensor_2d(a->h, TIDE_DTYPE_F32, a->n, a->hidden);
+    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, a->wo, &tmp)) ||
+        (rc = o->add(bk, &h, &tmp)))
+        return rc;
+    return TIDE_OK;
+}
+
+/* The output layer for the rows asked for: final norm and head on h's rows
+ * rows[0..n_rows) (NULL: rows 0..n_rows-1), read into logits. Every op is
+ * row by row, so a row's logits do not depend on which others are computed.
+ * h holds max_tokens rows; x (bf16), tmp (f32) and lg (f32 [., vocab]) are
+ * scratch. */
+struct mc_output_args {
+    struct tide_buffer *h, *x, *tmp, *lg;
+    const struct tide_weight *norm, *head;
+    int64_t max_tokens, hidden;
+    int vocab;
+    float eps;
+};
+
+static inline int mc_output(const struct tide_backend_ref *dev, const struct mc_output_args *a,
+                            const int32_t *rows, int64_t n_rows, float *logits)
+{
+    const struct tide_backend_ops *o = dev->ops;
+    struct tide_backend *bk = dev->bk;
+    const int64_t H = a->hidden;
+    struct tide_tensor h = tide_tensor_2d(a->h, TIDE_DTYPE_F32, n_rows, H);
+    struct tide_tensor x = tide_tensor_2d(a->x, TIDE_DTYPE_BF16, n_rows, H);
+    struct tide_tensor lg = tide_tensor_2d(a->lg, TIDE_DTYPE_F32, n_rows, a->vocab);
+    int rc = TIDE_OK;
+    if (rows) {
+        /* Gather the rows first (tmp is free: the layers are done). */
+        struct tide_tensor hall = tide_tensor_2d(a->h, TIDE_DTYPE_F32, a->max_tokens, H);
+        h = tide_tensor_2d(a->tmp, TIDE_DTYPE_F32, n_rows, H);
+        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
+    }
+    if (!rc && !(rc = o->rmsnorm(bk, &h, a->norm, (int)H, a->eps, &x)) &&
+        !(rc = o->matmul(bk, &x, a->head, &lg)))
+        rc = o->read(bk, &lg, logits);
+    return rc;
+}
+
+/* A model's forward pass with logits for rows[0..n_rows) (rows NULL: rows
+ * 0..n_rows-1). */
+typedef int (*mc_run_fn)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
+                         const int32_t *rows, int64_t n_rows, float *logits);
+
+/* forward_rows over run: rows checked; without a row gather on this backend,
+ * every row is computed and those asked for are kept. */
+static inline int mc_forward_rows(const char *who, const struct tide_backend_ops *o, mc_run_fn run,
+                                  struct tide_model *m, int vocab, const int32_t *ids, int64_t n,
+                                  int64_t pos0, const int32_t *rows, int64_t n_rows, float *logits)
+{
+    int rc = mc_check_rows(who, rows, n_rows, n, logits);
+    if (rc != TIDE_OK)
+        return rc;
+    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
+        const int64_t V = vocab;
+        float *all = malloc(sizeof *all * (size_t)(n * V));
+        if (!all)
+            return TIDE_E_NOMEM;
+        rc = run(m, ids, n, pos0, NULL, n, all);
+        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
+            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
+        free(all);
+        return rc;
+    }
+    return run(m, ids, n, pos0, rows, n_rows, logits);
+}
+
+#endif
