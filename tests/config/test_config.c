@@ -501,8 +501,9 @@ static void test_doc(void)
     CHECK(!strncmp(text, "# TIDE configuration reference\n", 31));
     CHECK_CONTAINS(text, "\n## [generation]\n\nBlock-diffusion decoding.\n\n"
                          "| key | type | default | description |\n|---|---|---|---|\n");
-    CHECK_CONTAINS(text, "| `steps` | int in [1,4096] | `32` | denoising steps per block, capped at "
-                         "gen_length / minimal_topk as in the official generate() |\n");
+    CHECK_CONTAINS(text,
+                   "| `steps` | int in [1,4096] | `32` | denoising steps per block, capped at "
+                   "gen_length / minimal_topk as in the official generate() |\n");
     CHECK_CONTAINS(text, "\n## [test]\n\nOptions of the plugin `test-plugin`. Test options.\n");
     CHECK_CONTAINS(text, "| `count` | int in [-100,100] | `0` | an integer |\n");
     CHECK_CONTAINS(text, "| `ratio` | float in (0,1] | `0.5` | a fraction |\n");
