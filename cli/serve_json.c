@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_kind.h"
 #include "serve_json.h"
 
 int serve_error_set(struct serve_error *err, int http, const char *type, const char *code,
@@ -26,28 +27,6 @@ int serve_error_set(struct serve_error *err, int http, const char *type, const c
 #define bad(err, param, ...)                                                                       \
     serve_error_set(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "a value";
-}
-
 /* Field getters: 0 when absent or null (the configured value stays), 1 when
  * set, -1 on a bad type or range (err set). */
 static int get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
@@ -63,7 +42,7 @@ static int get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int
                fabs(json_real_value(v)) < 9e15) {
         x = (int64_t)json_real_value(v); /* 16.0 is an integer too */
     } else {
-        bad(err, key, "'%s' must be an integer, not %s", key, json_kind(v));
+        bad(err, key, "'%s' must be an integer, not %s", key, tide_json_kind(v));
         return -1;
     }
     if (x < lo || x > hi) {
@@ -86,7 +65,7 @@ static int get_num(const json_t *o, const char *key, double lo, bool lo_open, do
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_number(v)) {
-        bad(err, key, "'%s' must be a number, not %s", key, json_kind(v));
+        bad(err, key, "'%s' must be a number, not %s", key, tide_json_kind(v));
         return -1;
     }
     double x = json_number_value(v);
@@ -104,7 +83,7 @@ static int get_bool(const json_t *o, const char *key, bool *out, struct serve_er
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_boolean(v)) {
-        bad(err, key, "'%s' must be a boolean, not %s", key, json_kind(v));
+        bad(err, key, "'%s' must be a boolean, not %s", key, tide_json_kind(v));
         return -1;
     }
     *out = json_is_true(v);
@@ -179,7 +158,7 @@ static bool parse_ids(const json_t *a, const char *param, const struct serve_lim
             bad(err, param,
                 "'%s' must be a string or token ids; element %zu is %s%s (token ids are integers "
                 "in [0, %d))",
-                param, i, json_kind(v), json_is_integer(v) ? " out of range" : "",
+                param, i, tide_json_kind(v), json_is_integer(v) ? " out of range" : "",
                 lim->vocab > 0 ? lim->vocab : INT32_MAX);
             return false;
         }
@@ -230,7 +209,7 @@ static bool parse_prompt(const json_t *o, const struct serve_limits *lim, struct
         return add_prompts(r, 1, err) && parse_text(v, "prompt", &r->prompts[0], err);
     if (!json_is_array(v)) {
         bad(err, "prompt", "'prompt' must be a string, an array of strings or token ids, not %s",
-            json_kind(v));
+            tide_json_kind(v));
         return false;
     }
     const size_t n = json_array_size(v);
@@ -260,7 +239,7 @@ static bool parse_prompt(const json_t *o, const struct serve_limits *lim, struct
                 return false;
         } else {
             bad(err, param, "'%s' must be a string or an array of token ids, not %s", param,
-                json_kind(e));
+                tide_json_kind(e));
             return false;
         }
     }
@@ -275,7 +254,7 @@ static bool message_text(const json_t *c, const char *param, struct serve_prompt
         return parse_text(c, param, p, err);
     if (!json_is_array(c)) {
         bad(err, param, "'%s' must be a string or an array of text parts, not %s", param,
-            c ? json_kind(c) : "missing");
+            c ? tide_json_kind(c) : "missing");
         return false;
     }
     size_t total = 0;
@@ -321,7 +300,7 @@ static bool parse_messages(const json_t *o, struct serve_req *r, struct serve_er
     }
     if (!json_is_array(m) || !json_array_size(m)) {
         bad(err, "messages", "'messages' must be a non-empty array of messages, not %s",
-            json_is_array(m) ? "an empty array" : json_kind(m));
+            json_is_array(m) ? "an empty array" : tide_json_kind(m));
         return false;
     }
     for (size_t i = 0; i < json_array_size(m); i++) {
@@ -357,7 +336,8 @@ static bool parse_stop(const json_t *o, struct serve_req *r, struct serve_error 
         return true;
     const size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_string(v) && !json_is_array(v)) {
-        bad(err, "stop", "'stop' must be a string or an array of strings, not %s", json_kind(v));
+        bad(err, "stop", "'stop' must be a string or an array of strings, not %s",
+            tide_json_kind(v));
         return false;
     }
     if (n > SERVE_MAX_STOP) {
@@ -367,7 +347,7 @@ static bool parse_stop(const json_t *o, struct serve_req *r, struct serve_error 
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
         if (!json_is_string(s)) {
-            bad(err, "stop", "'stop[%zu]' must be a string, not %s", i, json_kind(s));
+            bad(err, "stop", "'stop[%zu]' must be a string, not %s", i, tide_json_kind(s));
             return false;
         }
         const size_t len = json_string_length(s);
@@ -390,7 +370,7 @@ static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct s
 {
     const json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model)) {
-        bad(err, "model", "'model' must be a string, not %s", json_kind(model));
+        bad(err, "model", "'model' must be a string, not %s", tide_json_kind(model));
         return false;
     }
     if (ep == SERVE_EP_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, lim, r, err))
@@ -440,7 +420,8 @@ static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct s
     const json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
-            bad(err, "stream_options", "'stream_options' must be an object, not %s", json_kind(so));
+            bad(err, "stream_options", "'stream_options' must be an object, not %s",
+                tide_json_kind(so));
             return false;
         }
         if (get_bool(so, "include_usage", &r->include_usage, err) < 0) {
@@ -491,7 +472,7 @@ bool serve_req_parse(enum serve_endpoint ep, const char *body, size_t len,
     }
     bool ok = false;
     if (!json_is_object(o))
-        bad(err, NULL, "the request body must be a JSON object, not %s", json_kind(o));
+        bad(err, NULL, "the request body must be a JSON object, not %s", tide_json_kind(o));
     else
         ok = parse_fields(o, ep, lim, out, err);
     json_decref(o);
@@ -770,7 +751,7 @@ static json_t *load_object(const char *body, size_t len, struct serve_error *err
         return NULL;
     }
     if (!json_is_object(o)) {
-        bad(err, NULL, "the request body must be a JSON object, not %s", json_kind(o));
+        bad(err, NULL, "the request body must be a JSON object, not %s", tide_json_kind(o));
         json_decref(o);
         return NULL;
     }
@@ -790,7 +771,7 @@ bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *ou
         /* err set */
     } else if (prompt && !json_is_null(prompt)) {
         if (!json_is_string(prompt))
-            bad(err, "prompt", "'prompt' must be a string, not %s", json_kind(prompt));
+            bad(err, "prompt", "'prompt' must be a string, not %s", tide_json_kind(prompt));
         else if (!(out->p.text = dup_n(json_string_value(prompt), json_string_length(prompt))))
             serve_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         else {
@@ -827,7 +808,7 @@ bool serve_detokenize_parse(const char *body, size_t len, const struct serve_lim
     const json_t *t = json_object_get(o, "tokens");
     if (!t || !json_is_array(t))
         bad(err, "tokens", "'tokens' must be an array of token ids, not %s",
-            t ? json_kind(t) : "missing");
+            t ? tide_json_kind(t) : "missing");
     else if (!json_array_size(t))
         ok = (out->p.ids = malloc(sizeof *out->p.ids)) != NULL; /* "" */
     else

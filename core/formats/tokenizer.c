@@ -9,6 +9,7 @@
 
 #include "tide/log.h"
 #include "tide/status.h"
+#include "json_kind.h"
 #include "tide/tokenizer.h"
 #include "tokenizer_internal.h"
 
@@ -868,33 +869,9 @@ struct load_ctx {
     bool byte_level; /* a ByteLevel pre-tokenizer was seen */
 };
 
-static const char *jtype(const json_t *v)
-{
-    if (!v)
-        return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 static int bad_type(const struct load_ctx *L, const char *where, const char *want, const json_t *v)
 {
-    tide_error("%s: %s: expected %s, got %s", L->path, where, want, jtype(v));
+    tide_error("%s: %s: expected %s, got %s", L->path, where, want, tide_json_kind(v));
     return TIDE_E_FORMAT;
 }
 
