@@ -45,6 +45,20 @@ static inline int polc_check_shape(const char *who, const struct tide_policy_sha
     return TIDE_OK;
 }
 
+/* The checks every policy's create() starts with: the shape (as
+ * polc_check_shape) and the policy's option section, which the core always
+ * passes. */
+static inline int polc_check_create(const char *who, const struct tide_policy_shape *s,
+                                    const struct tide_opts *opts)
+{
+    int rc = polc_check_shape(who, s);
+    if (rc == TIDE_OK && !opts) {
+        tide_error("%s: create() needs the [%s] option section (opts is NULL)", who, who);
+        rc = TIDE_E_INVAL;
+    }
+    return rc;
+}
+
 /* Validate one plan() request. Returns the number of residents of the layer
  * (0 .. budget), or TIDE_E_INVAL after logging: layer out of range, missing
  * arrays, or more residents than the budget (a core bug). */

@@ -61,14 +61,9 @@ static void cost_destroy(struct tide_policy *p)
 static int cost_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
                        struct tide_policy **out)
 {
-    int rc = polc_check_shape(COST_NAME, shape);
+    int rc = polc_check_create(COST_NAME, shape, opts);
     if (rc != TIDE_OK)
         return rc;
-    if (!opts) {
-        tide_error("%s: create() needs the [%s] option section (opts is NULL)", COST_NAME,
-                   COST_NAME);
-        return TIDE_E_INVAL;
-    }
     const struct tide_policy_costs *c = polc_costs_get(COST_NAME, shape, true, &rc);
     if (!c)
         return rc;

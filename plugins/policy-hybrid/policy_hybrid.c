@@ -181,13 +181,9 @@ static int hyb_parse_core(const char *s, bool *is_auto, double *share)
 static int hyb_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
                       struct tide_policy **out)
 {
-    int rc = polc_check_shape(HYB_NAME, shape);
+    int rc = polc_check_create(HYB_NAME, shape, opts);
     if (rc != TIDE_OK)
         return rc;
-    if (!opts) {
-        tide_error("%s: create() needs the [%s] option section (opts is NULL)", HYB_NAME, HYB_NAME);
-        return TIDE_E_INVAL;
-    }
     bool is_auto, iv_auto;
     double share = 0;
     int interval;

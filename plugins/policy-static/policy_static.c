@@ -52,14 +52,9 @@ static void static_destroy(struct tide_policy *p)
 static int static_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
                          struct tide_policy **out)
 {
-    int rc = polc_check_shape(STATIC_NAME, shape);
+    int rc = polc_check_create(STATIC_NAME, shape, opts);
     if (rc != TIDE_OK)
         return rc;
-    if (!opts) {
-        tide_error("%s: create() needs the [%s] option section (opts is NULL)", STATIC_NAME,
-                   STATIC_NAME);
-        return TIDE_E_INVAL;
-    }
     struct tide_policy *p = calloc(1, sizeof *p);
     if (!p)
         return TIDE_E_NOMEM;

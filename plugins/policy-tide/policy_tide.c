@@ -222,14 +222,9 @@ static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
 static int tidep_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
                         struct tide_policy **out)
 {
-    int rc = polc_check_shape(TIDEP_NAME, shape);
+    int rc = polc_check_create(TIDEP_NAME, shape, opts);
     if (rc != TIDE_OK)
         return rc;
-    if (!opts) {
-        tide_error("%s: create() needs the [%s] option section (opts is NULL)", TIDEP_NAME,
-                   TIDEP_NAME);
-        return TIDE_E_INVAL;
-    }
     bool is_auto;
     int interval = 1;
     if ((rc = tidep_parse_interval(tide_opts_str(opts, "interval"), &is_auto, &interval)) !=

@@ -278,14 +278,9 @@ static int warm_load_library(struct tide_policy *p, const char *list, int max_pr
 static int warm_create(const struct tide_policy_shape *shape, const struct tide_opts *opts,
                        struct tide_policy **out)
 {
-    int rc = polc_check_shape(WARM_NAME, shape);
+    int rc = polc_check_create(WARM_NAME, shape, opts);
     if (rc != TIDE_OK)
         return rc;
-    if (!opts) {
-        tide_error("%s: create() needs the [%s] option section (opts is NULL)", WARM_NAME,
-                   WARM_NAME);
-        return TIDE_E_INVAL;
-    }
     const struct tide_policy_costs *c = polc_costs_get(WARM_NAME, shape, true, &rc);
     if (!c)
         return rc;
