@@ -455,10 +455,4 @@ static const struct tide_plugin_desc dnnl_bk_desc = {
     .probe = dnnl_bk_probe,
 };
 
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
-
-/* The plugin's only exported symbol: its descriptor, or NULL for another ABI. */
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
-{
-    return host_abi == TIDE_ABI_VERSION ? &dnnl_bk_desc : NULL;
-}
+TIDE_PLUGIN_DEFINE(dnnl_bk_desc)

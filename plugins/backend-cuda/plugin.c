@@ -702,10 +702,4 @@ static const struct tide_plugin_desc cuda_bk_desc = {
     .probe = cuda_bk_probe,
 };
 
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
-
-/* The plugin's only exported symbol: its descriptor, or NULL for another ABI. */
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
-{
-    return host_abi == TIDE_ABI_VERSION ? &cuda_bk_desc : NULL;
-}
+TIDE_PLUGIN_DEFINE(cuda_bk_desc)

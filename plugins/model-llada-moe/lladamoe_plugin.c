@@ -38,7 +38,4 @@ static const struct tide_plugin_desc lmoe_desc = {
     .probe = NULL,
 };
 
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
-{
-    return host_abi == TIDE_ABI_VERSION ? &lmoe_desc : NULL;
-}
+TIDE_PLUGIN_DEFINE(lmoe_desc)

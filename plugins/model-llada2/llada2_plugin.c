@@ -36,7 +36,4 @@ static const struct tide_plugin_desc llada2_desc = {
     .probe = NULL,
 };
 
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
-{
-    return host_abi == TIDE_ABI_VERSION ? &llada2_desc : NULL;
-}
+TIDE_PLUGIN_DEFINE(llada2_desc)

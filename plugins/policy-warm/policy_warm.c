@@ -427,10 +427,4 @@ static const struct tide_plugin_desc warm_desc = {
     .probe = NULL,
 };
 
-/* The plugin's single exported symbol: the descriptor for ABI 1, else NULL. */
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
-
-TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)
-{
-    return host_abi == TIDE_ABI_VERSION ? &warm_desc : NULL;
-}
+TIDE_PLUGIN_DEFINE(warm_desc)

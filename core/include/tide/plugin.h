@@ -74,6 +74,15 @@ typedef const struct tide_plugin_desc *(*tide_plugin_entry_fn)(uint32_t host_abi
 /* The entry point every plugin defines (and the only symbol it exports). */
 TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi);
 
+/* Defines the entry point for a plugin with one descriptor: `desc` for the
+ * ABI it was built with, NULL for any other. Write it once, after the
+ * descriptor: TIDE_PLUGIN_DEFINE(my_desc) */
+#define TIDE_PLUGIN_DEFINE(desc)                                                                   \
+    TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t host_abi)         \
+    {                                                                                              \
+        return host_abi == TIDE_ABI_VERSION ? &(desc) : NULL;                                      \
+    }
+
 /* True when an ops table of declared size `ops->size` contains `field` and the
  * slot is set. Use it for every slot that is not in the kind's minimum size. */
 #define TIDE_OPS_HAS(ops, field)                                                                   \
