@@ -240,8 +240,52 @@ static void test_random_sequences(void)
     CHECK_EQ_INT(runs, (int)(sizeof variants / sizeof variants[0]) * 3 * 6 * 4);
 }
 
+/* Every policy's create() refuses a missing shape and, for those with
+ * options, a missing option section, naming itself (polc_check_create). */
+static void test_create_refusals(void)
+{
+    static const char *const with_opts[] = {"policy-tide", "policy-static", "policy-lfu",
+                                            "policy-cost", "policy-hybrid", "policy-warm"};
+    static const char *const all[] = {"policy-tide",   "policy-static", "policy-lfu", "policy-cost",
+                                      "policy-hybrid", "policy-warm",   "policy-lru"};
+    const struct tide_policy_shape s = {
+        .size = sizeof s, .n_moe_layers = 1, .n_experts = 8, .budget = 2};
+    for (size_t i = 0; i < sizeof with_opts / sizeof with_opts[0]; i++) {
+        struct pf f;
+        if (pf_load(&f, with_opts[i]) != TIDE_OK) {
+            CHECK(!"policy plugin loads");
+            continue;
+        }
+        struct tide_policy *p = NULL;
+        pf_log_capture();
+        CHECK_EQ_INT(f.ops->create(&s, NULL, &p), TIDE_E_INVAL);
+        pf_log_release();
+        CHECK(p == NULL);
+        char want[96];
+        snprintf(want, sizeof want, "%s: create() needs the [%s] option section", with_opts[i],
+                 with_opts[i]);
+        CHECK_CONTAINS(pf_log_text(), want);
+        pf_close(&f);
+    }
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        struct pf f;
+        if (pf_load(&f, all[i]) != TIDE_OK) {
+            CHECK(!"policy plugin loads");
+            continue;
+        }
+        struct tide_policy *p = NULL;
+        pf_log_capture();
+        CHECK_EQ_INT(f.ops->create(NULL, NULL, &p), TIDE_E_INVAL);
+        pf_log_release();
+        CHECK(p == NULL);
+        CHECK_CONTAINS(pf_log_text(), "create() got no policy shape");
+        pf_close(&f);
+    }
+}
+
 int main(void)
 {
+    TEST_RUN(test_create_refusals);
     TEST_RUN(test_random_sequences);
     TEST_DONE();
 }
