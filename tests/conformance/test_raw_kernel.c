@@ -1,0 +1,181 @@
+/* backend-cpu-onednn's raw bf16 kernel (raw_kernel.c) gives exactly the bits
+ * its summation order promises, for every token count, row count, row length
+ * and thread count.
+ *
+ * The order is part of the lossless contract: every later speed-up of the
+ * kernel must keep the tokens and logits of the checkpoints it already ran.
+ * The reference below restates that order plainly, one output at a time,
+ * with the same instruction (VDPBF16PS) as the only arithmetic on bf16 pairs:
+ *
+ *  - the row of k values is cut into chunks of 32 (the last one padded with
+ *    zeros);
+ *  - the tokens are taken 8 at a time; a group is the 8 (or fewer, for the
+ *    last) tokens t with the same t / 8;
+ *  - "rows" order (a group of 1-4 tokens and k >= 1024): 4 partial sums, partial u
+ *    takes the chunks c = u, u + 4, ... of the whole groups of 4 chunks, in
+ *    increasing c; the chunks after the last whole group go to partial 0;
+ *    the vector is ((p0 + p1) + p2) + p3;
+ *  - "tile" order (otherwise): one sum over all chunks in increasing c;
+ *  - the 16 lanes of the vector are then added as (s0 + s1) + (s2 + s3), s_j
+ *    = (l[4j] + l[4j+2]) + (l[4j+1] + l[4j+3]).
+ *
+ * Exit 77 when the CPU lacks AVX512-BF16. */
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+static int failures;
+
+/* xorshift64*: reproducible inputs without libc's rand. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+/* A bf16 in [-2, 2) with a random mantissa; one in 64 is an exact zero. */
+static uint16_t rand_bf16(void)
+{
+    uint64_t r = rng();
+    if ((r & 63) == 0)
+        return 0;
+    float f = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static TARGET __m512 chunk_dot(__m512 acc, const uint16_t *x, const uint16_t *w, int64_t k,
+                               int64_t c)
+{
+    int64_t k0 = 32 * c, left = k - k0;
+    __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1ull << left) - 1);
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(m, x + k0),
+                            (__m512bh)_mm512_maskz_loadu_epi16(m, w + k0));
+}
+
+static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k, bool rows_order)
+{
+    const int64_t chunks = (k + 31) / 32;
+    __m512 v;
+    if (rows_order) {
+        __m512 p[4];
+        for (int u = 0; u < 4; u++)
+            p[u] = _mm512_setzero_ps();
+        const int64_t whole = chunks / 4 * 4;
+        for (int64_t c = 0; c < whole; c++)
+            p[c % 4] = chunk_dot(p[c % 4], x, w, k, c);
+        for (int64_t c = whole; c < chunks; c++)
+            p[0] = chunk_dot(p[0], x, w, k, c);
+        v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[1]), p[2]), p[3]);
+    } else {
+        v = _mm512_setzero_ps();
+        for (int64_t c = 0; c < chunks; c++)
+            v = chunk_dot(v, x, w, k, c);
+    }
+    float l[16], s[4];
+    _mm512_storeu_ps(l, v);
+    for (int j = 0; j < 4; j++)
+        s[j] = (l[4 * j] + l[4 * j + 2]) + (l[4 * j + 1] + l[4 * j + 3]);
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* m tokens against two segments of n0 and n1 rows of length k (the gate/up
+ * call shape), on `threads` threads. The x rows and weights sit at odd
+ * element offsets, as tensors in a safetensors file may. */
+static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads)
+{
+    const int64_t n[2] = {n0, n1};
+    uint16_t *xbuf = malloc(sizeof(uint16_t) * (size_t)(m * (k + 1) + 1));
+    uint16_t *wbuf[2];
+    float *y[2], *yp[2][64];
+    const uint16_t *xr[64];
+    for (int64_t t = 0; t < m; t++) {
+        xr[t] = xbuf + 1 + t * (k + 1);
+        for (int64_t i = 0; i < k; i++)
+            ((uint16_t *)xr[t])[i] = rand_bf16();
+    }
+    struct dnnl_bk_raw_seg segs[2];
+    for (int s = 0; s < 2; s++) {
+        wbuf[s] = malloc(sizeof(uint16_t) * (size_t)(n[s] * k + 1));
+        for (int64_t i = 0; i < n[s] * k; i++)
+            wbuf[s][1 + i] = rand_bf16();
+        y[s] = malloc(sizeof(float) * (size_t)(m * n[s]));
+        for (int64_t t = 0; t < m; t++)
+            yp[s][t] = y[s] + t * n[s];
+        segs[s] = (struct dnnl_bk_raw_seg){wbuf[s] + 1, n[s], yp[s]};
+    }
+    dnnl_bk_raw_gemm(xr, m, segs, 2, k, threads);
+    int64_t bad = 0;
+    for (int s = 0; s < 2; s++)
+        for (int64_t t = 0; t < m; t++) {
+            const int64_t group = m - t / 8 * 8 < 8 ? m - t / 8 * 8 : 8;
+            const bool rows_order = group <= 4 && k >= 1024;
+            for (int64_t r = 0; r < n[s]; r++) {
+                float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k, rows_order);
+                float got = yp[s][t][r];
+                if (memcmp(&want, &got, sizeof want)) {
+                    if (bad++ < 3)
+                        fprintf(stderr,
+                                "FAIL m %lld k %lld threads %d: segment %d token %lld row %lld: "
+                                "%.9g, want %.9g\n",
+                                (long long)m, (long long)k, threads, s, (long long)t, (long long)r,
+                                got, want);
+                }
+            }
+        }
+    if (bad) {
+        fprintf(stderr, "FAIL m %lld rows %lld+%lld k %lld threads %d: %lld outputs differ\n",
+                (long long)m, (long long)n0, (long long)n1, (long long)k, threads, (long long)bad);
+        failures++;
+    }
+    free(xbuf);
+    for (int s = 0; s < 2; s++) {
+        free(wbuf[s]);
+        free(y[s]);
+    }
+}
+
+int main(void)
+{
+    if (!dnnl_bk_raw_available()) {
+        printf("skipped: this CPU has no AVX512-BF16\n");
+        return 77;
+    }
+    /* k: the expert shapes (gate/up H = 2048, down I = 512), rows order's
+     * bound, a tail after whole groups, a partial chunk, tiny rows. */
+    const int64_t ks[] = {2048, 512, 1024, 1056, 1100, 1000, 96, 7};
+    /* Row counts not multiples of any tile, and a whole row block. */
+    const int64_t rows[][2] = {{37, 5}, {64, 64}, {1, 17}};
+    int cases = 0;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (int64_t m = 1; m <= 12; m++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    if (ks[ki] < 1024 && ri == 1 && threads == 2)
+                        continue;
+                    check_case(m, rows[ri][0], rows[ri][1], ks[ki], threads);
+                    cases++;
+                }
+    /* Larger token counts, as the batch of a busy expert. */
+    const int64_t big[] = {16, 31, 64};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        check_case(big[i], 40, 9, 2048, 2);
+        check_case(big[i], 33, 3, 512, 1);
+        cases += 2;
+    }
+    if (failures) {
+        fprintf(stderr, "%d of %d cases differ from the kernel's stated order\n", failures, cases);
+        return 1;
+    }
+    printf("ok: %d cases bit-identical to the stated order\n", cases);
+    return 0;
+}
