@@ -157,10 +157,18 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
  * than oneDNN on the raw layout (see bench/expert-ffn). */
 #define DNNL_BK_RAW_MAX_M 64
 
-/* Software prefetch distance of raw_kernel.c for the weight rows, in bytes:
- * enough to cover DRAM latency at full bandwidth (measured: 8 KiB beats 4 KiB
- * and is no worse than 16-64 KiB; prefetchnta beats t0/t1/t2 at 4-8 tokens). */
-#define DNNL_BK_RAW_PF_BYTES 8192
+/* Software prefetch of raw_kernel.c for the weight rows: distance in bytes
+ * and hint. Measured with bench/expert-ffn and 1-2 threads: on Zen 4
+ * (EPYC 9004) prefetcht2 16 KiB ahead streams 1.7-2x faster than
+ * prefetchnta 8 KiB ahead at 2-8 tokens (the NTA lines go to L1, whose few
+ * miss buffers then serialise loads and compute); on Zen 5 NTA at 8 KiB was
+ * best by a few percent. Overridable at build time for such measurements. */
+#ifndef DNNL_BK_RAW_PF_BYTES
+#define DNNL_BK_RAW_PF_BYTES 16384
+#endif
+#ifndef DNNL_BK_RAW_PF_HINT
+#define DNNL_BK_RAW_PF_HINT _MM_HINT_T2
+#endif
 
 /* One weight matrix of a raw-kernel call: rows w[n][k] (bf16, row-major) and
  * the output rows: y[t][0..n) for token t. */

@@ -86,7 +86,7 @@ RK_INLINE void rk_tile_step(const int mt, const int nr, __m512 acc[8][8], const 
     for (int r = 0; r < nr; r++) {
         wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * k + k0);
         if (pf)
-            _mm_prefetch((const char *)(w + (pf + r) * k + k0), _MM_HINT_NTA);
+            _mm_prefetch((const char *)(w + (pf + r) * k + k0), DNNL_BK_RAW_PF_HINT);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < mt; t++) {
@@ -147,7 +147,7 @@ RK_INLINE void rk_rows(const int mt, const int nr, const int ku, const uint16_t 
 #pragma GCC unroll 4
             for (int u = 0; u < ku; u++) {
                 __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k0 + 32 * u);
-                _mm_prefetch((const char *)(wr + k0 + 32 * u + ahead), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(wr + k0 + 32 * u + ahead), DNNL_BK_RAW_PF_HINT);
 #pragma GCC unroll 4
                 for (int t = 0; t < mt; t++)
                     acc[t][u] = _mm512_dpbf16_ps(

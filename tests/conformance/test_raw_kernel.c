@@ -12,9 +12,9 @@
  *  - the tokens are taken 8 at a time; a group is the 8 (or fewer, for the
  *    last) tokens t with the same t / 8;
  *  - "rows" order (a group of 1-4 tokens and k >= 1024): 4 partial sums, partial u
- *    takes the chunks c = u, u + 4, ... of the whole groups of 4 chunks, in
- *    increasing c; the chunks after the last whole group go to partial 0;
- *    the vector is ((p0 + p1) + p2) + p3;
+ *    takes the chunks c = u, u + 4, ... of the whole groups of 4 full
+ *    chunks (the first 128 * floor(k / 128) values), in increasing c; the chunks after the last
+ * whole group go to partial 0; the vector is ((p0 + p1) + p2) + p3;
  *  - "tile" order (otherwise): one sum over all chunks in increasing c;
  *  - the 16 lanes of the vector are then added as (s0 + s1) + (s2 + s3), s_j
  *    = (l[4j] + l[4j+2]) + (l[4j+1] + l[4j+3]).
@@ -70,7 +70,7 @@ static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k, boo
         __m512 p[4];
         for (int u = 0; u < 4; u++)
             p[u] = _mm512_setzero_ps();
-        const int64_t whole = chunks / 4 * 4;
+        const int64_t whole = k / 128 * 4; /* chunks in whole groups of 4 full chunks */
         for (int64_t c = 0; c < whole; c++)
             p[c % 4] = chunk_dot(p[c % 4], x, w, k, c);
         for (int64_t c = whole; c < chunks; c++)
@@ -152,7 +152,7 @@ int main(void)
     }
     /* k: the expert shapes (gate/up H = 2048, down I = 512), rows order's
      * bound, a tail after whole groups, a partial chunk, tiny rows. */
-    const int64_t ks[] = {2048, 512, 1024, 1056, 1100, 1000, 96, 7};
+    const int64_t ks[] = {2048, 512, 1024, 1056, 1100, 1148, 1000, 96, 7};
     /* Row counts not multiples of any tile, and a whole row block. */
     const int64_t rows[][2] = {{37, 5}, {64, 64}, {1, 17}};
     int cases = 0;
