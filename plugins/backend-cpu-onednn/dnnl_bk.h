@@ -160,9 +160,10 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
 /* Software prefetch of raw_kernel.c for the weight rows: distance in bytes
  * and hint. Measured with bench/expert-ffn and 1-2 threads: on Zen 4
  * (EPYC 9004) prefetcht2 16 KiB ahead streams 1.7-2x faster than
- * prefetchnta 8 KiB ahead at 2-8 tokens (the NTA lines go to L1, whose few
- * miss buffers then serialise loads and compute); on Zen 5 NTA at 8 KiB was
- * best by a few percent. Overridable at build time for such measurements. */
+ * prefetchnta 8 KiB ahead at 2-8 tokens, where NTA left the weight stream
+ * and the arithmetic serialised (docs/cpu-performance.md, session 5); an
+ * earlier measurement on Zen 5 had NTA ahead of t0/t1/t2 at 4-8 tokens.
+ * Overridable at build time (-D...) for such measurements. */
 #ifndef DNNL_BK_RAW_PF_BYTES
 #define DNNL_BK_RAW_PF_BYTES 16384
 #endif
