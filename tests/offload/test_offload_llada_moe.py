@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_offload import PROMPT, gpu_like_profile, tide  # noqa: E402
+from test_offload import PROMPT, gpu_like_profile, run_ids, tide  # noqa: E402
 
 
 def setup(binary, tmp):
@@ -29,13 +29,6 @@ def setup(binary, tmp):
                 "[generation]\ngen_length = 64\n"
                 "[output]\nprogress = false\nstream = false\n" % model)
     return cfg
-
-
-def run_ids(binary, cfg, sets):
-    args = ["--quiet", "run", "-c", cfg, "--ids", PROMPT, "--print-ids", "--logits-hash"]
-    for s in sets:
-        args += ["--set", s]
-    return tide(binary, args).stdout.strip()
 
 
 def main():
