@@ -91,7 +91,12 @@ struct tide_backend {
     int n_experts;   /* live experts */
     bool warned_ref; /* logged once that oneDNN picked a reference kernel */
     bool raw_kernel; /* this CPU runs raw_kernel.c (AVX512-BF16) */
-    bool simd;       /* `simd` option: the AVX-512 kernels of simd.c where they run */
+    /* Every matmul runs on own_kernel.c, not oneDNN (`gemm` option; auto:
+     * when oneDNN has no bf16 matmul on this CPU), every matrix in the raw
+     * layout. own_avx2: its AVX2 code runs (else its scalar code). */
+    bool own;
+    bool own_avx2;
+    bool simd; /* `simd` option: the AVX-512 kernels of simd.c where they run */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -188,6 +193,26 @@ bool dnnl_bk_raw_available(void);
  * the same way whatever the thread count. */
 void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads);
+
+/* Does oneDNN have a bf16 matmul with f32 output on this CPU (engine eng)?
+ * When not, why[why_len] says so. */
+bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len);
+
+/* own_kernel.c: true when this CPU runs its AVX2 code. */
+bool dnnl_bk_own_avx2(void);
+
+/* own_kernel.c: for each segment, y[t][j] = x[t] . w[j] over k for t < m, in
+ * f32 with one summation order per output that depends on k alone (the file
+ * states it), so a row's result does not depend on m, the threads or avx2.
+ * avx2: run the AVX2 code (dnnl_bk_own_avx2() must be true), else plain C.
+ * threads <= 1 runs inline on the calling thread. */
+void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+                      int n_segs, int64_t k, int threads, bool avx2);
+
+/* The row kernel of bk for inplace matrices: raw_kernel.c, or own_kernel.c
+ * when bk->own (same arguments as dnnl_bk_raw_gemm). */
+void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
+                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads);
 
 /* simd.c. Start-up check of the vector exp against this process's expf
  * (once per process); false, with the reason in why, when the AVX-512 paths

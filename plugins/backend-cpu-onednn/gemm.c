@@ -236,6 +236,34 @@ static size_t dnnl_bk_lines(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
+void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
+                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads)
+{
+    if (bk->own)
+        dnnl_bk_own_gemm(x, m, segs, n_segs, k, threads, bk->own_avx2);
+    else
+        dnnl_bk_raw_gemm(x, m, segs, n_segs, k, threads);
+}
+
+/* matmul on the own kernel: x and y rows where they are, any stride. */
+static int dnnl_bk_matmul_own(struct tide_backend *bk, const struct tide_tensor *x,
+                              const struct dnnl_bk_mat *m, const struct tide_tensor *y)
+{
+    const int64_t T = x->rows;
+    int rc = dnnl_bk_scratch(bk, 2 * sizeof(void *) * (size_t)(T ? T : 1));
+    if (rc)
+        return rc;
+    const uint16_t **xr = bk->scratch;
+    float **yr = (float **)(xr + T);
+    for (int64_t t = 0; t < T; t++) {
+        xr[t] = dnnl_bk_at(x, t, 0);
+        yr[t] = dnnl_bk_at(y, t, 0);
+    }
+    const struct dnnl_bk_raw_seg seg = {m->data, m->n, yr};
+    dnnl_bk_own_gemm(xr, T, &seg, 1, m->k, bk->threads, bk->own_avx2);
+    return TIDE_OK;
+}
+
 int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
                    const struct tide_weight *w, const struct tide_tensor *y)
 {
@@ -245,6 +273,8 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
         return rc;
     const struct dnnl_bk_mat *m = &w->mat;
     dnnl_bk_enter(bk);
+    if (bk->own)
+        return dnnl_bk_matmul_own(bk, x, m, y);
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
         int64_t rows = x->rows - t0 < DNNL_BK_MAX_BUCKET ? x->rows - t0 : DNNL_BK_MAX_BUCKET;
@@ -310,12 +340,14 @@ static size_t dnnl_bk_ffn_raw_bytes(int64_t m, int64_t I)
            dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I));
 }
 
-/* expert_ffn for m <= DNNL_BK_RAW_MAX_M rows of an inplace expert with
- * raw_kernel.c: no gather, no padding, results written straight to out.
- * `scratch` holds dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
-static void dnnl_bk_ffn_raw(const struct tide_expert *e, const struct tide_tensor *x_all,
-                            const int32_t *rows, const int32_t *dst_rows, int64_t m,
-                            const struct tide_tensor *out, void *scratch, int threads, bool simd)
+/* expert_ffn of an inplace expert on the row kernel (raw_kernel.c for
+ * m <= DNNL_BK_RAW_MAX_M rows, or own_kernel.c for any m): no gather, no
+ * padding, results written straight to out. `scratch` holds
+ * dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
+static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
+                            const struct tide_tensor *x_all, const int32_t *rows,
+                            const int32_t *dst_rows, int64_t m, const struct tide_tensor *out,
+                            void *scratch, int threads, bool simd)
 {
     const int64_t H = e->hidden, I = e->inter;
     size_t bp = dnnl_bk_lines(5 * sizeof(void *) * (size_t)m);
@@ -332,12 +364,12 @@ static void dnnl_bk_ffn_raw(const struct tide_expert *e, const struct tide_tenso
         yr[t] = dnnl_bk_at(out, dst_rows[t], 0);
     }
     const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
-    dnnl_bk_raw_gemm(xr, m, gu, 2, H, threads);
+    dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads);
 #pragma omp parallel for num_threads(threads) if (threads > 1 && m * I >= 4096)
     for (int64_t t = 0; t < m; t++)
         dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
     const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
-    dnnl_bk_raw_gemm(hr, m, &d, 1, I, threads);
+    dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads);
 }
 
 /* One expert on all the backend's threads (checked arguments). */
@@ -350,11 +382,11 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
     int rc;
     for (int64_t i0 = 0; i0 < n; i0 += DNNL_BK_MAX_BUCKET) {
         int64_t m = n - i0 < DNNL_BK_MAX_BUCKET ? n - i0 : DNNL_BK_MAX_BUCKET;
-        if (e->layout == DNNL_BK_RAW && bk->raw_kernel && m <= DNNL_BK_RAW_MAX_M) {
+        if (e->layout == DNNL_BK_RAW && (bk->own || (bk->raw_kernel && m <= DNNL_BK_RAW_MAX_M))) {
             if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(m, I))))
                 return rc;
-            dnnl_bk_ffn_raw(e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch, bk->threads,
-                            bk->simd);
+            dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch,
+                            bk->threads, bk->simd);
             continue;
         }
         int64_t mb = dnnl_bk_bucket(m);
@@ -454,7 +486,7 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
      * expert. The others (many rows, packed layout) run one by one on all
      * threads. */
     const int T = bk->threads;
-    const bool spread = T > 1 && bk->raw_kernel && dnnl_bk_simd_on(bk);
+    const bool spread = T > 1 && (bk->own || (bk->raw_kernel && dnnl_bk_simd_on(bk)));
     int *bin = malloc(sizeof *bin * (size_t)(n_experts + 1));
     double load[64] = {0};
     int64_t max_m = 0, max_i = 0;
@@ -501,7 +533,7 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
                         next++;
                     if (next < n_experts)
                         dnnl_bk_expert_touch(experts[next]);
-                    dnnl_bk_ffn_raw(experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                    dnnl_bk_ffn_raw(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
                                     offsets[j + 1] - offsets[j], out, scratch + (size_t)me * per, 1,
                                     simd);
                     j = next;

@@ -52,6 +52,12 @@ static const struct tide_option dnnl_bk_options[] = {
      "copy in host RAM (0-30% faster, +1 copy of every expert); auto = inplace when the CPU "
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
+    {"gemm", TIDE_OPT_ENUM, "auto",
+     "matmul kernels: onednn = oneDNN's bf16 matmuls (and raw_kernel.c for small inplace "
+     "experts); own = own_kernel.c for every matmul (AVX2 or plain C, one summation order per "
+     "output whatever the row count); auto = onednn where it has a bf16 matmul on this CPU "
+     "(AVX512), else own",
+     "auto|onednn|own", NULL},
     {"simd", TIDE_OPT_BOOL, "true",
      "AVX-512 kernels for attention, exp/SiLU and the expert batch where the CPU has them; they "
      "give the same bits as the plain C loops, which false selects (for checking)",
@@ -149,11 +155,14 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         return rc;
     int64_t threads = args->opts ? tide_opts_int(args->opts, "threads") : 0;
     const char *layout = args->opts ? tide_opts_str(args->opts, "expert_layout") : "auto";
+    const char *gemm = args->opts ? tide_opts_str(args->opts, "gemm") : "auto";
     if (threads < 0 || threads > 4096)
         return dnnl_bk_inval("create", "threads = %lld is outside [0, 4096]", (long long)threads);
     if (strcmp(layout, "auto") && strcmp(layout, "packed") && strcmp(layout, "inplace"))
         return dnnl_bk_inval("create", "expert_layout = '%s', expected auto, inplace or packed",
                              layout);
+    if (strcmp(gemm, "auto") && strcmp(gemm, "onednn") && strcmp(gemm, "own"))
+        return dnnl_bk_inval("create", "gemm = '%s', expected auto, onednn or own", gemm);
 
     struct tide_backend *bk = calloc(1, sizeof *bk);
     if (!bk)
@@ -166,9 +175,6 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     bk->simd = args->opts ? tide_opts_bool(args->opts, "simd") : true;
     if (bk->simd && !simd_can)
         tide_info(DNNL_BK_NAME ": simd kernels off: %s", simd_why);
-    bk->expert_layout = !strcmp(layout, "packed") || (!strcmp(layout, "auto") && !bk->raw_kernel)
-                            ? DNNL_BK_PACKED
-                            : DNNL_BK_RAW;
     dnnl_status_t st = dnnl_engine_create(&bk->eng, dnnl_cpu, 0);
     if (st == dnnl_success)
         st = dnnl_stream_create(&bk->stream, bk->eng, dnnl_stream_default_flags);
@@ -176,11 +182,34 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         dnnl_bk_destroy(bk);
         return dnnl_bk_fail("create", "dnnl_engine_create/dnnl_stream_create", st);
     }
+    char bf16_why[128];
+    const bool onednn_bf16 = dnnl_bk_has_bf16(bk->eng, bf16_why, sizeof bf16_why);
+    if (!strcmp(gemm, "onednn") && !onednn_bf16) {
+        tide_error(DNNL_BK_NAME ": gemm = onednn, but %s; set gemm = own (or auto)", bf16_why);
+        dnnl_bk_destroy(bk);
+        return TIDE_E_UNSUPPORTED;
+    }
+    bk->own = !strcmp(gemm, "own") || !onednn_bf16;
+    bk->own_avx2 = bk->own && dnnl_bk_own_avx2();
+    if (bk->own && strcmp(gemm, "own"))
+        tide_info(DNNL_BK_NAME ": %s: every matmul runs on the backend's own %s kernel", bf16_why,
+                  bk->own_avx2 ? "AVX2" : "plain C");
+    /* The own kernel reads the raw layout only. */
+    if (bk->own && !strcmp(layout, "packed"))
+        tide_info(DNNL_BK_NAME ": expert_layout = packed needs oneDNN's matmul (gemm = own "
+                               "here): experts stay inplace");
+    bk->expert_layout =
+        !bk->own && (!strcmp(layout, "packed") || (!strcmp(layout, "auto") && !bk->raw_kernel))
+            ? DNNL_BK_PACKED
+            : DNNL_BK_RAW;
     const dnnl_version_t *v = dnnl_version();
     snprintf(bk->desc, sizeof bk->desc,
-             "oneDNN %d.%d.%d, %d thread%s, isa %s, experts %s%s, simd %s", v->major, v->minor,
-             v->patch, bk->threads, bk->threads == 1 ? "" : "s",
+             "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s", v->major,
+             v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
              dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
+             !bk->own       ? "onednn"
+             : bk->own_avx2 ? "own (avx2)"
+                            : "own (plain C)",
              bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
              strcmp(layout, "auto") ? "" : " (auto)", dnnl_bk_simd_on(bk) ? "on" : "off");
     *out = bk;
@@ -266,8 +295,8 @@ static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *
     free(w);
 }
 
-/* MATMUL: prepacked once. bf16 is the contract for matmul inputs, so an f32 or
- * f16 checkpoint tensor is rounded to bf16 (nearest even) first. */
+/* MATMUL: prepacked once (oneDNN), or the checkpoint's rows (own kernel). bf16 is the contract for
+ * matmul inputs, so an f32 or f16 checkpoint tensor is rounded to bf16 (nearest even) first. */
 static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view *src,
                                  struct tide_weight *w)
 {
@@ -283,7 +312,11 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
             tmp[i] = tide_f32_to_bf16(bkc_view_f32(src, i));
         rows = tmp;
     }
-    int rc = dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, true, w->name);
+    /* The own kernel reads the rows where they are; a converted copy is kept. */
+    int rc = bk->own ? dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_RAW,
+                                        tmp != NULL, w->name)
+                     : dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, true,
+                                        w->name);
     free(tmp);
     return rc;
 }
@@ -378,7 +411,26 @@ static int dnnl_bk_mem_info(struct tide_backend *bk, uint64_t *free_bytes, uint6
 
 /* ---- descriptor --------------------------------------------------------- */
 
-/* Can oneDNN serve a bf16 matmul with f32 output here? */
+bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len)
+{
+    dnnl_memory_desc_t s, w, d;
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_desc_init_by_tag(&s, 2, (dnnl_dims_t){1, 32}, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&w, 2, (dnnl_dims_t){32, 16}, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&d, 2, (dnnl_dims_t){1, 16}, dnnl_f32, dnnl_ab);
+    dnnl_status_t st = dnnl_matmul_desc_init(&mm, &s, &w, NULL, &d);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (st != dnnl_success)
+        snprintf(why, why_len, "oneDNN has no bf16 matmul on this CPU (%s)", dnnl_status2str(st));
+    return st == dnnl_success;
+}
+
+/* Can oneDNN run here at all? (Without its bf16 matmul the own kernel
+ * serves every matmul, so that is not a refusal.) */
 static int dnnl_bk_probe(char *why, size_t why_len)
 {
     dnnl_engine_t eng = NULL;
@@ -387,22 +439,7 @@ static int dnnl_bk_probe(char *why, size_t why_len)
         snprintf(why, why_len, "oneDNN cannot create a CPU engine: %s", dnnl_status2str(st));
         return TIDE_E_DEVICE;
     }
-    dnnl_memory_desc_t s, w, d;
-    dnnl_matmul_desc_t mm;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_memory_desc_init_by_tag(&s, 2, (dnnl_dims_t){1, 32}, dnnl_bf16, dnnl_ab);
-    dnnl_memory_desc_init_by_tag(&w, 2, (dnnl_dims_t){32, 16}, dnnl_bf16, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&d, 2, (dnnl_dims_t){1, 16}, dnnl_f32, dnnl_ab);
-    st = dnnl_matmul_desc_init(&mm, &s, &w, NULL, &d);
-    if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
     dnnl_engine_destroy(eng);
-    if (st != dnnl_success) {
-        snprintf(why, why_len, "oneDNN has no bf16 matmul on this CPU: %s", dnnl_status2str(st));
-        return TIDE_E_UNSUPPORTED;
-    }
     return TIDE_OK;
 }
 

@@ -1,0 +1,166 @@
+/* backend-cpu-onednn's own bf16 kernel (own_kernel.c, the matmuls of every
+ * CPU where oneDNN has no bf16 matmul) gives exactly the bits its summation
+ * order promises, for every row count, weight-row count, row length, thread
+ * count, and in both its AVX2 and plain C code.
+ *
+ * The order, restated plainly for one output y = x . w of length k, from
+ * products of bf16 values widened to f32 and fused multiply-adds (fmaf):
+ *  - 8 lanes: lane l sums x[i] w[i] for i = l, l + 8, ... below
+ *    K8 = 8 floor(k / 8), in increasing i, starting from 0;
+ *  - r = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
+ *  - then r = fmaf(x[i], w[i], r) for i = K8 .. k-1.
+ * It depends on k alone, so a row's result cannot depend on how many rows
+ * share the call: that is checked directly too, by computing each row alone
+ * and inside every batch size.
+ *
+ * The AVX2 half is skipped (not failed) on a CPU without AVX2 and FMA; the
+ * plain C half always runs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+
+static int failures;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+/* A bf16 in [-2, 2) with a random mantissa; one in 64 is an exact zero. */
+static uint16_t rand_bf16(void)
+{
+    uint64_t r = rng();
+    if ((r & 63) == 0)
+        return 0;
+    float f = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static float widen(uint16_t v)
+{
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
+{
+    float l[8] = {0};
+    const int64_t k8 = k / 8 * 8;
+    for (int64_t i = 0; i < k8; i++)
+        l[i % 8] = fmaf(widen(x[i]), widen(w[i]), l[i % 8]);
+    float r = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    for (int64_t i = k8; i < k; i++)
+        r = fmaf(widen(x[i]), widen(w[i]), r);
+    return r;
+}
+
+/* m rows against two segments of n0 and n1 weight rows of length k, at odd
+ * element offsets (as tensors in a safetensors file may sit), on `threads`
+ * threads, AVX2 or plain C. Each output must equal ref_dot, and so the
+ * output of the same row computed alone (m = 1). */
+static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads, bool avx2)
+{
+    const int64_t n[2] = {n0, n1};
+    uint16_t *xbuf = malloc(sizeof(uint16_t) * (size_t)(m * (k + 1) + 1));
+    uint16_t *wbuf[2];
+    float *y[2], **yp[2];
+    const uint16_t **xr = malloc(sizeof *xr * (size_t)m);
+    for (int64_t t = 0; t < m; t++) {
+        xr[t] = xbuf + 1 + t * (k + 1);
+        for (int64_t i = 0; i < k; i++)
+            ((uint16_t *)xr[t])[i] = rand_bf16();
+    }
+    struct dnnl_bk_raw_seg segs[2];
+    for (int s = 0; s < 2; s++) {
+        wbuf[s] = malloc(sizeof(uint16_t) * (size_t)(n[s] * k + 1));
+        for (int64_t i = 0; i < n[s] * k; i++)
+            wbuf[s][1 + i] = rand_bf16();
+        y[s] = malloc(sizeof(float) * (size_t)(m * n[s]));
+        yp[s] = malloc(sizeof *yp[s] * (size_t)m);
+        for (int64_t t = 0; t < m; t++)
+            yp[s][t] = y[s] + t * n[s];
+        segs[s] = (struct dnnl_bk_raw_seg){wbuf[s] + 1, n[s], yp[s]};
+    }
+    dnnl_bk_own_gemm(xr, m, segs, 2, k, threads, avx2);
+    int64_t bad = 0;
+    for (int s = 0; s < 2; s++)
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t r = 0; r < n[s]; r++) {
+                const float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k), got = yp[s][t][r];
+                if (memcmp(&want, &got, sizeof want) && bad++ < 3)
+                    fprintf(stderr,
+                            "FAIL %s m %lld k %lld threads %d: segment %d row %lld col %lld: "
+                            "%.9g, want %.9g\n",
+                            avx2 ? "avx2" : "plain", (long long)m, (long long)k, threads, s,
+                            (long long)t, (long long)r, got, want);
+            }
+    /* Each row alone, through the kernel: the same bits as in the batch. */
+    float *alone = malloc(sizeof(float) * (size_t)(n0 > n1 ? n0 : n1));
+    for (int64_t t = 0; t < m; t++) {
+        const struct dnnl_bk_raw_seg one = {wbuf[0] + 1, n0, &alone};
+        dnnl_bk_own_gemm(&xr[t], 1, &one, 1, k, 1, avx2);
+        if (memcmp(alone, yp[0][t], sizeof(float) * (size_t)n0) && bad++ < 3)
+            fprintf(stderr, "FAIL %s m %lld k %lld: row %lld alone differs from the batch\n",
+                    avx2 ? "avx2" : "plain", (long long)m, (long long)k, (long long)t);
+    }
+    if (bad) {
+        fprintf(stderr, "FAIL %s m %lld rows %lld+%lld k %lld threads %d: %lld outputs differ\n",
+                avx2 ? "avx2" : "plain", (long long)m, (long long)n0, (long long)n1, (long long)k,
+                threads, (long long)bad);
+        failures++;
+    }
+    free(alone);
+    free(xbuf);
+    free(xr);
+    for (int s = 0; s < 2; s++) {
+        free(wbuf[s]);
+        free(y[s]);
+        free(yp[s]);
+    }
+}
+
+int main(void)
+{
+    const bool has_avx2 = dnnl_bk_own_avx2();
+    /* k: expert shapes (2048, 512), a tail of every length 1..7, tiny rows. */
+    const int64_t ks[] = {2048, 512, 1000, 1001, 1003, 1007, 96, 9, 7, 1};
+    /* Weight-row counts not multiples of the tile or of a thread's block. */
+    const int64_t rows[][2] = {{37, 5}, {1, 17}, {32, 33}};
+    /* Row counts: every remainder of the 4-row tile, and batch sizes. */
+    const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 31, 64, 100};
+    int cases = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool avx2 = pass == 0;
+        if (avx2 && !has_avx2) {
+            printf("AVX2 code skipped: this CPU lacks AVX2 or FMA\n");
+            continue;
+        }
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                    const int threads = 1 + (int)((ki + mi + ri) % 2);
+                    if (ms[mi] > 16 && ks[ki] >= 1000 && ri != 1)
+                        continue; /* keep the plain C half quick */
+                    check_case(ms[mi], rows[ri][0], rows[ri][1], ks[ki], threads, avx2);
+                    cases++;
+                }
+    }
+    if (failures) {
+        fprintf(stderr, "%d of %d cases differ from the kernel's stated order\n", failures, cases);
+        return 1;
+    }
+    printf("ok: %d cases bit-identical to the stated order%s\n", cases,
+           has_avx2 ? " (AVX2 and plain C)" : " (plain C)");
+    return 0;
+}
