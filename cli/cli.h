@@ -73,13 +73,12 @@ struct tide_policy_costs;
  * is NULL when no profile is set. They live until cli_teardown. Returns
  * TIDE_OK or a status (logged, naming the file). */
 int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out);
-struct tide_gen_params;
 struct tide_trace_writer;
 struct tide_trace_sink;
-/* Open a routing trace at path for e's model under p: *w is the writer
- * (close it with tide_trace_writer_close) and *sink its events. */
-int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
-                   bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink);
+/* Open a routing trace at path for e's model under its decoder: *w is the
+ * writer (close it with tide_trace_writer_close) and *sink its events. */
+int cli_trace_open(const struct tide_engine *e, const char *path, bool overwrite,
+                   struct tide_trace_writer **w, struct tide_trace_sink *sink);
 struct tide_engine_info;
 struct tide_offload_stats;
 /* The end-of-run table: hit rate, GB moved, host rows, tokens/s (stderr). */

@@ -206,7 +206,6 @@ struct bench {
     struct bench_prompts prompts;
     int repeats;
     bool chat;
-    struct tide_gen_params gp;
     uint64_t *want; /* [n prompts] baseline hash of the generated ids, 0 = none yet */
     struct tide_trace_writer *trace; /* records the first configuration, then NULL */
     struct tide_trace_sink trace_sink;
@@ -231,7 +230,7 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
         size_t n = 0;
         rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
         if (rc == TIDE_OK)
-            rc = tide_engine_reserve(b->e, (int64_t)n, &b->gp);
+            rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
         for (int rep = 0; rc == TIDE_OK && rep < b->repeats; rep++) {
             struct tide_gen_result res;
             fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
@@ -239,7 +238,7 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
                                                      .trace = rep == 0 && b->trace ? &b->trace_sink
                                                                                    : NULL,
                                                      .prompt_id = (uint32_t)i};
-            rc = tide_engine_generate_ids(b->e, &b->gp, ids, (int64_t)n, NULL, &outs, &res);
+            rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, &outs, &res);
             if (rc == TIDE_OK) {
                 r->tokens += res.n;
                 r->steps += res.steps;
@@ -353,7 +352,6 @@ int cmd_bench(int argc, char **argv)
     if (rc != TIDE_OK || sa.emit_slurm)
         goto done;
     const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
-    tide_engine_gen_params(c.cfg, &b.gp);
     b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
     b.repeats = (int)tide_opts_int(bo, "repeats");
     if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"),
@@ -427,8 +425,8 @@ int cmd_bench(int argc, char **argv)
     const struct tide_opts *oo = tide_config_section(c.cfg, "output");
     /* Routing does not depend on placement: shard 0 records it for all. */
     if (*tide_opts_str(oo, "trace") && sa.shard.index == 0 &&
-        (rc = cli_trace_open(b.e, &b.gp, tide_opts_str(oo, "trace"),
-                             tide_opts_bool(oo, "overwrite"), &b.trace, &b.trace_sink)) != TIDE_OK)
+        (rc = cli_trace_open(b.e, tide_opts_str(oo, "trace"), tide_opts_bool(oo, "overwrite"),
+                             &b.trace, &b.trace_sink)) != TIDE_OK)
         goto done;
     cli_catch_interrupt();
     tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "

@@ -86,9 +86,7 @@ int cmd_forward(int argc, char **argv)
     if ((rc = e->mops->reserve(e->model, (int64_t)n, step < (int64_t)n ? step : (int64_t)n)))
         goto done;
     if (trace_path) {
-        struct tide_gen_params gp;
-        tide_engine_gen_params(c.cfg, &gp);
-        if ((rc = cli_trace_open(e, &gp, trace_path, force, &trace, &sink)) != TIDE_OK ||
+        if ((rc = cli_trace_open(e, trace_path, force, &trace, &sink)) != TIDE_OK ||
             (rc = tide_trace_prompt(trace, 0, (uint32_t)n)) != TIDE_OK)
             goto done;
         tide_moe_set_trace(e->moe, &sink);

@@ -28,7 +28,7 @@ int cmd_plugins(int argc, char **argv)
     for (int i = 0; i < set->n_dirs; i++)
         printf("  %s\n", set->dirs[i]);
     printf("\n%-22s %-8s %-8s %-4s %-10s %s\n", "NAME", "KIND", "VERSION", "ABI", "STATUS", "PATH");
-    for (int k = TIDE_PLUGIN_MODEL; k <= TIDE_PLUGIN_POLICY; k++) {
+    for (int k = TIDE_PLUGIN_MODEL; k <= TIDE_PLUGIN_DECODER; k++) {
         for (int i = 0; i < set->n; i++) {
             const struct tide_plugin *p = &set->items[i];
             if (p->desc->kind != (uint32_t)k)

@@ -464,8 +464,6 @@ static int prof_dense(struct prof_ctx *p, struct tide_engine *e, double *us_per_
             return TIDE_E_CONFIG;
         }
     }
-    struct tide_gen_params gp;
-    tide_engine_gen_params(p->c.cfg, &gp);
     double best = -1;
     for (int run = 0; run < 4 && rc == TIDE_OK; run++) {
         double seconds = 0, experts = 0;
@@ -477,10 +475,10 @@ static int prof_dense(struct prof_ctx *p, struct tide_engine *e, double *us_per_
             struct tide_gen_result res = {0};
             rc = tide_engine_encode(e, line[k], false, &ids, &n);
             if (rc == TIDE_OK)
-                rc = tide_engine_reserve(e, (int64_t)n, &gp);
+                rc = tide_engine_reserve(e, NULL, (int64_t)n);
             tide_moe_reset_totals(e->moe);
             if (rc == TIDE_OK)
-                rc = tide_engine_generate_ids(e, &gp, ids, (int64_t)n, NULL, NULL, &res);
+                rc = tide_engine_generate_ids(e, NULL, ids, (int64_t)n, NULL, NULL, &res);
             struct tide_moe_counters c;
             tide_moe_totals(e->moe, &c);
             seconds += res.seconds;

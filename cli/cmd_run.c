@@ -233,10 +233,8 @@ int cmd_run(int argc, char **argv)
     if ((rc = cli_output_open(oo, "metrics", &metrics, &metrics_path)) != TIDE_OK)
         goto done;
     if (*tide_opts_str(oo, "trace")) {
-        struct tide_gen_params gp;
-        tide_engine_gen_params(e->cfg, &gp);
-        if ((rc = cli_trace_open(e, &gp, tide_opts_str(oo, "trace"),
-                                 tide_opts_bool(oo, "overwrite"), &trace, &trace_sink)) != TIDE_OK)
+        if ((rc = cli_trace_open(e, tide_opts_str(oo, "trace"), tide_opts_bool(oo, "overwrite"),
+                                 &trace, &trace_sink)) != TIDE_OK)
             goto done;
     }
     if (dump_path && (rc = run_dump_open(dump_path, dump_tmp, sizeof dump_tmp, &dump)) != TIDE_OK)

@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "core_options.h"
 #include "engine.h"
-#include "generate.h"
+#include "decode.h"
 #include "tide/log.h"
 #include "tide/profile.h"
 #include "tide/status.h"
@@ -322,11 +322,11 @@ void cli_cpu_model(char *buf, size_t len)
     fclose(f);
 }
 
-int cli_trace_open(const struct tide_engine *e, const struct tide_gen_params *p, const char *path,
-                   bool overwrite, struct tide_trace_writer **w, struct tide_trace_sink *sink)
+int cli_trace_open(const struct tide_engine *e, const char *path, bool overwrite,
+                   struct tide_trace_writer **w, struct tide_trace_sink *sink)
 {
     struct tide_trace_header h;
-    int rc = tide_engine_trace_header(e, p, &h);
+    int rc = tide_engine_trace_header(e, NULL, &h);
     if (rc == TIDE_OK)
         rc = tide_trace_writer_open(path, false, overwrite, &h, w);
     if (rc == TIDE_OK)

@@ -15,7 +15,7 @@
  *   --rows masked  logits only for the masked rows (model slot forward_rows)
  *   --rows all     logits for every row of the block (forward), the plain path
  *   --probs plain  probabilities as the generator computed them before (libm
- *                  exp in double per element) instead of tide_greedy_pick
+ *                  exp in double per element) instead of dc_greedy_pick
  * A model plugin without forward_rows or profile (an older build, for a
  * before/after comparison) runs with --rows all and prints totals only.
  *
@@ -37,7 +37,7 @@
 #include "core_options.h"
 #include "engine.h"
 #include "loader.h"
-#include "probs.h"
+#include "decoder-common/probs.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
@@ -92,7 +92,7 @@ static int parse_args(int argc, char **argv, struct bf_cfg *c)
            c->repeats < 1;
 }
 
-/* The generator's probabilities before tide_greedy_pick: argmax, then a sum
+/* The generator's probabilities before dc_greedy_pick: argmax, then a sum
  * of exp in double over the row. */
 static void plain_pick(const float *l, int V, int32_t *id, double *prob)
 {
@@ -149,7 +149,7 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
             if (c->plain_probs)
                 plain_pick(row, V, &id, &p);
             else
-                tide_greedy_pick(row, V, -1, &id, &p);
+                dc_greedy_pick(row, V, -1, &id, &p);
             if (p > best_p) {
                 best_p = p;
                 best_id = id;
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
            "forward; logits for %s rows; probabilities %s\n",
            c.prompt, c.block, c.repeats, (long long)r.forwards,
            (double)r.rows_out / (double)r.forwards, use_rows ? "the masked" : "all",
-           c.plain_probs ? "plain (libm exp, double)" : "tide_greedy_pick");
+           c.plain_probs ? "plain (libm exp, double)" : "dc_greedy_pick");
     printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
            "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
            threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);

@@ -224,35 +224,59 @@ static int api_set_num(struct tide_config *cfg, const char *key, bool is_int, in
     return tide_config_set_value(cfg, "generation", key, v, "request");
 }
 
-/* The request's parameters: the engine's [generation], then the request's
- * overrides, checked by the option table (so a new [generation] option
- * works here without an API change). */
+/* Is section a decoder plugin's own section? */
+static bool api_is_decoder_section(const struct tide_engine *e, const char *section)
+{
+    const struct tide_plugin_set *set = e->own_set;
+    for (int i = 0; set && i < set->n; i++)
+        if (set->items[i].desc->kind == TIDE_PLUGIN_DECODER &&
+            !strcmp(set->items[i].desc->name, section))
+            return true;
+    return false;
+}
+
+/* The request's parameters: the engine's [generation] and decoder sections,
+ * then the request's overrides, checked by the option tables (so a new
+ * option works here without an API change). *tmp is the request's own
+ * configuration when it overrides anything (the caller destroys it), else
+ * NULL (the engine's applies). */
 static int api_params(const struct tide_engine *e, const struct tide_request *r,
-                      struct tide_gen_params *gp, bool *chat)
+                      struct tide_config **tmp_out, bool *chat)
 {
     const bool typed = r->gen_length >= 0 || r->block_length >= 0 || r->steps >= 0 ||
                        r->threshold >= 0 || r->temperature >= 0 || r->top_k >= 0 || r->top_p >= 0 ||
                        r->seed >= 0;
     struct tide_config *tmp = NULL;
     int rc = TIDE_OK;
+    *tmp_out = NULL;
     if (typed || r->n_sets > 0) {
         if (!(tmp = tide_config_clone(e->cfg)))
             return TIDE_E_NOMEM;
         for (int i = 0; rc == TIDE_OK && i < r->n_sets; i++) {
             const char *s = r->sets ? r->sets[i] : NULL;
             const char *eq = s ? strchr(s, '=') : NULL;
-            char key[128];
-            if (!s || strncmp(s, "generation.", 11) || !eq || eq - s - 11 < 1 ||
-                (size_t)(eq - s - 11) >= sizeof key) {
-                tide_error("request override '%s': expected generation.key=value (only "
-                           "[generation] options change per request)",
+            const char *dot = s ? strchr(s, '.') : NULL;
+            char section[128], key[128];
+            const size_t ls = dot ? (size_t)(dot - s) : 0;
+            const size_t lk = dot && eq && eq > dot ? (size_t)(eq - dot - 1) : 0;
+            if (ls && ls < sizeof section) {
+                memcpy(section, s, ls);
+                section[ls] = 0;
+            } else {
+                section[0] = 0;
+            }
+            if (!s || !eq || !ls || ls >= sizeof section || !lk || lk >= sizeof key ||
+                (strcmp(section, "generation") && !api_is_decoder_section(e, section))) {
+                tide_error("request override '%s': expected generation.key=value or "
+                           "decoder-NAME.key=value (only [generation] options change per request, "
+                           "and the decoders' own)",
                            s ? s : "(null)");
                 rc = TIDE_E_CONFIG;
                 break;
             }
-            memcpy(key, s + 11, (size_t)(eq - s - 11));
-            key[eq - s - 11] = 0;
-            rc = tide_config_set_value(tmp, "generation", key, eq + 1, "request");
+            memcpy(key, dot + 1, lk);
+            key[lk] = 0;
+            rc = tide_config_set_value(tmp, section, key, eq + 1, "request");
         }
         if (rc == TIDE_OK && r->gen_length >= 0)
             rc = api_set_num(tmp, "gen_length", true, r->gen_length, 0);
@@ -273,18 +297,27 @@ static int api_params(const struct tide_engine *e, const struct tide_request *r,
     }
     const struct tide_config *cfg = tmp ? tmp : e->cfg;
     if (rc == TIDE_OK) {
-        tide_engine_gen_params(cfg, gp);
-        *chat = r->chat >= 0 ? r->chat != 0
-                             : tide_opts_bool(tide_config_section(cfg, "generation"), "chat");
-        if (gp->block != e->block) {
+        const struct tide_opts *g = tide_config_section(cfg, "generation");
+        const int block = (int)tide_opts_int(g, "block_length");
+        *chat = r->chat >= 0 ? r->chat != 0 : tide_opts_bool(g, "chat");
+        if (block != e->block) {
             tide_error("request: block_length %d differs from the %d this engine's model was "
                        "opened with (its attention mask is built for it); open an engine with "
                        "generation.block_length=%d",
-                       gp->block, e->block, gp->block);
+                       block, e->block, block);
+            rc = TIDE_E_UNSUPPORTED;
+        } else if (strcmp(tide_opts_str(g, "decoder"),
+                          tide_opts_str(tide_config_section(e->cfg, "generation"), "decoder"))) {
+            tide_error("request: [generation] decoder differs from this engine's (%s): the "
+                       "decoder is chosen when the engine opens",
+                       e->dec.pl->desc->name);
             rc = TIDE_E_UNSUPPORTED;
         }
     }
-    tide_config_destroy(tmp);
+    if (rc != TIDE_OK)
+        tide_config_destroy(tmp);
+    else
+        *tmp_out = tmp;
     return rc;
 }
 
@@ -295,7 +328,7 @@ struct api_gen {
     const struct tide_request *r;
     int n_blocks;
     double t0, t_step;
-    int64_t tokens, steps;
+    int64_t tokens, steps, edits;
     int blocks;   /* blocks final so far */
     int32_t *ids; /* every token generated so far, as of the last block */
     int64_t n_ids, cap_ids;
@@ -385,10 +418,12 @@ static void ag_step_rows(void *u, int64_t block, int step, int n, const int32_t 
     g->r->on_rows(g->r->user, &ev);
 }
 
-static void ag_step_end(void *u, int block, int step, int committed, int remaining)
+static void ag_step_end(void *u, const struct tide_decoder_step *s)
 {
     struct api_gen *g = u;
+    const int block = s->block, step = s->step, committed = s->committed, remaining = s->remaining;
     g->tokens += committed;
+    g->edits += s->edited;
     g->steps++;
     if (!g->r->on_step)
         return;
@@ -404,6 +439,8 @@ static void ag_step_end(void *u, int block, int step, int committed, int remaini
         .steps = g->steps,
         .step_seconds = now - g->t_step,
         .seconds = now - g->t0,
+        .edited = s->edited,
+        .edits = g->edits,
     };
     if (g->r->on_step(g->r->user, &ev))
         atomic_store(&g->e->cancel, 1);
@@ -535,10 +572,12 @@ static int api_result(struct api_gen *g, const struct tide_gen_result *gr, bool 
     res->cancelled = cancelled;
     if (cancelled) {
         res->steps = g->steps;
+        res->edits = g->edits;
         res->blocks = g->blocks;
         res->seconds = api_now() - g->t0;
     } else {
         res->steps = gr->steps;
+        res->edits = gr->edits;
         res->forwards = gr->forwards;
         res->blocks = gr->blocks;
         res->stopped = gr->stopped;
@@ -567,7 +606,9 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     struct tide_request r;
     tide_request_init(&r);
     memcpy(&r, req, req->size < sizeof r ? req->size : sizeof r);
-    struct tide_gen_params gp;
+    struct tide_config *tmp = NULL;
+    struct tide_decode own = {0}, *dec = &e->dec;
+    struct tide_decoder_plan plan;
     bool chat;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -575,49 +616,61 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     struct tide_gen_result gr = {0};
     struct tide_moe_counters *layer_before = NULL;
     struct api_gen g = {.e = e, .r = &r};
-    int rc = api_params(e, &r, &gp, &chat);
+    int rc = api_params(e, &r, &tmp, &chat);
+    if (rc == TIDE_OK && tmp && (rc = tide_engine_decode_open(e, tmp, &own)) == TIDE_OK)
+        dec = &own;
     if (rc == TIDE_OK)
         rc = api_prompt(e, &r, chat, &ids, &n);
     if (rc == TIDE_OK)
-        rc = tide_engine_gen_resolve(e, &gp);
+        rc = tide_engine_reserve(e, dec, (int64_t)n);
     if (rc == TIDE_OK)
-        rc = tide_engine_reserve(e, (int64_t)n, &gp);
+        rc = tide_decode_plan(dec, (int64_t)n, e->mops->info(e->model)->max_ctx, &plan);
     if (rc == TIDE_OK && !(res = calloc(1, sizeof *res)))
         rc = TIDE_E_NOMEM;
     if (rc != TIDE_OK)
         goto done;
+    const struct tide_opts *go = tide_config_section(tmp ? tmp : e->cfg, "generation");
+    const int64_t gen_length = tide_opts_int(go, "gen_length");
+    const int block = (int)tide_opts_int(go, "block_length");
+    const double threshold = tide_opts_float(go, "threshold"),
+                 temperature = tide_opts_float(go, "temperature"),
+                 top_p = tide_opts_float(go, "top_p");
+    const int top_k = (int)tide_opts_int(go, "top_k");
+    const int64_t seed = tide_opts_int(go, "seed");
     *res = (struct tide_result){
         .size = sizeof *res,
         .prompt_tokens = (int64_t)n,
-        .gen_length = gp.gen_length,
-        .block_length = gp.block,
-        .steps_per_block = tide_gen_steps(&gp),
-        .threshold = gp.threshold,
-        .temperature = gp.temperature,
-        .top_k = gp.top_k,
-        .top_p = gp.top_p,
-        .seed = (int64_t)gp.seed,
+        .gen_length = gen_length,
+        .block_length = block,
+        .steps_per_block = plan.nominal_steps,
+        .threshold = threshold,
+        .temperature = temperature,
+        .top_k = top_k,
+        .top_p = top_p,
+        .seed = seed,
         .chat = chat,
     };
-    g.n_blocks = tide_gen_blocks((int64_t)n, &gp);
+    g.n_blocks = plan.blocks;
     atomic_store(&e->cancel, 0);
     g.t0 = api_now();
     if (r.on_start) {
         const struct tide_start_event ev = {
             .size = sizeof ev,
             .prompt_tokens = (int64_t)n,
-            .gen_length = gp.gen_length,
-            .block_length = gp.block,
-            .steps = tide_gen_steps(&gp),
-            .threshold = gp.threshold,
-            .temperature = gp.temperature,
-            .top_k = gp.top_k,
-            .top_p = gp.top_p,
-            .seed = (int64_t)gp.seed,
+            .gen_length = gen_length,
+            .block_length = block,
+            .steps = plan.nominal_steps,
+            .threshold = threshold,
+            .temperature = temperature,
+            .top_k = top_k,
+            .top_p = top_p,
+            .seed = seed,
             .chat = chat,
-            .recompute = gp.recompute,
+            .recompute = tide_opts_bool(go, "recompute"),
             .n_blocks = g.n_blocks,
-            .decoder = tide_gen_decoder_name(&gp),
+            .decoder = dec->name,
+            .decoder_settings = dec->settings,
+            .max_steps = plan.max_steps,
         };
         if (r.on_start(r.user, &ev))
             atomic_store(&e->cancel, 1);
@@ -639,7 +692,7 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     for (int l = 0; l < e->n_layer_total; l++)
         tide_moe_layer_totals(e->moe, l, &layer_before[l]);
     tide_moe_totals(e->moe, &before);
-    rc = tide_engine_generate_ids(e, &gp, ids, (int64_t)n, &hooks, e->outputs, &gr);
+    rc = tide_engine_generate_ids(e, dec, ids, (int64_t)n, &hooks, e->outputs, &gr);
     tide_moe_totals(e->moe, &after);
     api_counters_sub(&after, &before, &after);
     api_counters_add(&e->total, &after);
@@ -659,6 +712,8 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
     }
 done:
     atomic_store(&e->cancel, 0);
+    tide_decode_close(&own);
+    tide_config_destroy(tmp);
     free(layer_before);
     free(ids);
     free(gr.ids);

@@ -20,6 +20,7 @@ struct tide_trace_reader {
     size_t pos;
     struct tide_trace_header h;
     char *model;
+    char *decoder, *decoder_settings; /* header strings, owned */
     int id_bytes;
     int32_t *ids; /* [cap] */
     size_t cap;
@@ -83,10 +84,12 @@ static int tr_header(struct tide_trace_reader *r)
     json_t *eb = json_object_get(o, "expert_bytes");
     json_t *th = json_object_get(o, "threshold");
     json_t *model = json_object_get(o, "model");
+    json_t *dec = json_object_get(o, "decoder"), *decs = json_object_get(o, "decoder_settings");
     if (!json_is_integer(eb) || json_integer_value(eb) < 1 || !json_is_number(th) ||
-        (model && !json_is_string(model))) {
+        (model && !json_is_string(model)) || (dec && !json_is_string(dec)) ||
+        (decs && !json_is_string(decs))) {
         json_decref(o);
-        return tr_fail(r, "header fields expert_bytes, threshold or model are malformed");
+        return tr_fail(r, "header fields expert_bytes, threshold, model or decoder are malformed");
     }
     if (r->h.top_k > r->h.n_experts) {
         json_decref(o);
@@ -96,7 +99,13 @@ static int tr_header(struct tide_trace_reader *r)
     r->h.threshold = json_number_value(th);
     r->model = strdup(model ? json_string_value(model) : "");
     r->h.model = r->model;
+    r->decoder = strdup(dec ? json_string_value(dec) : "");
+    r->decoder_settings = strdup(decs ? json_string_value(decs) : "");
+    r->h.decoder = r->decoder;
+    r->h.decoder_settings = r->decoder_settings;
     json_decref(o);
+    if (!r->decoder || !r->decoder_settings)
+        return TIDE_E_NOMEM;
     r->id_bytes = r->h.n_experts <= 256 ? 1 : 2;
     r->data = 16 + len + (8 - (16 + len) % 8) % 8;
     if (r->data > r->size)
@@ -272,6 +281,8 @@ void tide_trace_reader_close(struct tide_trace_reader *r)
     free(r->ids);
     free(r->vec);
     free(r->model);
+    free(r->decoder);
+    free(r->decoder_settings);
     free(r->path);
     free(r);
 }

@@ -55,6 +55,11 @@ static char *tw_header_json(const struct tide_trace_header *h)
     json_object_set_new(o, "steps", json_integer(h->steps));
     json_object_set_new(o, "threshold", json_real(h->threshold));
     json_object_set_new(o, "model", json_string(h->model ? h->model : ""));
+    if (h->decoder && *h->decoder) {
+        json_object_set_new(o, "decoder", json_string(h->decoder));
+        json_object_set_new(o, "decoder_settings",
+                            json_string(h->decoder_settings ? h->decoder_settings : ""));
+    }
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     return s;

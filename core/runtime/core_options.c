@@ -110,23 +110,28 @@ static const struct tide_option generation_options[] = {
      "compute the output layer for every position of the block, not only the still-masked "
      "ones the decoder reads (same tokens and logits; slower; for verification)",
      NULL, NULL},
-    {"decoder", TIDE_OPT_ENUM, "auto",
-     "decoding loop: llada2 = LLaDA2.0's block diffusion (modeling_llada2_moe.py generate()), "
-     "llada = LLaDA's low-confidence remasking over the whole canvas (generate.py; LLaDA-MoE); "
-     "auto = the one the model declares (docs/decoding.md)",
-     "auto|llada2|llada", NULL},
+    {"decoder", TIDE_OPT_STRING, "auto",
+     "decoding loop: a decoder plugin, by its name with or without the decoder- prefix (`tide "
+     "plugins` lists them); auto = the one the model names for its checkpoint "
+     "(docs/decoding.md)",
+     NULL, NULL},
+    {"mode", TIDE_OPT_STRING, "",
+     "a named preset of the decoder's settings (each decoder documents its own, e.g. speed or "
+     "quality); empty = none. Keys set explicitly win over the preset",
+     NULL, NULL},
     {"cfg_scale", TIDE_OPT_FLOAT, "0",
-     "decoder llada: classifier-free guidance scale; > 0 runs a second forward per step with "
-     "the prompt masked and uses un + (cfg_scale + 1)(cond - un), as the official generate()",
+     "classifier-free guidance scale, for decoders whose official loop has it: > 0 runs a "
+     "second forward per step with the prompt masked and uses un + (cfg_scale + 1)(cond - un)",
      NULL, "[0,]"},
     {"remasking", TIDE_OPT_ENUM, "low_confidence",
-     "decoder llada: which masked positions each step commits: low_confidence = the most "
+     "for decoders that commit a scheduled number of positions: low_confidence = the most "
      "probable tokens, random = uniformly random positions (TIDE's seeded RNG)",
      "low_confidence|random", NULL},
     {"prefix_cache", TIDE_OPT_BOOL, "false",
-     "decoder llada: APPROXIMATE, changes the output. Fast-dLLM-style prefix cache: once per "
-     "block a full forward caches the K/V of the prompt and earlier blocks, later steps run "
-     "only from the block's start; false (default) forwards the whole canvas every step, exact",
+     "APPROXIMATE, changes the output, for decoders over full attention that offer it: a "
+     "Fast-dLLM-style prefix cache (once per block a full forward caches the K/V of the prompt "
+     "and earlier blocks, later steps run only from the block's start); false (default) is "
+     "exact",
      NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };

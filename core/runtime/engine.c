@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "chat.h"
+#include "decode.h"
 #include "engine.h"
 #include "finite.h"
 #include "tide/trace.h"
@@ -90,6 +91,25 @@ static int engine_stop_tokens(struct tide_engine *e)
     return TIDE_OK;
 }
 
+/* [generation] decoder before the model is open: an explicit name, or the
+ * checkpoint's own choice when the model plugin can read it from the
+ * directory (checkpoint_decoder). Otherwise tide_engine_load resolves it
+ * from the open model's info. */
+static int engine_decoder_early(struct tide_engine *e, const struct tide_plugin_set *set)
+{
+    const char *want = tide_opts_str(tide_config_section(e->cfg, "generation"), "decoder");
+    const char *model_wants = NULL;
+    e->dec_why[0] = 0;
+    if (TIDE_OPS_HAS(e->mops, checkpoint_decoder))
+        model_wants = e->mops->checkpoint_decoder(
+            e->model_dir, tide_config_section(e->cfg, e->model_pl->desc->name), e->dec_why,
+            sizeof e->dec_why);
+    if (!strcmp(want, "auto") && !model_wants)
+        return TIDE_OK;
+    e->dec_pl = tide_decode_resolve(set, want, model_wants, e->model_pl->desc->name);
+    return e->dec_pl ? TIDE_OK : TIDE_E_CONFIG;
+}
+
 int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_set *set,
                         struct tide_engine **out)
 {
@@ -112,6 +132,10 @@ int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_
         !tide_plugins_get(set, tide_opts_str(po, "plugin"), TIDE_PLUGIN_POLICY, "[policy] plugin"))
         goto fail;
     if ((rc = engine_model_dir(e, mo)) != TIDE_OK)
+        goto fail;
+    /* A decoder named by the config, or the one the checkpoint asks for,
+     * must exist before any weight is loaded. */
+    if ((rc = engine_decoder_early(e, set)) != TIDE_OK)
         goto fail;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", e->model_dir);
@@ -202,17 +226,14 @@ int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, 
     struct tide_moe_placement pl = {
         .budget = budget,
         .block_length = (int)tide_opts_int(g, "block_length"),
-        .max_steps = (int)tide_opts_int(g, "steps"),
         .costs = e->costs,
     };
-    /* The llada decoder shares the steps between the blocks of gen_length. */
-    struct tide_gen_params gp;
-    tide_engine_gen_params(e->cfg, &gp);
-    if (e->model) {
-        gp.decoder = tide_gen_decoder_of(&gp, e->mops->info(e->model));
-        if (gp.decoder == TIDE_GEN_DEC_LLADA && gp.block > 0 && gp.gen_length % gp.block == 0 &&
-            gp.steps % (gp.gen_length / gp.block) == 0)
-            pl.max_steps = tide_gen_steps(&gp);
+    /* The block and the most steps per block, as the decoder plans them
+     * (0 when it knows no bound: open-ended steps). */
+    struct tide_decoder_plan plan = {.size = sizeof plan};
+    if (e->dec.dec && e->dec.ops->plan(e->dec.dec, 0, &plan) == TIDE_OK) {
+        pl.block_length = plan.block_length;
+        pl.max_steps = plan.max_steps;
     }
     if (budget < tide_moe_get_shape(e->moe)->n_experts) {
         e->policy_pl = tide_plugins_get(set, policy, TIDE_PLUGIN_POLICY, "[policy] plugin");
@@ -268,11 +289,33 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
               info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
               e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name,
               e->host.ops->describe ? e->host.ops->describe(e->host.bk) : e->host.name);
+    /* The decoder: the config's, or (auto) the one the open model names. */
+    const char *want = tide_opts_str(tide_config_section(e->cfg, "generation"), "decoder");
+    if (!strcmp(want, "auto")) {
+        const char *model_wants = TIDE_INFO_HAS(info, decoder) ? info->decoder : NULL;
+        if (!(e->dec_pl = tide_decode_resolve(set, want, model_wants, info->arch)))
+            return TIDE_E_CONFIG;
+        if (!e->dec_why[0])
+            snprintf(e->dec_why, sizeof e->dec_why, "the model %s names it", info->arch);
+    } else if (!e->dec_pl && !(e->dec_pl = tide_decode_resolve(set, want, NULL, info->arch))) {
+        return TIDE_E_CONFIG;
+    }
+    if ((rc = tide_decode_open(&e->dec, e->dec_pl, e->cfg, info, &e->ids)) != TIDE_OK)
+        return rc;
+    tide_info("decoder %s%s%s%s", e->dec.pl->desc->name,
+              strcmp(want, "auto") ? "" : " (auto: ", strcmp(want, "auto") ? "" : e->dec_why,
+              strcmp(want, "auto") ? "" : ")");
     int budget;
     if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
         return rc;
     return tide_engine_place(e, set, tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
                              budget);
+}
+
+int tide_engine_decode_open(const struct tide_engine *e, const struct tide_config *cfg,
+                            struct tide_decode *d)
+{
+    return tide_decode_open(d, e->dec_pl, cfg, e->mops->info(e->model), &e->ids);
 }
 
 /* Generation hooks: dispatcher events and metrics, then the caller's hooks. */
@@ -325,17 +368,17 @@ static void eg_step_rows(void *u, int64_t block, int step, int n, const int32_t 
         g->user->step_rows(g->user->user, block, step, n, pos, rows, vocab);
 }
 
-static void eg_step_end(void *u, int block, int step, int committed, int remaining)
+static void eg_step_end(void *u, const struct tide_decoder_step *s)
 {
     struct engine_gen *g = u;
     tide_moe_step_end(g->e->moe);
     if (g->metrics)
         fprintf(g->metrics,
                 "{\"type\":\"step\",\"block\":%d,\"step\":%d,\"seconds\":%.6f,"
-                "\"committed\":%d,\"masks_left\":%d}\n",
-                block, step, engine_now() - g->t_step, committed, remaining);
+                "\"committed\":%d,\"masks_left\":%d,\"edited\":%d}\n",
+                s->block, s->step, engine_now() - g->t_step, s->committed, s->remaining, s->edited);
     if (g->user && g->user->step_end)
-        g->user->step_end(g->user->user, block, step, committed, remaining);
+        g->user->step_end(g->user->user, s);
 }
 
 static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
@@ -345,21 +388,21 @@ static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
         g->user->block_end(g->user->user, block, gen, n);
 }
 
-int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *gp,
+int tide_engine_trace_header(const struct tide_engine *e, const struct tide_decode *d,
                              struct tide_trace_header *h)
 {
-    struct tide_gen_params q = *gp;
-    const struct tide_gen_params *p = &q;
-    if (e->model) {
-        int rc = tide_engine_gen_resolve(e, &q);
-        if (rc != TIDE_OK)
-            return rc;
-    }
+    if (!d)
+        d = &e->dec;
     const struct tide_moe_shape *sh = tide_moe_get_shape(e->moe);
     if (!sh) {
         tide_error("[output] trace: the model has no MoE layers to trace");
         return TIDE_E_CONFIG;
     }
+    const struct tide_opts *g = tide_config_section(e->cfg, "generation");
+    struct tide_decoder_plan plan = {.size = sizeof plan};
+    if (!d->dec || d->ops->plan(d->dec, 0, &plan) != TIDE_OK)
+        plan = (struct tide_decoder_plan){.block_length = (int)tide_opts_int(g, "block_length"),
+                                          .max_steps = (int)tide_opts_int(g, "steps")};
     *h = (struct tide_trace_header){
         .n_layers = (uint32_t)sh->n_layers,
         .n_experts = (uint32_t)sh->n_experts,
@@ -367,10 +410,13 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_
         .hidden = (uint32_t)sh->hidden,
         .inter = (uint32_t)sh->inter,
         .expert_bytes = tide_moe_expert_bytes(e->moe),
-        .block_length = (uint32_t)p->block,
-        .steps = (uint32_t)tide_gen_steps(p),
-        .threshold = p->threshold,
+        .block_length = (uint32_t)plan.block_length,
+        /* the most steps of a block; an open-ended decoder's bound */
+        .steps = (uint32_t)(plan.max_steps > 0 ? plan.max_steps : plan.block_length),
+        .threshold = tide_opts_float(g, "threshold"),
         .model = e->model_dir,
+        .decoder = d->pl ? d->name : "",
+        .decoder_settings = d->settings,
     };
     return TIDE_OK;
 }
@@ -399,10 +445,13 @@ static int engine_prompt_vector(struct tide_engine *e, const int32_t *prompt, in
     return rc;
 }
 
-int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
-                             const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,
+                             int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
 {
+    memset(out, 0, sizeof *out);
+    if (!d)
+        d = &e->dec;
     FILE *metrics = outputs ? outputs->metrics : NULL;
     const struct tide_trace_sink *trace = outputs ? outputs->trace : NULL;
     if (trace) {
@@ -427,32 +476,29 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
     };
     tide_moe_set_metrics(e->moe, metrics);
     tide_moe_set_trace(e->moe, trace);
-    rc = tide_generate(e->mops, e->model, p, &e->ids, prompt, n, &hooks, out);
+    rc = tide_decode_run(d, e->mops, e->model, prompt, n, &hooks, out);
     tide_moe_finish(e->moe);
     tide_moe_set_metrics(e->moe, NULL);
     tide_moe_set_trace(e->moe, NULL);
     return rc;
 }
 
-int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct tide_gen_params *p)
+int tide_engine_reserve(struct tide_engine *e, const struct tide_decode *d, int64_t prompt_len)
 {
-    const struct tide_model_info *info = e->mops->info(e->model);
-    struct tide_gen_params q = *p;
-    int rc = tide_gen_resolve(&q, info);
-    if (rc == TIDE_OK)
-        rc = tide_gen_check(&q, prompt_len, info->max_ctx);
+    if (!d)
+        d = &e->dec;
+    struct tide_decoder_plan plan;
+    int rc = tide_decode_plan(d, prompt_len, e->mops->info(e->model)->max_ctx, &plan);
     if (rc != TIDE_OK)
         return rc;
-    /* llada2 with the cache forwards a block at a time; recompute and the
-     * llada decoder forward the whole canvas. */
-    return e->mops->reserve(e->model, tide_gen_ctx(prompt_len, &q),
-                            tide_gen_max_tokens(prompt_len, &q));
+    return e->mops->reserve(e->model, plan.n_ctx, plan.max_tokens);
 }
 
 void tide_engine_close(struct tide_engine *e)
 {
     if (!e)
         return;
+    tide_decode_close(&e->dec);
     if (e->model)
         e->mops->close(e->model);
     tide_moe_destroy(e->moe);
@@ -466,45 +512,6 @@ void tide_engine_close(struct tide_engine *e)
     tide_plugins_free(e->own_set);
     free(e->layer_total);
     free(e);
-}
-
-/* [generation] decoder; the option table admits only these names. */
-static int engine_decoder(const char *name)
-{
-    return !strcmp(name, "llada2")  ? TIDE_GEN_DEC_LLADA2
-           : !strcmp(name, "llada") ? TIDE_GEN_DEC_LLADA
-                                    : TIDE_GEN_DEC_AUTO;
-}
-
-int tide_engine_gen_resolve(const struct tide_engine *e, struct tide_gen_params *p)
-{
-    return tide_gen_resolve(p, e->mops->info(e->model));
-}
-
-void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_params *p)
-{
-    const struct tide_opts *g = tide_config_section(cfg, "generation");
-    *p = (struct tide_gen_params){
-        .gen_length = tide_opts_int(g, "gen_length"),
-        .block = (int)tide_opts_int(g, "block_length"),
-        .steps = (int)tide_opts_int(g, "steps"),
-        .threshold = tide_opts_float(g, "threshold"),
-        .temperature = tide_opts_float(g, "temperature"),
-        .top_k = (int)tide_opts_int(g, "top_k"),
-        .top_p = tide_opts_float(g, "top_p"),
-        .seed = (uint64_t)tide_opts_int(g, "seed"),
-        .minimal_topk = (int)tide_opts_int(g, "minimal_topk"),
-        .eos_early_stop = tide_opts_bool(g, "eos_early_stop"),
-        .mask_in_argmax = tide_opts_bool(g, "mask_in_argmax"),
-        .recompute = tide_opts_bool(g, "recompute"),
-        .all_logits = tide_opts_bool(g, "all_logits"),
-        .decoder = engine_decoder(tide_opts_str(g, "decoder")),
-        .cfg_scale = tide_opts_float(g, "cfg_scale"),
-        .remasking = strcmp(tide_opts_str(g, "remasking"), "random")
-                         ? TIDE_GEN_REMASK_LOW_CONFIDENCE
-                         : TIDE_GEN_REMASK_RANDOM,
-        .prefix_cache = tide_opts_bool(g, "prefix_cache"),
-    };
 }
 
 int tide_engine_encode(const struct tide_engine *e, const char *text, bool chat, int32_t **ids,

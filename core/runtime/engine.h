@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "config.h"
-#include "generate.h"
+#include "decode.h"
 #include "loader.h"
 #include "moe_internal.h"
 #include "tide/engine.h"
@@ -48,6 +48,12 @@ struct tide_engine {
     char policy_name[128];                 /* for tide_engine_get_info */
     char error[4096];                      /* tide_engine_error */
     const struct tide_policy_costs *costs; /* handed to policies; borrowed, may be NULL */
+    /* The decoder [generation] decoder resolves to (prepare when the config
+     * or the checkpoint names it, else load), why (auto), and its instance
+     * for cfg's settings (opened by tide_engine_load). */
+    const struct tide_plugin *dec_pl;
+    char dec_why[256];
+    struct tide_decode dec;
 };
 
 /* Phase 1: resolve the model plugin and checkpoint directory (generating the
@@ -74,11 +80,18 @@ int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, 
 /* The budget [policy] asks for: budget, or derived from expert_memory, or all. */
 int tide_engine_config_budget(const struct tide_engine *e, int *budget);
 
-/* Generate with the engine's hooks (dispatcher events, metrics, trace) in
- * front of the caller's. outputs may be NULL. (The public
- * tide_engine_generate wraps this with requests, text and counters.) */
-int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params *p,
-                             const int32_t *prompt, int64_t n, const struct tide_gen_hooks *user,
+/* A decoder instance of the engine's decoder for another configuration's
+ * settings (a request's overrides); close it with tide_decode_close. The
+ * engine must be loaded. Returns TIDE_OK or the decoder's status. */
+int tide_engine_decode_open(const struct tide_engine *e, const struct tide_config *cfg,
+                            struct tide_decode *d);
+
+/* Generate with decoder d (NULL: the engine's own, for its config) and the
+ * engine's hooks (dispatcher events, metrics, trace) in front of the
+ * caller's. outputs may be NULL. (The public tide_engine_generate wraps this
+ * with requests, text and counters.) */
+int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,
+                             int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs,
                              struct tide_gen_result *result);
 
@@ -87,27 +100,19 @@ int tide_engine_generate_ids(struct tide_engine *e, const struct tide_gen_params
  * stops. For `tide run`, whose outputs are files the CLI layer writes. */
 void tide_engine_set_outputs(struct tide_engine *e, const struct tide_engine_outputs *o);
 
-/* The header of a routing trace of this engine's model under p (strings
- * borrowed from the engine). TIDE_E_CONFIG when the model has no MoE layer. */
-int tide_engine_trace_header(const struct tide_engine *e, const struct tide_gen_params *p,
+/* The header of a routing trace of this engine's model under decoder d
+ * (NULL: the engine's own; strings borrowed from the engine and d).
+ * TIDE_E_CONFIG when the model has no MoE layer. */
+int tide_engine_trace_header(const struct tide_engine *e, const struct tide_decode *d,
                              struct tide_trace_header *h);
 
-/* Make room for a generation of prompt_len tokens under p (KV cache and
- * activations); checks the prompt against the model's context first. */
-int tide_engine_reserve(struct tide_engine *e, int64_t prompt_len, const struct tide_gen_params *p);
+/* Make room for a generation of prompt_len tokens under decoder d (NULL: the
+ * engine's own): the KV cache and activations of its plan; checks the prompt
+ * against the model's context first. */
+int tide_engine_reserve(struct tide_engine *e, const struct tide_decode *d, int64_t prompt_len);
 
 /* tide_engine_close (tide/engine.h) closes both kinds of engine: the model,
  * dispatcher, backends and tokenizer, then what tide_engine_open owns. */
-
-/* Fill generation parameters from [generation]. p->decoder may be AUTO
- * until tide_engine_gen_resolve. */
-void tide_engine_gen_params(const struct tide_config *cfg, struct tide_gen_params *p);
-
-/* Resolve p's decoder and attention from the engine's open model
- * (tide_gen_resolve). tide_engine_reserve and tide_engine_generate_ids
- * resolve their own copy; call it before reading tide_gen_steps(p) and the
- * like. TIDE_E_CONFIG (logged). */
-int tide_engine_gen_resolve(const struct tide_engine *e, struct tide_gen_params *p);
 
 /* Encode text (wrapped in the model's chat template when chat; needs the
  * model loaded) into ids; caller frees. */

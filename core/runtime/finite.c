@@ -417,7 +417,7 @@ int tide_logits_check_rows(const float *const *rows, const int32_t *pos, int n, 
     if (first_row < 0)
         return TIDE_OK;
     tide_error("generation: block %lld, step %d: the logits hold %llu NaN and %llu Inf values "
-               "(first at row %d, token %llu); no token is committed from them. The weights "
+               "(first at position %d, token %llu); no token is committed from them. The weights "
                "or the backend produced them: check the checkpoint with [model] check_weights "
                "= true, or try another [backend] device",
                (long long)block, step, (unsigned long long)nan, (unsigned long long)inf, first_row,

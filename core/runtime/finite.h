@@ -33,8 +33,8 @@ int tide_st_check_finite(const struct tide_st *st, uint64_t *bytes_scanned);
  * Returns TIDE_OK, TIDE_E_FORMAT (non-finite weights), or tide_st_open's status. */
 int tide_weights_check(const char *dir, bool remember);
 
-/* Check the logits rows of one step (block = absolute block index): rows[i]
- * holds vocab values for position pos[i] of the block. Returns TIDE_OK, or
+/* Check the logits rows of one step (block and step as the decoder numbers
+ * them): rows[i] holds vocab values for canvas position pos[i]. Returns TIDE_OK, or
  * TIDE_E_FORMAT after logging the first non-finite value and how many there
  * are. */
 int tide_logits_check_rows(const float *const *rows, const int32_t *pos, int n, int vocab,

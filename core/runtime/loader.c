@@ -16,6 +16,7 @@
 #include "crash.h"
 #include "loader.h"
 #include "tide/backend.h"
+#include "tide/decoder.h"
 #include "tide/log.h"
 #include "tide/model.h"
 #include "tide/policy.h"
@@ -36,6 +37,8 @@ const char *tide_plugin_kind_str(int kind)
         return "backend";
     case TIDE_PLUGIN_POLICY:
         return "policy";
+    case TIDE_PLUGIN_DECODER:
+        return "decoder";
     }
     return "unknown";
 }
@@ -143,6 +146,8 @@ static size_t ld_min_ops_size(uint32_t kind)
         return TIDE_BACKEND_OPS_MIN_SIZE;
     case TIDE_PLUGIN_POLICY:
         return TIDE_POLICY_OPS_MIN_SIZE;
+    case TIDE_PLUGIN_DECODER:
+        return TIDE_DECODER_OPS_MIN_SIZE;
     }
     return 0;
 }

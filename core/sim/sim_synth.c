@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "generate.h"
+#include "decode.h"
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/status.h"

@@ -70,4 +70,10 @@ int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t see
 
 extern const char llada2_chat_template[];
 
+/* The decoder a checkpoint's release uses ("llada2" or "llada21"), from
+ * [model-llada2] decoder or the remote code beside it (llada2_family.c); the
+ * reason goes into why[len]. */
+const char *llada2_checkpoint_decoder(const char *dir, const struct tide_opts *opts, char *why,
+                                      size_t len);
+
 #endif

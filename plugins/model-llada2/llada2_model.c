@@ -219,8 +219,9 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
         .stop_token = "<|role_end|>",
         .chat_template = llada2_chat_template,
         .attention = TIDE_ATTN_BLOCK_CAUSAL,
-        .decoder = "llada2",
     };
+    char why[512];
+    m->info.decoder = llada2_checkpoint_decoder(args->dir, args->opts, why, sizeof why);
     mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
     if ((rc = mc_open_checkpoint(args, llada2_n_moe_layers(c), c->n_experts, c->top_k, c->hidden,
                                  c->moe_inter, &m->st)) != TIDE_OK)

@@ -21,6 +21,18 @@ static const struct tide_model_ops llada2_ops = {
     .forward_rows = llada2_forward_rows,
     .profile = llada2_profile,
     .profile_read = llada2_profile_read,
+    .checkpoint_decoder = llada2_checkpoint_decoder,
+};
+
+static const struct tide_option llada2_options[] = {
+    {"decoder", TIDE_OPT_ENUM, "auto",
+     "the release's decoding loop (LLaDA2.0 and 2.1 checkpoints are otherwise identical): "
+     "llada2 = LLaDA2.0's generate(), llada21 = LLaDA2.1's (token editing); auto = llada21 when "
+     "the remote-code modeling file beside the checkpoint (config.json auto_map, else "
+     "modeling_llada2_moe.py) has editing_threshold, else llada2. [generation] decoder = auto "
+     "follows it",
+     "auto|llada2|llada21", NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
 static const struct tide_plugin_desc llada2_desc = {
@@ -29,10 +41,10 @@ static const struct tide_plugin_desc llada2_desc = {
     .kind = TIDE_PLUGIN_MODEL,
     .name = "model-llada2",
     .version = "0.1.0",
-    .summary = "LLaDA2.0 MoE diffusion LMs (llada2_moe): mini, flash; presets tiny, "
-               "small, llada2-mini, llada2-flash",
+    .summary = "LLaDA2.0 and LLaDA2.1 MoE diffusion LMs (llada2_moe): mini, flash; presets "
+               "tiny, small, llada2-mini, llada2-flash",
     .ops = &llada2_ops,
-    .options = NULL,
+    .options = llada2_options,
     .probe = NULL,
 };
 

@@ -19,7 +19,7 @@ import shutil
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int,
                     c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
-ENGINE_API_VERSION = 1
+ENGINE_API_VERSION = 2
 
 # enum tide_status
 STATUS = {
@@ -41,13 +41,14 @@ class StartEvent(Structure):
                 ("block_length", c_int), ("steps", c_int), ("threshold", c_double),
                 ("temperature", c_double), ("top_k", c_int), ("top_p", c_double),
                 ("seed", c_int64), ("chat", c_bool), ("recompute", c_bool), ("n_blocks", c_int),
-                ("decoder", c_char_p)]
+                ("decoder", c_char_p), ("decoder_settings", c_char_p), ("max_steps", c_int)]
 
 
 class StepEvent(Structure):
     _fields_ = [("size", c_uint32), ("block", c_int), ("step", c_int), ("n_blocks", c_int),
                 ("committed", c_int), ("remaining", c_int), ("tokens", c_int64),
-                ("steps", c_int64), ("step_seconds", c_double), ("seconds", c_double)]
+                ("steps", c_int64), ("step_seconds", c_double), ("seconds", c_double),
+                ("edited", c_int), ("edits", c_int64)]
 
 
 class BlockEvent(Structure):
@@ -99,7 +100,8 @@ class Result(Structure):
                 ("prefill_seconds", c_double), ("unknown_ids", c_int64),
                 ("offload", OffloadStats), ("gen_length", c_int64), ("block_length", c_int),
                 ("steps_per_block", c_int), ("threshold", c_double), ("temperature", c_double),
-                ("top_k", c_int), ("top_p", c_double), ("seed", c_int64), ("chat", c_bool)]
+                ("top_k", c_int), ("top_p", c_double), ("seed", c_int64), ("chat", c_bool),
+                ("edits", c_int64)]
 
 
 class EngineInfo(Structure):

@@ -105,6 +105,7 @@ class Result:
     unknown_ids: int
     offload: OffloadStats
     params: Dict[str, object] = field(default_factory=dict)
+    edits: int = 0  # tokens replaced by other tokens (editing decoders such as llada21)
 
     @property
     def generated_tokens(self) -> int:
@@ -315,7 +316,8 @@ class Engine:
                 return False
             return on_step(dict(block=e.block, step=e.step, n_blocks=e.n_blocks,
                                 committed=e.committed, remaining=e.remaining, tokens=e.tokens,
-                                steps=e.steps, step_seconds=e.step_seconds, seconds=e.seconds))
+                                steps=e.steps, step_seconds=e.step_seconds, seconds=e.seconds,
+                                edited=e.edited, edits=e.edits))
 
         def block_cb(user, ev):
             e = ev.contents
@@ -381,7 +383,7 @@ class Engine:
                 prompt_tokens=r.prompt_tokens, steps=r.steps, forwards=r.forwards,
                 blocks=r.blocks, stopped=r.stopped, cancelled=r.cancelled, seconds=r.seconds,
                 prefill_seconds=r.prefill_seconds, unknown_ids=r.unknown_ids,
-                offload=OffloadStats._from(r.offload),
+                offload=OffloadStats._from(r.offload), edits=r.edits,
                 params=dict(gen_length=r.gen_length, block_length=r.block_length,
                             steps=r.steps_per_block, threshold=r.threshold,
                             temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,

@@ -159,7 +159,7 @@ plugins)
         expect_in out "(no plugins found)"
     fi
     while read -r name kind ver abi st path; do
-        case $kind in model | backend | policy) ;; *) fail "row '$name': kind '$kind'" ;; esac
+        case $kind in model | backend | policy | decoder) ;; *) fail "row '$name': kind '$kind'" ;; esac
         case $st in ok | unusable) ;; *) fail "row '$name': status '$st'" ;; esac
         [ "$abi" -ge 1 ] 2>/dev/null || fail "row '$name': ABI '$abi'"
         [ -n "$ver" ] || fail "row '$name': no version"

@@ -1,10 +1,13 @@
 /* Decoder selection and full attention, on a scripted model whose logits at
  * a position depend only on that position (so every decoder must produce
- * the same known tokens) and which records the span of every forward.
+ * the same known tokens) and which records the span of every forward. The
+ * decoders are the plugins (decoder-llada2, decoder-llada), driven through
+ * the engine's host (core/runtime/decode.h), as the engine runs them.
  *
- * - tide_gen_resolve: auto follows info->decoder (NULL = llada2; "llada");
- *   an unknown name is refused naming it; an info struct from before the
- *   attention field counts as block-causal; llada2 with the KV cache on a
+ * - tide_decode_resolve: auto follows info->decoder ("llada"; NULL, a model
+ *   that names none, is refused listing the decoders found); an unknown
+ *   name is refused naming it; an info struct from before the attention
+ *   field counts as block-causal; llada2 with the KV cache on a
  *   full-attention model is refused, with recompute it is allowed.
  * - decoder llada forwards exactly [0, P+G) at every step, steps per block =
  *   steps / (G/L), forwards == steps (2x with cfg_scale), with and without
@@ -17,8 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "generate.h"
+#include "config.h"
+#include "core_options.h"
+#include "decode.h"
 #include "harness.h"
+#include "loader.h"
 #include "tide/log.h"
 #include "tide/model.h"
 #include "tide/status.h"
@@ -140,73 +146,138 @@ static void model_init(struct tide_model *m, int attention, const char *decoder)
     };
 }
 
-static struct tide_gen_params params(int64_t G, int L, int steps)
+static struct tide_plugin_set *plugins;
+
+/* The generation settings of a test, as [generation] keys. */
+struct params {
+    int64_t gen_length;
+    int block, steps;
+    double threshold, cfg_scale;
+    bool recompute, prefix_cache;
+};
+
+static struct params params(int64_t G, int L, int steps)
 {
-    return (struct tide_gen_params){
-        .gen_length = G,
-        .block = L,
-        .steps = steps,
-        .minimal_topk = 1,
-        .threshold = 0.95,
-        .top_p = 1,
-        .mask_in_argmax = true,
-    };
+    return (struct params){.gen_length = G, .block = L, .steps = steps, .threshold = 0.95};
+}
+
+/* A configuration holding p. */
+static struct tide_config *config_of(const struct params *p)
+{
+    struct tide_config *cfg = tide_config_create();
+    CHECK(cfg != NULL);
+    CHECK_EQ_INT(tide_core_register_sections(cfg), TIDE_OK);
+    CHECK_EQ_INT(tide_config_add_plugins(cfg, plugins), TIDE_OK);
+    char v[64];
+    snprintf(v, sizeof v, "%lld", (long long)p->gen_length);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "gen_length", v, "test"), TIDE_OK);
+    snprintf(v, sizeof v, "%d", p->block);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "block_length", v, "test"), TIDE_OK);
+    snprintf(v, sizeof v, "%d", p->steps);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "steps", v, "test"), TIDE_OK);
+    snprintf(v, sizeof v, "%.17g", p->threshold);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "threshold", v, "test"), TIDE_OK);
+    snprintf(v, sizeof v, "%.17g", p->cfg_scale);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "cfg_scale", v, "test"), TIDE_OK);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "recompute",
+                                       p->recompute ? "true" : "false", "test"),
+                 TIDE_OK);
+    CHECK_EQ_INT(tide_config_set_value(cfg, "generation", "prefix_cache",
+                                       p->prefix_cache ? "true" : "false", "test"),
+                 TIDE_OK);
+    return cfg;
 }
 
 static const struct tide_gen_tokens tok = {.mask = MASK, .eos = EOS};
 static const int32_t prompt[7] = {3, 4, 5, 6, 7, 8, 9};
 
+/* Resolve `want` for m ("auto": its info->decoder) and open it under p:
+ * the status of the first step that fails. */
+static int open_decoder(const struct tide_model *m, const char *want, const struct params *p,
+                        struct tide_decode *d)
+{
+    memset(d, 0, sizeof *d);
+    const char *model_wants = TIDE_INFO_HAS(&m->info, decoder) ? m->info.decoder : NULL;
+    const struct tide_plugin *pl = tide_decode_resolve(plugins, want, model_wants, "scripted");
+    if (!pl)
+        return TIDE_E_CONFIG;
+    struct tide_config *cfg = config_of(p);
+    int rc = tide_decode_open(d, pl, cfg, &m->info, &tok);
+    tide_config_destroy(cfg);
+    return rc;
+}
+
 static void test_resolve(void)
 {
     struct tide_model m;
-    struct tide_gen_params p = params(32, 8, 16);
+    struct params p = params(32, 8, 16);
+    struct tide_decode d;
+    struct tide_decoder_plan plan;
     model_init(&m, TIDE_ATTN_BLOCK_CAUSAL, NULL);
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
-    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA2);
-    p.decoder = TIDE_GEN_DEC_AUTO;
+    /* A model that names no decoder: auto is refused, listing the decoders. */
+    logbuf[0] = 0;
+    CHECK_EQ_INT(open_decoder(&m, "auto", &p, &d), TIDE_E_CONFIG);
+    CHECK(strstr(logbuf, "names no decoder") != NULL);
+    CHECK(strstr(logbuf, "llada2") != NULL);
     m.info.decoder = "llada";
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
-    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA);
-    p.decoder = TIDE_GEN_DEC_AUTO;
+    CHECK_EQ_INT(open_decoder(&m, "auto", &p, &d), TIDE_OK);
+    CHECK(!strcmp(d.pl->desc->name, "decoder-llada"));
+    tide_decode_close(&d);
     m.info.decoder = "dream";
     logbuf[0] = 0;
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_E_CONFIG);
+    CHECK_EQ_INT(open_decoder(&m, "auto", &p, &d), TIDE_E_CONFIG);
     CHECK(strstr(logbuf, "decoder 'dream'") != NULL);
-    /* An info struct from before the appended fields: block-causal, llada2. */
-    p = params(32, 8, 16);
+    logbuf[0] = 0;
+    CHECK_EQ_INT(open_decoder(&m, "bogus", &p, &d), TIDE_E_CONFIG);
+    CHECK(strstr(logbuf, "decoder = 'bogus': expected one of auto|") != NULL);
+    /* The full plugin name works too. */
+    CHECK_EQ_INT(open_decoder(&m, "decoder-llada2", &p, &d), TIDE_OK);
+    tide_decode_close(&d);
+    /* An info struct from before the appended fields: block-causal. */
     m.info.attention = TIDE_ATTN_FULL;
     m.info.size = (uint32_t)offsetof(struct tide_model_info, attention);
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
-    CHECK_EQ_INT(p.decoder, TIDE_GEN_DEC_LLADA2);
-    CHECK_EQ_INT(p.attention, TIDE_ATTN_BLOCK_CAUSAL);
+    CHECK_EQ_INT(open_decoder(&m, "llada2", &p, &d), TIDE_OK);
+    tide_decode_close(&d);
     /* llada2's cache on full attention: refused, never approximated. */
     m.info.size = sizeof m.info;
     m.info.decoder = NULL;
-    p = params(32, 8, 16);
     logbuf[0] = 0;
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_E_CONFIG);
+    CHECK_EQ_INT(open_decoder(&m, "llada2", &p, &d), TIDE_E_CONFIG);
     CHECK(strstr(logbuf, "recompute = true") != NULL);
-    p = params(32, 8, 16);
     p.recompute = true;
-    CHECK_EQ_INT(tide_gen_resolve(&p, &m.info), TIDE_OK);
+    CHECK_EQ_INT(open_decoder(&m, "llada2", &p, &d), TIDE_OK);
+    tide_decode_close(&d);
     /* The engine's reserve: llada forwards the whole canvas. */
     p = params(32, 8, 16);
-    p.decoder = TIDE_GEN_DEC_LLADA;
-    CHECK_EQ_INT(tide_gen_ctx(7, &p), 39);
-    CHECK_EQ_INT(tide_gen_max_tokens(7, &p), 39);
-    CHECK_EQ_INT(tide_gen_steps(&p), 4);
-    CHECK_EQ_INT(tide_gen_blocks(7, &p), 4);
-    p.decoder = TIDE_GEN_DEC_LLADA2;
-    CHECK_EQ_INT(tide_gen_ctx(7, &p), 40);
-    CHECK_EQ_INT(tide_gen_max_tokens(7, &p), 8);
+    CHECK_EQ_INT(open_decoder(&m, "llada", &p, &d), TIDE_OK);
+    CHECK_EQ_INT(tide_decode_plan(&d, 7, 4096, &plan), TIDE_OK);
+    CHECK_EQ_INT(plan.n_ctx, 39);
+    CHECK_EQ_INT(plan.max_tokens, 39);
+    CHECK_EQ_INT(plan.max_steps, 4);
+    CHECK_EQ_INT(plan.blocks, 4);
+    tide_decode_close(&d);
+    m.info.attention = TIDE_ATTN_BLOCK_CAUSAL;
+    CHECK_EQ_INT(open_decoder(&m, "llada2", &p, &d), TIDE_OK);
+    CHECK_EQ_INT(tide_decode_plan(&d, 7, 4096, &plan), TIDE_OK);
+    CHECK_EQ_INT(plan.n_ctx, 40);
+    CHECK_EQ_INT(plan.max_tokens, 8);
+    /* An empty prompt and a context too small are refused. */
+    CHECK_EQ_INT(tide_decode_plan(&d, 0, 4096, &plan), TIDE_E_RANGE);
+    CHECK_EQ_INT(tide_decode_plan(&d, 7, 39, &plan), TIDE_E_RANGE);
+    tide_decode_close(&d);
 }
 
-/* Generate on m; checks the tokens are the targets. */
-static void run(struct tide_model *m, const struct tide_model_ops *ops,
-                const struct tide_gen_params *p, int64_t P, struct tide_gen_result *r)
+/* Generate on m with the decoder m names under p; checks the tokens are the
+ * targets. */
+static void run(struct tide_model *m, const struct tide_model_ops *ops, const struct params *p,
+                int64_t P, struct tide_gen_result *r)
 {
     m->n = 0;
-    CHECK_EQ_INT(tide_generate(ops, m, p, &tok, prompt, P, NULL, r), TIDE_OK);
+    struct tide_decode d;
+    memset(r, 0, sizeof *r);
+    CHECK_EQ_INT(open_decoder(m, m->info.decoder ? "auto" : "llada2", p, &d), TIDE_OK);
+    CHECK_EQ_INT(tide_decode_run(&d, ops, m, prompt, P, NULL, r), TIDE_OK);
+    tide_decode_close(&d);
     CHECK_EQ_INT(r->n, p->gen_length);
     for (int64_t i = 0; i < r->n; i++)
         CHECK_EQ_INT(r->ids[i], target(P + i));
@@ -218,7 +289,7 @@ static void test_llada_full(void)
     for (int k = 0; k < 2; k++) {
         struct tide_model m;
         model_init(&m, TIDE_ATTN_FULL, "llada");
-        struct tide_gen_params p = params(24, 8, 12);
+        struct params p = params(24, 8, 12);
         struct tide_gen_result r;
         run(&m, both[k], &p, 7, &r);
         CHECK_EQ_INT(r.steps, 12);
@@ -255,12 +326,13 @@ static void test_llada2_full_recompute(void)
 {
     struct tide_model m;
     model_init(&m, TIDE_ATTN_FULL, NULL);
-    struct tide_gen_params p = params(16, 8, 8);
+    struct params p = params(16, 8, 8);
     struct tide_gen_result r;
+    struct tide_decode d;
     /* KV cache: refused before any forward. */
     m.n = 0;
     logbuf[0] = 0;
-    CHECK_EQ_INT(tide_generate(&ops_rows, &m, &p, &tok, prompt, 7, NULL, &r), TIDE_E_CONFIG);
+    CHECK_EQ_INT(open_decoder(&m, "llada2", &p, &d), TIDE_E_CONFIG);
     CHECK_EQ_INT(m.n, 0);
     CHECK(strstr(logbuf, "full sequence") != NULL);
     /* Recompute: the official windows [0, (b+1)L), first block 0 (P = 7). */
@@ -283,10 +355,13 @@ static void test_llada_leftover(void)
 {
     struct tide_model m;
     model_init(&m, TIDE_ATTN_FULL, "llada");
-    struct tide_gen_params p = params(4, 2, 4);
+    struct params p = params(4, 2, 4);
     struct tide_gen_result r;
+    struct tide_decode d;
     const int32_t pr[2] = {1, 2};
-    CHECK_EQ_INT(tide_generate(&ops_flip, &m, &p, &tok, pr, 2, NULL, &r), TIDE_OK);
+    CHECK_EQ_INT(open_decoder(&m, "auto", &p, &d), TIDE_OK);
+    CHECK_EQ_INT(tide_decode_run(&d, &ops_flip, &m, pr, 2, NULL, &r), TIDE_OK);
+    tide_decode_close(&d);
     const int32_t want[4] = {5, 3, MASK, MASK};
     CHECK_EQ_INT(r.n, 4);
     for (int i = 0; i < 4 && i < r.n; i++)
@@ -298,9 +373,15 @@ static void test_llada_leftover(void)
 int main(void)
 {
     tide_log_set_sink(sink, NULL);
+    const char *dir = getenv("TIDE_PLUGIN_DIR");
+    if (!dir || tide_plugins_scan_dirs(&dir, 1, &plugins) != TIDE_OK) {
+        fprintf(stderr, "TIDE_PLUGIN_DIR is not set or cannot be scanned\n");
+        return 1;
+    }
     TEST_RUN(test_resolve);
     TEST_RUN(test_llada_full);
     TEST_RUN(test_llada2_full_recompute);
     TEST_RUN(test_llada_leftover);
+    tide_plugins_free(plugins);
     TEST_DONE();
 }

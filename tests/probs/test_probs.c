@@ -1,4 +1,4 @@
-/* tide_exp_neg and tide_greedy_pick (core/runtime/probs.h):
+/* dc_exp_neg and dc_greedy_pick (plugins/decoder-common/probs.h):
  *  - exp within 2 ulp of libm's double exp on [-86, 0], exactly 1 at 0, 0 below -86;
  *  - the pick's id is the first maximum (excluded id skipped), its
  *    probability within 1e-6 of a double-precision softmax;
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "probs.h"
+#include "decoder-common/probs.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 
@@ -28,17 +28,17 @@ static void test_exp(void)
     double worst = 0.0;
     for (int i = 0; i <= 2000000; i++) {
         float x = (float)(-86.0 * i / 2000000.0);
-        double want = exp((double)x), got = tide_exp_neg(x);
+        double want = exp((double)x), got = dc_exp_neg(x);
         double ulp = ldexp(1.0, ilogb(want) - 23);
         double e = fabs(got - want) / ulp;
         worst = e > worst ? e : worst;
     }
     fprintf(stderr, "exp: worst error %.2f ulp on [-86, 0]\n", worst);
     CHECK(worst <= 2.0);
-    CHECK(tide_exp_neg(0.0f) == 1.0f);
-    CHECK(tide_exp_neg(-86.5f) == 0.0f);
-    CHECK(tide_exp_neg(-INFINITY) == 0.0f);
-    CHECK(tide_exp_neg(-FLT_MAX) == 0.0f);
+    CHECK(dc_exp_neg(0.0f) == 1.0f);
+    CHECK(dc_exp_neg(-86.5f) == 0.0f);
+    CHECK(dc_exp_neg(-INFINITY) == 0.0f);
+    CHECK(dc_exp_neg(-FLT_MAX) == 0.0f);
 }
 
 /* The reference: first maximum, and 1 / sum exp(l - max) in double. */
@@ -61,10 +61,10 @@ static void check_row(const float *l, int64_t V, int64_t exclude, const char *wh
     int32_t want_id, id_v, id_s;
     double want_p, p_v, p_s;
     ref_pick(l, V, exclude, &want_id, &want_p);
-    tide_greedy_pick(l, V, exclude, &id_v, &p_v);
-    bool was = tide_probs_force_scalar(true);
-    tide_greedy_pick(l, V, exclude, &id_s, &p_s);
-    tide_probs_force_scalar(was);
+    dc_greedy_pick(l, V, exclude, &id_v, &p_v);
+    bool was = dc_probs_force_scalar(true);
+    dc_greedy_pick(l, V, exclude, &id_s, &p_s);
+    dc_probs_force_scalar(was);
     CHECK_EQ_INT(id_v, want_id);
     CHECK_EQ_INT(id_s, want_id);
     CHECK(memcmp(&p_v, &p_s, sizeof p_v) == 0);

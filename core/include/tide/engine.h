@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 /* Raised when fields or functions are appended to this header. */
-#define TIDE_ENGINE_API_VERSION 1
+#define TIDE_ENGINE_API_VERSION 2
 
 struct tide_engine; /* opaque */
 
@@ -120,7 +120,11 @@ struct tide_start_event {
     bool recompute;
     int n_blocks; /* blocks this request decodes at most */
     /* --- appended --- */
-    const char *decoder; /* "llada2" or "llada" ([generation] decoder, resolved) */
+    const char *decoder; /* the decoder plugin's short name ([generation] decoder, resolved) */
+    /* --- appended (API version 2) --- */
+    const char *decoder_settings; /* the decoder's settings in force, "key=value ..." */
+    int max_steps;                /* most steps a block runs (0: no bound); steps is then 0 when the
+                                     decoder's loop is open-ended */
 };
 
 /* Passed to on_step after every denoising step. Valid during the call. */
@@ -135,6 +139,9 @@ struct tide_step_event {
     int64_t steps;       /* steps so far in this request, this one included */
     double step_seconds; /* wall time of this step */
     double seconds;      /* wall time since the request started */
+    /* --- appended (API version 2) --- */
+    int edited;    /* tokens this step replaced by other tokens (editing decoders) */
+    int64_t edits; /* such replacements so far in this request */
 };
 
 /* Passed to on_block when a block is final. Valid during the call. */
@@ -266,6 +273,8 @@ struct tide_result {
     double top_p;
     int64_t seed;
     bool chat;
+    /* --- appended (API version 2) --- */
+    int64_t edits; /* tokens replaced by other tokens (editing decoders; 0 otherwise) */
 };
 
 /* Generate from req. Checks the request (parameters, prompt length against

@@ -54,10 +54,10 @@ struct tide_model_info {
      * of the sequence; no exact KV cache exists and the generator recomputes
      * the whole canvas each step unless told to approximate. */
     int attention;
-    /* The decoding loop this model's official code uses, by name
-     * ([generation] decoder = auto picks it): "llada2" (block diffusion,
-     * modeling_llada2_moe.py generate()) or "llada" (low-confidence remasking
-     * over a fully masked canvas, LLaDA's generate.py). NULL means "llada2". */
+    /* The decoding loop this checkpoint's official code uses: the short name
+     * of a decoder plugin (tide/decoder.h; "x" is the plugin decoder-x),
+     * which [generation] decoder = auto picks. NULL: the model names none,
+     * and auto is refused (the user names one). */
     const char *decoder;
 };
 
@@ -148,6 +148,14 @@ struct tide_model_ops {
      * number the model has. Both return TIDE_OK or a status. */
     int (*profile)(struct tide_model *m, bool on);
     int (*profile_read)(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
+    /* The decoder the checkpoint in dir asks for, read without loading
+     * weights (its config, or a hint file its release ships), as
+     * info->decoder will say once it is open; opts is the plugin's section.
+     * Writes the reason into why[why_len] ("config.json auto_map names a
+     * modeling file whose generate() edits tokens"). Returns a string owned
+     * by the plugin, or NULL when dir does not say (logs nothing). */
+    const char *(*checkpoint_decoder)(const char *dir, const struct tide_opts *opts, char *why,
+                                      size_t why_len);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))

@@ -4,7 +4,8 @@
  * `tide_plugin_entry` (see TIDE_PLUGIN_EXPORT). The loader calls it with the
  * core's ABI version and gets back a static descriptor. The descriptor names
  * the plugin, its kind, its ops table (struct tide_model_ops,
- * struct tide_backend_ops or struct tide_policy_ops) and its option table.
+ * struct tide_backend_ops, struct tide_policy_ops or struct tide_decoder_ops)
+ * and its option table.
  *
  * Compatibility rules:
  *  - TIDE_ABI_VERSION changes when a change breaks existing plugins (a slot
@@ -32,9 +33,10 @@ enum tide_plugin_kind {
     TIDE_PLUGIN_MODEL = 1,
     TIDE_PLUGIN_BACKEND = 2,
     TIDE_PLUGIN_POLICY = 3,
+    TIDE_PLUGIN_DECODER = 4, /* a decoding loop (tide/decoder.h) */
 };
 
-/* Returns "model", "backend", "policy" or "unknown". */
+/* Returns "model", "backend", "policy", "decoder" or "unknown". */
 const char *tide_plugin_kind_str(int kind);
 
 struct tide_plugin_desc {

@@ -43,6 +43,11 @@ struct tide_trace_header {
     double threshold;
     const char *model; /* checkpoint directory or a synthetic label */
     uint32_t version;  /* reader: the file's format version; ignored by the writer */
+    /* The decoder that produced the steps and its settings ("key=value ...");
+     * "" when unknown (synthetic traces, files from before they were
+     * recorded). NULL counts as "" for the writer. */
+    const char *decoder;
+    const char *decoder_settings;
 };
 
 /* The events a trace records, as callbacks. The MoE dispatcher emits them

@@ -1,4 +1,4 @@
-/* The "llada" decoder: LLaDA's generate() (ML-GSAI/LLaDA generate.py, the
+/* decoder-llada: LLaDA's generate() (ML-GSAI/LLaDA generate.py, the
  * loop LLaDA-MoE's release uses), rule by rule. docs/decoding.md lists the
  * rules L1..L12 with the official lines; the names appear below.
  *
@@ -18,16 +18,29 @@
  * block once the output is final; prefix_cache (off by default) is a
  * Fast-dLLM-style APPROXIMATE cache. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "finite.h"
-#include "generate.h"
-#include "generate_internal.h"
-#include "probs.h"
+#include "decoder-common/canvas.h"
+#include "decoder-common/params.h"
+#include "decoder-common/probs.h"
+#include "decoder-common/rng.h"
+#include "decoder-common/sample.h"
+#include "tide/decoder.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
+
+#define LLD_NAME "decoder-llada"
+
+struct tide_decoder {
+    struct dc_params p;
+    struct dc_tokens tok;
+    int V;
+    int64_t max_ctx;
+    int steps; /* L3: steps per block */
+};
 
 struct llada_cand {
     double conf;
@@ -46,22 +59,17 @@ static int llada_cand_desc(const void *a, const void *b)
 }
 
 /* L4, get_num_transfer_tokens: a block with n masks commits n // steps per
- * step, one more in the first n % steps steps. */
-static int llada_schedule(int n_masks, int steps, int s)
-{
-    return n_masks / steps + (s < n_masks % steps ? 1 : 0);
-}
+ * step, one more in the first n % steps steps (dc_schedule). */
 
 /* L8 at temperature > 0, add_gumbel_noise then argmax: the largest
  * exp(l) / (-log u)^T in float64 (the lowest id on ties), one u per token
  * in id order. `skip` is left out (mask_in_argmax = false), or -1. */
-static int32_t llada_gumbel_pick(const float *l, int V, double T, int32_t skip,
-                                 struct tide_gen_rng *rng)
+static int32_t llada_gumbel_pick(const float *l, int V, double T, int32_t skip, struct dc_rng *rng)
 {
     int32_t best = -1;
     double bv = -INFINITY;
     for (int v = 0; v < V; v++) {
-        const double u = tide_gen_rng_uniform(rng);
+        const double u = dc_rng_uniform(rng);
         if (v == skip)
             continue;
         const double g = exp((double)l[v]) / pow(-log(u), T);
@@ -89,7 +97,7 @@ static double llada_prob(const float *l, int V, int32_t skip, int32_t id)
 /* Logits for the rows rows[0..n) (absolute positions, increasing) of a
  * canvas, from a forward over [f0, total). */
 struct llada_fwd {
-    float *buf;        /* [cap rows or total - f0, V] */
+    float *buf;        /* [cap rows, V] */
     size_t cap;        /* floats */
     const float **row; /* [total] per requested row */
 };
@@ -106,44 +114,36 @@ static int llada_grow(struct llada_fwd *f, size_t floats)
     return TIDE_OK;
 }
 
-static int llada_forward(const struct tide_model_ops *ops, struct tide_model *m,
-                         const int32_t *canvas, int64_t total, int64_t f0, const int32_t *rows,
-                         int n, int32_t *span, bool by_rows, int V, struct llada_fwd *f)
+static int llada_forward(const struct tide_decoder_host *h, const int32_t *canvas, int64_t total,
+                         int64_t f0, const int32_t *rows, int n, int32_t *span, int V,
+                         struct llada_fwd *f)
 {
-    int rc;
-    if (by_rows) {
-        for (int j = 0; j < n; j++)
-            span[j] = (int32_t)(rows[j] - f0);
-        if ((rc = llada_grow(f, (size_t)(n ? n : 1) * (size_t)V)) != TIDE_OK)
-            return rc;
-        rc = ops->forward_rows(m, canvas + f0, total - f0, f0, span, n, f->buf);
-        for (int j = 0; j < n; j++)
-            f->row[j] = f->buf + (size_t)j * (size_t)V;
-    } else {
-        if ((rc = llada_grow(f, (size_t)(total - f0) * (size_t)V)) != TIDE_OK)
-            return rc;
-        rc = ops->forward(m, canvas + f0, total - f0, f0, f->buf);
-        for (int j = 0; j < n; j++)
-            f->row[j] = f->buf + (size_t)(rows[j] - f0) * (size_t)V;
-    }
+    for (int j = 0; j < n; j++)
+        span[j] = (int32_t)(rows[j] - f0);
+    int rc = llada_grow(f, (size_t)(n ? n : 1) * (size_t)V);
+    if (rc != TIDE_OK)
+        return rc;
+    rc = h->forward(h->user, canvas + f0, total - f0, f0, span, n, f->buf);
+    for (int j = 0; j < n; j++)
+        f->row[j] = f->buf + (size_t)j * (size_t)V;
     return rc;
 }
 
-int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
-                        const struct tide_gen_params *p, const struct tide_gen_tokens *tok,
-                        const int32_t *prompt, int64_t P, const struct tide_gen_hooks *hooks,
-                        struct tide_gen_result *out)
+static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
+                   int64_t P, struct tide_decoder_result *out)
 {
-    memset(out, 0, sizeof *out);
-    const struct tide_model_info *info = ops->info(m);
-    const int L = p->block, V = info->vocab_size, S = tide_gen_steps(p);
+    const struct dc_params *p = &d->p;
+    const struct dc_tokens *tok = &d->tok;
+    const int L = p->block, V = d->V, S = d->steps;
     const int64_t G = p->gen_length, total = P + G, nb = G / L;
     const bool greedy = !(p->temperature > 0), cfg = p->cfg_scale > 0;
     const int32_t skip = p->mask_in_argmax ? -1 : tok->mask;
-    /* Every row of the block when asked for (all_logits, a step_logits hook);
-     * the whole canvas's logits when the model cannot do fewer rows. */
-    const bool block_rows = p->all_logits || (hooks && hooks->step_logits);
-    const bool by_rows = TIDE_OPS_HAS(ops, forward_rows);
+    /* Every row of the block when the engine asks for it (step_logits). */
+    const bool block_rows = h->block_logits;
+    void *u = h->user;
+    out->n = out->steps = out->edits = 0;
+    out->blocks = 0;
+    out->stopped = false;
     int rc = TIDE_OK;
     int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
     int32_t *uncond = cfg ? malloc(sizeof *uncond * (size_t)total) : NULL;
@@ -169,25 +169,19 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
         canvas[i] = i < P ? prompt[i] : tok->mask;
         is_prompt[i] = canvas[i] != tok->mask;
     }
-    struct tide_gen_rng rng;
-    tide_gen_rng_seed(&rng, p->seed);
-    const double t0 = tide_gen_now();
+    struct dc_rng rng;
+    dc_rng_seed(&rng, p->seed);
     int64_t end = total; /* decoded part of the canvas (eos_early_stop may end it sooner) */
     bool warned = false;
     for (int64_t b = 0; b < nb; b++) {
         /* L2: block b is [P + b L, P + (b+1) L). */
         const int64_t b0 = P + b * L, be = b0 + L;
-        if (hooks && hooks->block_begin)
-            hooks->block_begin(hooks->user, (int)b, b == 0);
+        h->block_begin(u, (int)b, b == 0);
         /* L4: the block's schedule, from its masks at the block's start. */
         int n_block = 0;
         for (int64_t i = b0; i < be; i++)
             n_block += canvas[i] == tok->mask;
         for (int s = 0; s < S; s++) {
-            if (tide_stop_requested()) {
-                rc = TIDE_E_INTERRUPTED;
-                goto done;
-            }
             /* L5, L10: the candidates are the masked positions before the
              * block's end (the prompt's masks and earlier blocks' included). */
             int n_cand = 0, n_before = 0;
@@ -210,8 +204,7 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
             if (block_rows)
                 for (int64_t i = b0; i < be; i++)
                     rows[n_rows++] = (int32_t)i;
-            if (hooks && hooks->step_begin &&
-                (rc = hooks->step_begin(hooks->user, (int)b, s)) != TIDE_OK)
+            if ((rc = h->step_begin(u, (int)b, s)) != TIDE_OK)
                 goto done;
             /* L6: one forward over the whole canvas. With prefix_cache
              * (APPROXIMATE): a block's first step runs the whole canvas and
@@ -220,20 +213,18 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
              * a candidate lies before the block. */
             const bool suffix = p->prefix_cache && s > 0 && n_before == 0;
             const int64_t f0 = suffix ? b0 : 0;
-            rc = llada_forward(ops, m, canvas, total, f0, rows, n_rows, span, by_rows, V, &fc);
+            rc = llada_forward(h, canvas, total, f0, rows, n_rows, span, V, &fc);
             if (rc != TIDE_OK)
                 goto done;
-            out->forwards++;
             const float **row = fc.row;
             if (cfg) {
                 /* L7: the unconditional pass masks the prompt; logits =
                  * un + (cfg + 1) (cond - un), in float32. */
                 for (int64_t i = 0; i < total; i++)
                     uncond[i] = is_prompt[i] ? tok->mask : canvas[i];
-                rc = llada_forward(ops, m, uncond, total, 0, rows, n_rows, span, by_rows, V, &fu);
+                rc = llada_forward(h, uncond, total, 0, rows, n_rows, span, V, &fu);
                 if (rc != TIDE_OK)
                     goto done;
-                out->forwards++;
                 const size_t need = (size_t)(n_rows ? n_rows : 1) * (size_t)V;
                 if (need > mixed_cap) {
                     float *t = realloc(mixed, sizeof *t * need);
@@ -248,8 +239,8 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
                 for (int j = 0; j < n_rows; j++) {
                     float *o = mixed + (size_t)j * (size_t)V;
                     for (int v = 0; v < V; v++) {
-                        const float d = fc.row[j][v] - fu.row[j][v];
-                        const float kd = k * d;
+                        const float df = fc.row[j][v] - fu.row[j][v];
+                        const float kd = k * df;
                         o[v] = fu.row[j][v] + kd;
                     }
                     fc.row[j] = o;
@@ -257,10 +248,10 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
                 row = fc.row;
             }
             out->steps++;
-            if (block_rows && hooks && hooks->step_logits) {
+            if (block_rows) {
                 /* The block's rows are contiguous, after the candidates
                  * before it. */
-                hooks->step_logits(hooks->user, b, s, row[n_before], L, V);
+                h->step_logits(u, b, s, row[n_before], L, V);
             }
             int n_in = 0;
             for (int j = 0; j < n_cand; j++)
@@ -268,31 +259,24 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
                     bpos[n_in] = (int32_t)(cand[j].pos - b0);
                     brow[n_in++] = row[cand_row[j]];
                 }
-            if (hooks && hooks->step_rows)
-                hooks->step_rows(hooks->user, b, s, n_in, bpos, brow, V);
-            for (int j = 0; j < n_cand; j++)
-                if ((rc = tide_logits_check_rows(&row[cand_row[j]], &cand[j].pos, 1, V, b, s)) !=
-                    TIDE_OK)
-                    goto done;
+            h->step_rows(u, b, s, n_in, bpos, brow, V);
             /* L8: a token for every candidate; L9: its confidence. */
             for (int j = 0; j < n_cand; j++) {
                 const float *l = row[cand_row[j]];
                 double pr;
                 if (greedy) {
-                    tide_greedy_pick(l, V, skip, &cand[j].x0, &pr);
+                    dc_greedy_pick(l, V, skip, &cand[j].x0, &pr);
                 } else {
                     cand[j].x0 = llada_gumbel_pick(l, V, p->temperature, skip, &rng);
-                    pr = p->remasking == TIDE_GEN_REMASK_LOW_CONFIDENCE
-                             ? llada_prob(l, V, skip, cand[j].x0)
-                             : 0;
+                    pr = !p->remask_random ? llada_prob(l, V, skip, cand[j].x0) : 0;
                 }
                 cand[j].conf = pr;
             }
-            if (p->remasking == TIDE_GEN_REMASK_RANDOM)
+            if (p->remask_random)
                 for (int j = 0; j < n_cand; j++)
-                    cand[j].conf = tide_gen_rng_uniform(&rng);
+                    cand[j].conf = dc_rng_uniform(&rng);
             /* L11: commit the scheduled number of most confident candidates. */
-            const int n_sched = llada_schedule(n_block, S, s);
+            const int n_sched = dc_schedule(n_block, S, s);
             const int commit = n_sched < n_cand ? n_sched : n_cand;
             qsort(cand, (size_t)n_cand, sizeof *cand, llada_cand_desc);
             for (int c = 0; c < commit; c++)
@@ -300,8 +284,14 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
             int left = 0;
             for (int64_t i = b0; i < be; i++)
                 left += canvas[i] == tok->mask;
-            if (hooks && hooks->step_end)
-                hooks->step_end(hooks->user, (int)b, s, commit, left);
+            const struct tide_decoder_step ev = {
+                .size = sizeof ev,
+                .block = (int)b,
+                .step = s,
+                .committed = commit,
+                .remaining = left,
+            };
+            h->step_end(u, &ev);
         }
         int left = 0;
         for (int64_t i = b0; i < be; i++)
@@ -315,9 +305,8 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
         }
         out->blocks++;
         bool st;
-        const int64_t n_now = tide_gen_output_len(canvas, P, G, be, tok, &st);
-        if (hooks && hooks->block_end)
-            hooks->block_end(hooks->user, (int)b, canvas + P, n_now);
+        const int64_t n_now = dc_output_len(canvas, P, G, be, tok, &st);
+        h->block_end(u, (int)b, canvas + P, n_now);
         /* eos_early_stop: the output ends at an EOS with no mask before it,
          * so no later step can change it. */
         if (p->eos_early_stop && st && b + 1 < nb) {
@@ -331,8 +320,8 @@ int tide_generate_llada(const struct tide_model_ops *ops, struct tide_model *m,
         }
     }
     /* L12: the output is canvas[P, P + G), cut after the first EOS/stop token. */
-    rc = tide_gen_finish(out, canvas + P,
-                         tide_gen_output_len(canvas, P, G, end, tok, &out->stopped), t0);
+    out->n = dc_output_len(canvas, P, G, end, tok, &out->stopped);
+    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
 done:
     free(canvas);
     free(uncond);
@@ -350,3 +339,126 @@ done:
     free(mixed);
     return rc;
 }
+
+static void lld_destroy(struct tide_decoder *d)
+{
+    free(d);
+}
+
+/* The llada decoder's own rules (L2, L3) and the options it does not take. */
+static int lld_check(const struct dc_params *p)
+{
+    if (p->gen_length % p->block) {
+        tide_error("[generation] gen_length (%lld) must be a multiple of block_length (%d) with "
+                   "decoder = llada (the official generate() asserts gen_length %% block_length "
+                   "== 0)",
+                   (long long)p->gen_length, p->block);
+        return TIDE_E_CONFIG;
+    }
+    const int64_t nb = p->gen_length / p->block;
+    if (p->steps % nb) {
+        tide_error("[generation] steps (%d) must be a multiple of the number of blocks, "
+                   "gen_length / block_length = %lld, with decoder = llada (the official "
+                   "generate() asserts steps %% num_blocks == 0)",
+                   p->steps, (long long)nb);
+        return TIDE_E_CONFIG;
+    }
+    if (p->top_k > 0 || p->top_p < 1.0) {
+        tide_error("[generation] top_k and top_p are not part of decoder = llada (the official "
+                   "generate() samples with Gumbel noise over all tokens); leave them at 0 and 1");
+        return TIDE_E_CONFIG;
+    }
+    if (p->prefix_cache && p->cfg_scale > 0) {
+        tide_error("[generation] prefix_cache cannot be combined with cfg_scale > 0 (the "
+                   "unconditional pass would overwrite the cached prefix)");
+        return TIDE_E_CONFIG;
+    }
+    if (!(p->cfg_scale >= 0)) {
+        tide_error("[generation] cfg_scale must be >= 0");
+        return TIDE_E_CONFIG;
+    }
+    return TIDE_OK;
+}
+
+static int lld_create(const struct tide_decoder_args *a, struct tide_decoder **out)
+{
+    *out = NULL;
+    struct tide_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return TIDE_E_NOMEM;
+    dc_params_read(a->gen, &d->p);
+    dc_tokens_from(a, &d->tok);
+    d->V = a->info->vocab_size;
+    d->max_ctx = a->info->max_ctx;
+    int rc = dc_check_common(&d->p);
+    if (rc == TIDE_OK)
+        rc = lld_check(&d->p);
+    if (rc == TIDE_OK)
+        rc = dc_check_no_mode(&d->p, "llada");
+    if (rc != TIDE_OK) {
+        lld_destroy(d);
+        return rc;
+    }
+    /* L3: steps // num_blocks */
+    d->steps = (int)(d->p.steps / (d->p.gen_length / d->p.block));
+    *out = d;
+    return TIDE_OK;
+}
+
+static int lld_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
+{
+    const int64_t ctx = P + d->p.gen_length; /* L1 */
+    int rc = dc_check_prompt(P, ctx, &d->p, d->max_ctx);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_decoder_plan pl = {
+        .size = sizeof pl,
+        .n_ctx = ctx,
+        .max_tokens = ctx, /* L6: every forward is the whole canvas */
+        .max_output = d->p.gen_length,
+        .blocks = (int)(d->p.gen_length / d->p.block),
+        .block_length = d->p.block,
+        .max_steps = d->steps,
+        .nominal_steps = d->steps,
+    };
+    const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
+    memcpy(out, &pl, n);
+    out->size = n;
+    return TIDE_OK;
+}
+
+static void lld_describe(const struct tide_decoder *d, char *buf, size_t len)
+{
+    const struct dc_params *p = &d->p;
+    snprintf(buf, len,
+             "gen_length=%lld block_length=%d steps=%d steps_per_block=%d temperature=%g "
+             "cfg_scale=%g remasking=%s seed=%llu eos_early_stop=%s mask_in_argmax=%s "
+             "prefix_cache=%s",
+             (long long)p->gen_length, p->block, p->steps, d->steps, p->temperature, p->cfg_scale,
+             p->remask_random ? "random" : "low_confidence", (unsigned long long)p->seed,
+             p->eos_early_stop ? "true" : "false", p->mask_in_argmax ? "true" : "false",
+             p->prefix_cache ? "true" : "false");
+}
+
+static const struct tide_decoder_ops lld_ops = {
+    .size = sizeof(struct tide_decoder_ops),
+    .create = lld_create,
+    .destroy = lld_destroy,
+    .plan = lld_plan,
+    .run = lld_run,
+    .describe = lld_describe,
+};
+
+static const struct tide_plugin_desc lld_desc = {
+    .struct_size = sizeof(struct tide_plugin_desc),
+    .abi_version = TIDE_ABI_VERSION,
+    .kind = TIDE_PLUGIN_DECODER,
+    .name = LLD_NAME,
+    .version = "0.1.0",
+    .summary = "LLaDA generate.py (LLaDA-MoE): low-confidence remasking over a fully masked "
+               "canvas, whole-canvas forwards, cfg_scale; rules L1-L12 of docs/decoding.md",
+    .ops = &lld_ops,
+    .options = NULL,
+};
+
+TIDE_PLUGIN_DEFINE(lld_desc)

@@ -1,9 +1,32 @@
-/* Greedy choice and probability of a row of logits (probs.h). */
+/* decoder-common: the greedy choice over a row of logits and its
+ * probability, fast. Header-only; every decoder and bench/forward use it.
+ *
+ * dc_greedy_pick makes one pass over the row: per lane of 16 it keeps the
+ * running maximum, the first index where it was reached, and the sum of
+ * exp(l - max) rescaled whenever the maximum grows (the "online softmax").
+ * exp is dc_exp_neg below, a float polynomial written with separate
+ * multiplies and adds; sums are in double. The AVX-512 path and the scalar
+ * path (any CPU) perform the same operations in the same order per lane, so
+ * they return identical bits (tests/probs).
+ *
+ * dc_exp_neg(x): exp(x) for x <= 0 in float: within 2 ulp of exp for
+ * x >= -86, and 0 below (where exp(x) < 5e-38).
+ * dc_greedy_pick(logits, V, exclude, id, prob): *id = the index of the
+ * largest value (the lowest index among equal ones), *prob = its softmax
+ * probability 1 / sum_v exp(logits[v] - max), relative error below 1e-6.
+ * `exclude` is an index left out of both (-1: none). The logits must be
+ * finite (the engine checks them); V >= 1 and at least one index not
+ * excluded.
+ * dc_probs_force_scalar(on): force the scalar path in this translation unit
+ * (tests compare the two); returns the previous setting. */
+#ifndef DECODER_COMMON_PROBS_H
+#define DECODER_COMMON_PROBS_H
+
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
-
-#include "probs.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -26,16 +49,16 @@
 #define PROBS_P4     1.6666665459e-1f
 #define PROBS_P5     5.0000001201e-1f
 
-static bool probs_scalar_forced;
+static bool dc_probs_scalar_forced;
 
-bool tide_probs_force_scalar(bool on)
+static inline bool dc_probs_force_scalar(bool on)
 {
-    bool was = probs_scalar_forced;
-    probs_scalar_forced = on;
+    bool was = dc_probs_scalar_forced;
+    dc_probs_scalar_forced = on;
     return was;
 }
 
-float tide_exp_neg(float x)
+static inline float dc_exp_neg(float x)
 {
     if (!(x >= PROBS_EXP_MIN))
         return 0.0f;
@@ -67,7 +90,7 @@ struct probs_lanes {
 
 /* Lanes to result: the maximum over lanes, the lowest index reaching it, and
  * the sum of every lane's s rescaled to it, in lane order. */
-static void probs_finish(const struct probs_lanes *st, int32_t *id, double *prob)
+static inline void probs_finish(const struct probs_lanes *st, int32_t *id, double *prob)
 {
     float mx = st->m[0];
     for (int l = 1; l < PROBS_LANES; l++)
@@ -77,7 +100,7 @@ static void probs_finish(const struct probs_lanes *st, int32_t *id, double *prob
     for (int l = 0; l < PROBS_LANES; l++) {
         if (st->m[l] == mx && st->i[l] < best)
             best = st->i[l];
-        sum = sum + st->s[l] * (double)tide_exp_neg(st->m[l] - mx);
+        sum = sum + st->s[l] * (double)dc_exp_neg(st->m[l] - mx);
     }
     *id = best;
     *prob = 1.0 / sum;
@@ -87,15 +110,15 @@ static void probs_finish(const struct probs_lanes *st, int32_t *id, double *prob
 static inline void probs_step(struct probs_lanes *st, int l, float x, int32_t idx)
 {
     if (x > st->m[l]) {
-        st->s[l] = st->s[l] * (double)tide_exp_neg(st->m[l] - x) + 1.0;
+        st->s[l] = st->s[l] * (double)dc_exp_neg(st->m[l] - x) + 1.0;
         st->m[l] = x;
         st->i[l] = idx;
     } else {
-        st->s[l] = st->s[l] + (double)tide_exp_neg(x - st->m[l]);
+        st->s[l] = st->s[l] + (double)dc_exp_neg(x - st->m[l]);
     }
 }
 
-static void probs_init(struct probs_lanes *st)
+static inline void probs_init(struct probs_lanes *st)
 {
     for (int l = 0; l < PROBS_LANES; l++) {
         /* -FLT_MAX, not -inf: x - m stays a number for x = -inf (an excluded
@@ -106,7 +129,8 @@ static void probs_init(struct probs_lanes *st)
     }
 }
 
-static void probs_scalar(const float *x, int64_t V, int64_t exclude, int32_t *id, double *prob)
+static inline void probs_scalar(const float *x, int64_t V, int64_t exclude, int32_t *id,
+                                double *prob)
 {
     struct probs_lanes st;
     probs_init(&st);
@@ -175,8 +199,8 @@ PROBS_TARGET static inline void probs_vec(__m512 xv, int64_t v0, __m512 *m, __m5
     s[1] = keep[1];
 }
 
-PROBS_TARGET static void probs_avx512(const float *x, int64_t V, int64_t exclude, int32_t *id,
-                                      double *prob)
+PROBS_TARGET static inline void probs_avx512(const float *x, int64_t V, int64_t exclude,
+                                             int32_t *id, double *prob)
 {
     __m512 m = _mm512_set1_ps(-FLT_MAX);
     __m512i best = _mm512_set1_epi32(INT32_MAX);
@@ -206,7 +230,7 @@ PROBS_TARGET static void probs_avx512(const float *x, int64_t V, int64_t exclude
     probs_finish(&st, id, prob);
 }
 
-static bool probs_have_avx512(void)
+static inline bool probs_have_avx512(void)
 {
     static int have = -1;
     if (have < 0) {
@@ -217,13 +241,16 @@ static bool probs_have_avx512(void)
 }
 #endif
 
-void tide_greedy_pick(const float *logits, int64_t V, int64_t exclude, int32_t *id, double *prob)
+static inline void dc_greedy_pick(const float *logits, int64_t V, int64_t exclude, int32_t *id,
+                                  double *prob)
 {
 #ifdef PROBS_X86
-    if (!probs_scalar_forced && probs_have_avx512()) {
+    if (!dc_probs_scalar_forced && probs_have_avx512()) {
         probs_avx512(logits, V, exclude, id, prob);
         return;
     }
 #endif
     probs_scalar(logits, V, exclude, id, prob);
 }
+
+#endif

@@ -1,0 +1,250 @@
+/* decoder-common: one position's token and confidence, and one step's
+ * transfer schedule and commit order, as the LLaDA2 family's official code
+ * writes them (modeling_llada2_moe.py: _sample_with_temperature_topk_topp,
+ * _get_num_transfer_tokens, and the threshold commit of generate()). Rule
+ * names (R2, R9, R10, R11) are those of docs/decoding.md.
+ *
+ * The row kernels below are the hot loops over the vocabulary: each is a
+ * plain reduction so that it can be vectorised on its own. The greedy pick
+ * over unfiltered logits is dc_greedy_pick (probs.h): argmax and the
+ * softmax sum in one vectorised pass. */
+#ifndef DECODER_COMMON_SAMPLE_H
+#define DECODER_COMMON_SAMPLE_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder-common/probs.h"
+#include "decoder-common/rng.h"
+
+/* The official _sample_with_temperature_topk_topp, as parameters. */
+struct dc_sampler {
+    double temperature; /* logits are divided by it when > 0 and != 1 */
+    bool greedy;        /* argmax (lowest id on ties) instead of a draw */
+    int top_k;          /* 0 = off */
+    double top_p;       /* >= 1 = off */
+    int32_t skip;       /* a token left out of everything (mask_in_argmax = false), or -1 */
+    bool plain;         /* argmax of the logits as they are: no scaling, top-k or top-p */
+};
+
+struct dc_cand {
+    double s;
+    int32_t id;
+};
+
+/* Scratch for one row, [vocab] each (NULL for a plain sampler). */
+struct dc_scratch {
+    double *s;           /* the filtered logits; -inf = removed */
+    double *tmp;         /* quickselect */
+    struct dc_cand *ord; /* top-p order */
+};
+
+static inline int dc_scratch_init(struct dc_scratch *sc, const struct dc_sampler *sp, int V)
+{
+    memset(sc, 0, sizeof *sc);
+    if (sp->plain)
+        return 0;
+    sc->s = malloc(sizeof *sc->s * (size_t)V);
+    sc->tmp = malloc(sizeof *sc->tmp * (size_t)V);
+    sc->ord = malloc(sizeof *sc->ord * (size_t)V);
+    return sc->s && sc->tmp && sc->ord ? 0 : -1;
+}
+
+static inline void dc_scratch_free(struct dc_scratch *sc)
+{
+    free(sc->s);
+    free(sc->tmp);
+    free(sc->ord);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Largest filtered logit and its first id. */
+static inline double dc_srow_max(const double *s, int V, int32_t *arg)
+{
+    double mx = -INFINITY;
+    int32_t best = -1;
+    for (int v = 0; v < V; v++)
+        if (s[v] > mx) {
+            mx = s[v];
+            best = v;
+        }
+    *arg = best;
+    return mx;
+}
+
+/* The softmax sum over the filtered logits (-inf entries contribute nothing). */
+static inline double dc_srow_sumexp(const double *s, int V, double mx)
+{
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        if (s[v] > -INFINITY)
+            sum += exp(s[v] - mx);
+    return sum;
+}
+
+/* The k-th largest of a[0..n) (k in [1, n]), counting repeats; a is reordered. */
+static inline double dc_kth_largest(double *a, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    const int want = k - 1;
+    while (lo < hi) {
+        const double pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot)
+                i++;
+            while (a[j] < pivot)
+                j--;
+            if (i <= j) {
+                double t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return pivot; /* a[j+1 .. i-1] all equal the pivot */
+    }
+    return a[want];
+}
+
+/* R9.3, _top_k_logits: keep the logits >= the k-th largest (ties kept). */
+static inline void dc_top_k(double *s, int V, int k, double *tmp)
+{
+    if (k <= 0 || k >= V)
+        return;
+    memcpy(tmp, s, sizeof *tmp * (size_t)V);
+    const double kth = dc_kth_largest(tmp, V, k);
+    for (int v = 0; v < V; v++)
+        if (s[v] < kth)
+            s[v] = -INFINITY;
+}
+
+/* Descending value, then ascending id (torch.sort leaves the order of ties
+ * unspecified; this one is fixed). */
+static inline int dc_cand_desc(const void *a, const void *b)
+{
+    const struct dc_cand *x = a, *y = b;
+    if (x->s != y->s)
+        return x->s < y->s ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* R9.4, _top_p_logits: sort descending, softmax, cumulative sum; keep the
+ * first token and every token whose preceding cumulative mass is <= p, i.e.
+ * the smallest prefix whose mass exceeds p. */
+static inline void dc_top_p(double *s, int V, double p, struct dc_cand *ord)
+{
+    if (p >= 1.0)
+        return;
+    int n = 0;
+    for (int v = 0; v < V; v++)
+        if (s[v] > -INFINITY)
+            ord[n++] = (struct dc_cand){s[v], v};
+    qsort(ord, (size_t)n, sizeof *ord, dc_cand_desc);
+    const double mx = ord[0].s;
+    double z = 0;
+    for (int j = 0; j < n; j++)
+        z += exp(ord[j].s - mx);
+    double cum = 0;
+    int j = 0;
+    while (j < n) {
+        cum += exp(ord[j].s - mx) / z;
+        j++;
+        if (cum > p)
+            break;
+    }
+    for (; j < n; j++)
+        s[ord[j].id] = -INFINITY;
+}
+
+/* R9: the token for one position and its confidence, the probability of that
+ * token under the scaled and filtered distribution. Greedy: argmax; else a
+ * draw u * Z against the running sum in id order (one uniform from rng). */
+static inline int32_t dc_sample(const float *logits, int V, const struct dc_sampler *sp,
+                                struct dc_rng *rng, struct dc_scratch *sc, double *conf)
+{
+    int32_t best;
+    if (sp->plain) {
+        dc_greedy_pick(logits, V, sp->skip, &best, conf);
+        return best;
+    }
+    double *s = sc->s;
+    const bool scale = sp->temperature > 0 && sp->temperature != 1.0;
+    for (int v = 0; v < V; v++)
+        s[v] = scale ? (double)logits[v] / sp->temperature : (double)logits[v];
+    if (sp->skip >= 0)
+        s[sp->skip] = -INFINITY;
+    dc_top_k(s, V, sp->top_k, sc->tmp);
+    dc_top_p(s, V, sp->top_p, sc->ord);
+    const double mx = dc_srow_max(s, V, &best);
+    const double z = dc_srow_sumexp(s, V, mx);
+    if (sp->greedy) {
+        *conf = 1.0 / z;
+        return best;
+    }
+    const double r = dc_rng_uniform(rng) * z;
+    double acc = 0;
+    int32_t last = best;
+    for (int v = 0; v < V; v++) {
+        if (!(s[v] > -INFINITY))
+            continue;
+        const double e = exp(s[v] - mx);
+        acc += e;
+        last = v;
+        if (r < acc) {
+            *conf = e / z;
+            return v;
+        }
+    }
+    *conf = exp(s[last] - mx) / z;
+    return last;
+}
+
+/* R2, _get_num_transfer_tokens: step s of n positions over `steps` steps
+ * commits n / steps, one more in the first n % steps steps (0 for every step
+ * past n). */
+static inline int dc_schedule(int n, int steps, int s)
+{
+    return n / steps + (s < n % steps ? 1 : 0);
+}
+
+/* A candidate position and its confidence. */
+struct dc_pos {
+    double conf;
+    int32_t pos;
+};
+
+/* Descending confidence; the lower position first on ties (torch.topk leaves
+ * their order unspecified). */
+static inline int dc_pos_desc(const void *a, const void *b)
+{
+    const struct dc_pos *x = a, *y = b;
+    if (x->conf != y->conf)
+        return x->conf < y->conf ? 1 : -1;
+    return x->pos - y->pos;
+}
+
+/* R10/R11: cand[0..n) are the masked positions with their confidence. Sorts
+ * them by confidence (descending; lower position on ties) and returns how
+ * many of the first to commit: all those strictly above the threshold when
+ * there are at least n_min of them (with n_min 0 that may be none), else
+ * min(n_min, n). */
+static inline int dc_commit_count(struct dc_pos *cand, int n, int n_min, double threshold)
+{
+    int over = 0;
+    for (int i = 0; i < n; i++)
+        over += cand[i].conf > threshold;
+    qsort(cand, (size_t)n, sizeof *cand, dc_pos_desc);
+    if (over >= n_min)
+        return over;
+    return n_min < n ? n_min : n;
+}
+
+#endif
