@@ -88,19 +88,27 @@ static void run_on_logits(void *user, const struct tide_logits_event *ev)
 
 static int run_on_start(void *user, const struct tide_start_event *ev)
 {
-    const bool llada =
-        ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder &&
-        ev->decoder && !strcmp(ev->decoder, "llada");
-    if (llada)
-        tide_info("prompt: %lld tokens; generating %lld tokens in blocks of %d (%d steps each, "
-                  "decoder llada)",
-                  (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length,
-                  ev->steps);
+    const bool v2 = ev->size >= offsetof(struct tide_start_event, max_steps) + sizeof ev->max_steps;
+    const char *dec =
+        ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder && ev->decoder
+            ? ev->decoder
+            : "?";
+    char steps[96];
+    if (ev->steps > 0)
+        snprintf(steps, sizeof steps, "%d steps", ev->steps);
+    else if (v2 && ev->max_steps > 0)
+        snprintf(steps, sizeof steps, "open-ended steps, at most %d", ev->max_steps);
     else
-        tide_info("prompt: %lld tokens; generating up to %lld tokens in blocks of %d (%d steps, "
-                  "threshold %g%s)",
-                  (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length,
-                  ev->steps, ev->threshold, ev->recompute ? ", full recompute" : "");
+        snprintf(steps, sizeof steps, "open-ended steps");
+    tide_info("prompt: %lld tokens; generating up to %lld tokens in blocks of %d (decoder %s, "
+              "%s%s)",
+              (long long)ev->prompt_tokens, (long long)ev->gen_length, ev->block_length, dec, steps,
+              ev->recompute ? ", full recompute" : "");
+    /* The decoder's own account of its settings (a mode may set thresholds). */
+    if (v2 && ev->decoder_settings && *ev->decoder_settings)
+        tide_info("decoder %s: %s", dec, ev->decoder_settings);
+    else
+        tide_info("threshold %g", ev->threshold);
     return 0;
 }
 
@@ -305,11 +313,14 @@ int cmd_run(int argc, char **argv)
         printf("logits-fnv1a64 %016llx\n", (unsigned long long)st.hash);
     struct tide_engine_info info = {.size = sizeof info};
     tide_engine_get_info(e, &info);
+    char edits[48] = "";
+    if (res->edits)
+        snprintf(edits, sizeof edits, ", %lld edits", (long long)res->edits);
     tide_info("done: %lld tokens in %d blocks, %lld steps (%.2f tokens per step), %lld "
-              "forwards, %.2f s (prefill %.2f s), %.2f tok/s%s",
+              "forwards%s, %.2f s (prefill %.2f s), %.2f tok/s%s",
               (long long)res->n_ids, res->blocks, (long long)res->steps,
               res->steps ? (double)res->n_ids / (double)res->steps : 0.0, (long long)res->forwards,
-              res->seconds, res->prefill_seconds,
+              edits, res->seconds, res->prefill_seconds,
               res->seconds > 0 ? (double)res->n_ids / res->seconds : 0.0,
               res->stopped ? ", stopped at end-of-text" : "");
     if (tide_log_get_level() >= TIDE_LOG_INFO)

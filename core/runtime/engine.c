@@ -302,9 +302,10 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
     }
     if ((rc = tide_decode_open(&e->dec, e->dec_pl, e->cfg, info, &e->ids)) != TIDE_OK)
         return rc;
-    tide_info("decoder %s%s%s%s", e->dec.pl->desc->name,
-              strcmp(want, "auto") ? "" : " (auto: ", strcmp(want, "auto") ? "" : e->dec_why,
-              strcmp(want, "auto") ? "" : ")");
+    if (strcmp(want, "auto"))
+        tide_info("decoder: %s ([generation] decoder = %s)", e->dec.pl->desc->name, want);
+    else
+        tide_info("decoder: %s (auto: %s)", e->dec.pl->desc->name, e->dec_why);
     int budget;
     if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
         return rc;

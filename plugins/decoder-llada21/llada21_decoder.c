@@ -1,0 +1,468 @@
+/* decoder-llada21: LLaDA2.1's generate() (modeling_llada2_moe.py of the
+ * LLaDA2.1 release; dllm keeps a copy as
+ * dllm/pipelines/llada21/models/modeling_llada21_moe.py), rule by rule.
+ * docs/decoding.md lists every rule (E1..E18) with the line it follows; the
+ * names appear below.
+ *
+ * The canvas is the prompt followed by masks, in whole blocks (E2). Decoding
+ * starts at the block holding the prompt's tail (E3). A block has no step
+ * schedule (E1: `steps` is computed and never used): each step forwards the
+ * block (E5), takes a token and its probability at every position (E6),
+ * commits the masked positions above `threshold`, or the `num_to_transfer`
+ * most confident when fewer are (E7), and edits every position that holds a
+ * generated token whose prediction changed with a probability above
+ * `editing_threshold` (E8, E9). Once no mask is left, up to `max_post_steps`
+ * more steps may edit (E4); a step that finds no mask and edits nothing ends
+ * the block (E10). Only the current block is ever edited, so finished blocks
+ * are final and their K/V are cached exactly (E12). With eos_early_stop,
+ * generation ends after a block once the generated part holds no mask and
+ * an EOS (E13); the output is cut after the first EOS (E14).
+ *
+ * Departures (docs/decoding.md): the KV cache (recompute = true runs the
+ * official windows); draws use TIDE's seeded RNG, only at the positions a
+ * step decides on; max_block_steps bounds a block whose loop would never end
+ * (the mask token keeps winning); stop_tokens and mask_in_argmax = false are
+ * options, off by default. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder-common/canvas.h"
+#include "decoder-common/params.h"
+#include "decoder-common/sample.h"
+#include "tide/decoder.h"
+#include "tide/log.h"
+#include "tide/plugin.h"
+#include "tide/status.h"
+
+#define L21_NAME "decoder-llada21"
+
+/* The named modes ([generation] mode). Each sets the two thresholds when
+ * the configuration leaves them at their defaults; docs/decoding.md cites
+ * where each value is published. */
+static const struct l21_mode {
+    const char *name;
+    double threshold, editing_threshold;
+} l21_modes[] = {
+    /* S Mode: the M2T threshold lowered, T2T repairing (the LLaDA2.1 model
+     * card's speed settings; SGLang's JointThreshold defaults). */
+    {"speed", 0.5, 0.0},
+    /* Q Mode: conservative thresholds (the model card's quality settings;
+     * the diffusers LLaDA2 pipeline example for LLaDA2.1-mini). */
+    {"quality", 0.7, 0.5},
+};
+
+struct tide_decoder {
+    struct dc_params p;
+    struct dc_tokens tok;
+    int V;
+    int64_t max_ctx;
+    double editing_threshold;
+    int max_post_steps;
+    int num_to_transfer;
+    int max_block_steps; /* the bound on steps per block (departure 3) */
+    char mode[16];
+};
+
+static const struct tide_option l21_options[] = {
+    {"editing_threshold", TIDE_OPT_FLOAT, "0.9",
+     "edit a generated token of the current block when the model predicts another one with a "
+     "probability above this (the official editing_threshold; [generation] mode sets it)",
+     NULL, "[0,1]"},
+    {"max_post_steps", TIDE_OPT_INT, "16",
+     "steps a block may still run, editing only, once no mask is left (the official "
+     "max_post_steps)",
+     NULL, "[0,100000]"},
+    {"num_to_transfer", TIDE_OPT_INT, "1",
+     "masked positions a step commits at least: the most confident ones when fewer than this "
+     "are above threshold (the official num_to_transfer)",
+     NULL, "[1,100000]"},
+    {"max_block_steps", TIDE_OPT_INT, "0",
+     "most steps of one block (the official loop has no bound and would not end when the mask "
+     "token keeps winning); 0 = 2 x block_length + max_post_steps. A block that reaches it "
+     "ends, with a warning",
+     NULL, "[0,]"},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+static void l21_destroy(struct tide_decoder *d)
+{
+    free(d);
+}
+
+/* [generation] mode: the thresholds the configuration leaves at default. */
+static int l21_apply_mode(struct tide_decoder *d, const struct tide_decoder_args *a)
+{
+    const char *mode = d->p.mode;
+    if (!mode || !*mode)
+        return TIDE_OK;
+    const struct l21_mode *m = NULL;
+    for (size_t i = 0; i < sizeof l21_modes / sizeof l21_modes[0]; i++)
+        if (!strcmp(mode, l21_modes[i].name))
+            m = &l21_modes[i];
+    if (!m) {
+        tide_error("[generation] mode = '%s': decoder llada21 has the modes speed and quality "
+                   "(docs/decoding.md)",
+                   mode);
+        return TIDE_E_CONFIG;
+    }
+    snprintf(d->mode, sizeof d->mode, "%s", m->name);
+    const bool th = !strcmp(tide_opts_origin(a->gen, "threshold"), "default");
+    const bool et = !a->opts || !strcmp(tide_opts_origin(a->opts, "editing_threshold"), "default");
+    if (th)
+        d->p.threshold = m->threshold;
+    if (et)
+        d->editing_threshold = m->editing_threshold;
+    if (!th || !et)
+        tide_info("decoder llada21: mode %s sets threshold %g and editing_threshold %g; %s set "
+                  "explicitly (%s) and win%s",
+                  m->name, m->threshold, m->editing_threshold,
+                  !th && !et ? "[generation] threshold and [decoder-llada21] editing_threshold are"
+                  : !th      ? "[generation] threshold is"
+                             : "[decoder-llada21] editing_threshold is",
+                  !th ? tide_opts_origin(a->gen, "threshold")
+                      : tide_opts_origin(a->opts, "editing_threshold"),
+                  !th && !et ? "" : "s");
+    return TIDE_OK;
+}
+
+static int l21_create(const struct tide_decoder_args *a, struct tide_decoder **out)
+{
+    *out = NULL;
+    struct tide_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return TIDE_E_NOMEM;
+    dc_params_read(a->gen, &d->p);
+    dc_tokens_from(a, &d->tok);
+    d->V = a->info->vocab_size;
+    d->max_ctx = a->info->max_ctx;
+    d->editing_threshold = a->opts ? tide_opts_float(a->opts, "editing_threshold") : 0.9;
+    d->max_post_steps = a->opts ? (int)tide_opts_int(a->opts, "max_post_steps") : 16;
+    d->num_to_transfer = a->opts ? (int)tide_opts_int(a->opts, "num_to_transfer") : 1;
+    const int64_t mbs = a->opts ? tide_opts_int(a->opts, "max_block_steps") : 0;
+    const struct tide_model_info *info = a->info;
+    const int attention = TIDE_INFO_HAS(info, attention) ? info->attention : TIDE_ATTN_BLOCK_CAUSAL;
+    int rc = dc_check_common(&d->p);
+    if (rc == TIDE_OK)
+        rc = l21_apply_mode(d, a);
+    if (rc != TIDE_OK) {
+    } else if (attention == TIDE_ATTN_FULL && !d->p.recompute) {
+        tide_error("[generation] decoder = llada21 with the KV cache needs block-causal "
+                   "attention, but model %s attends to the full sequence (the cache would be "
+                   "inexact); set [generation] recompute = true",
+                   info->arch ? info->arch : "?");
+        rc = TIDE_E_CONFIG;
+    } else if (d->p.cfg_scale > 0 || d->p.prefix_cache || d->p.remask_random) {
+        tide_error("[generation] %s is not part of decoder llada21 (the official LLaDA2.1 "
+                   "generate() has no such option); leave it at its default",
+                   d->p.cfg_scale > 0  ? "cfg_scale"
+                   : d->p.prefix_cache ? "prefix_cache"
+                                       : "remasking = random");
+        rc = TIDE_E_CONFIG;
+    } else if (!(d->editing_threshold >= 0) || d->editing_threshold > 1) {
+        tide_error("[decoder-llada21] editing_threshold must lie in [0, 1]");
+        rc = TIDE_E_CONFIG;
+    }
+    if (rc != TIDE_OK) {
+        l21_destroy(d);
+        return rc;
+    }
+    d->max_block_steps =
+        mbs > 0 ? (int)(mbs < 1000000 ? mbs : 1000000) : 2 * d->p.block + d->max_post_steps;
+    if (strcmp(tide_opts_origin(a->gen, "steps"), "default") ||
+        strcmp(tide_opts_origin(a->gen, "minimal_topk"), "default"))
+        tide_info("decoder llada21: [generation] steps and minimal_topk have no effect (the "
+                  "official LLaDA2.1 loop computes steps and never uses it: a block runs until "
+                  "it is full, then up to max_post_steps editing steps)");
+    if (!(d->p.temperature > 0) && (d->p.top_k > 0 || d->p.top_p < 1.0))
+        tide_info("decoder llada21: top_k and top_p have no effect at temperature 0 (the official "
+                  "LLaDA2.1 sampler takes the argmax of the unfiltered logits)");
+    *out = d;
+    return TIDE_OK;
+}
+
+/* E2: the prompt plus gen_length, rounded up to whole blocks. */
+static int64_t l21_ctx(const struct tide_decoder *d, int64_t P)
+{
+    const int64_t total = P + d->p.gen_length, L = d->p.block;
+    return (total + L - 1) / L * L;
+}
+
+static int l21_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
+{
+    const int64_t ctx = l21_ctx(d, P);
+    int rc = dc_check_prompt(P, ctx, &d->p, d->max_ctx);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_decoder_plan pl = {
+        .size = sizeof pl,
+        .n_ctx = ctx,
+        .max_tokens = d->p.recompute ? ctx : d->p.block,
+        .max_output = d->p.gen_length,
+        .blocks = (int)(ctx / d->p.block - P / d->p.block),
+        .block_length = d->p.block,
+        .max_steps = d->max_block_steps,
+        .nominal_steps = 0, /* open-ended */
+    };
+    const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
+    memcpy(out, &pl, n);
+    out->size = n;
+    return TIDE_OK;
+}
+
+/* A position of the block, with what this step predicts for it. */
+struct l21_pos {
+    double conf;
+    int32_t pos; /* block-relative */
+};
+
+static int l21_pos_desc(const void *a, const void *b)
+{
+    const struct l21_pos *x = a, *y = b;
+    if (x->conf != y->conf)
+        return x->conf < y->conf ? 1 : -1;
+    return x->pos - y->pos;
+}
+
+static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
+                   int64_t P, struct tide_decoder_result *out)
+{
+    const struct dc_params *p = &d->p;
+    const struct dc_tokens *tok = &d->tok;
+    const int L = p->block, V = d->V;
+    const int64_t G = p->gen_length, total = l21_ctx(d, P), nb = total / L, first = P / L;
+    const int64_t rows_max = p->recompute ? total : L;
+    /* E6, _sample_with_temperature_topk_topp of LLaDA2.1: at temperature 0
+     * the argmax of the unfiltered logits and its softmax probability; else
+     * scaling (T != 1), top-k, top-p and a draw. */
+    struct dc_sampler sp = DC_SAMPLER_OF(p, V, tok->mask);
+    if (!(p->temperature > 0))
+        sp.plain = true;
+    void *u = h->user;
+    out->n = out->steps = out->edits = 0;
+    out->blocks = 0;
+    out->stopped = false;
+    int rc = TIDE_OK;
+    int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
+    float *logits = malloc(sizeof *logits * (size_t)rows_max * (size_t)V);
+    struct dc_scratch sc;
+    const int sc_rc = dc_scratch_init(&sc, &sp, V);
+    struct l21_pos *cand = malloc(sizeof *cand * (size_t)L);
+    int32_t *x0 = malloc(sizeof *x0 * (size_t)L), *old = malloc(sizeof *old * (size_t)L);
+    double *conf = malloc(sizeof *conf * (size_t)L);
+    int32_t *dpos = malloc(sizeof *dpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
+    uint8_t *commit = malloc((size_t)L);
+    const float **row = malloc(sizeof *row * (size_t)L);
+    const bool all_rows = h->block_logits;
+    if (!canvas || !logits || !cand || !x0 || !old || !conf || !dpos || !span || !commit || !row ||
+        sc_rc) {
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
+    /* E2: the prompt, then masks to the end of the last block. */
+    for (int64_t i = 0; i < total; i++)
+        canvas[i] = i < P ? prompt[i] : tok->mask;
+    struct dc_rng rng;
+    dc_rng_seed(&rng, p->seed);
+    /* E3: blocks the prompt covers are never decoded; with the cache they
+     * are prefilled, one block per forward. */
+    for (int64_t b = 0; !p->recompute && b < first; b++)
+        if ((rc = h->forward(u, canvas + b * L, L, b * L, NULL, 0, NULL)) != TIDE_OK)
+            goto done;
+    int64_t end = P;
+    bool warned = false;
+    for (int64_t b = first; b < nb; b++) {
+        const int64_t b0 = b * L, cwe = b0 + L;
+        /* E9: the prompt's positions in this block are never edited. */
+        const int n_prompt = P > b0 ? (int)(P - b0 < L ? P - b0 : L) : 0;
+        h->block_begin(u, (int)(b - first), b == first);
+        int post = 0;
+        for (int s = 0;; s++) {
+            /* E4: the masks at the step's start; none left counts a post
+             * step, and more than max_post_steps of them end the block. */
+            int n_mask = 0;
+            for (int i = 0; i < L; i++)
+                n_mask += canvas[b0 + i] == tok->mask;
+            if (!n_mask)
+                post++;
+            if (post > d->max_post_steps)
+                break;
+            if (s >= d->max_block_steps) {
+                if (!warned)
+                    tide_warn("decoder llada21: block %lld reached max_block_steps = %d with %d "
+                              "masks left (the official loop would not end here: the mask "
+                              "token keeps winning; generation.mask_in_argmax = false leaves it "
+                              "out)",
+                              (long long)b, d->max_block_steps, n_mask);
+                warned = true;
+                break;
+            }
+            if ((rc = h->step_begin(u, (int)(b - first), s)) != TIDE_OK)
+                goto done;
+            /* E5: one forward of the window [0, cwe) per step; the rows a
+             * step decides on are its masks and the positions it may edit:
+             * every position but the prompt's (which hold no mask). */
+            const int64_t f0 = p->recompute ? 0 : b0, fn = cwe - f0;
+            int n_rows = 0;
+            for (int i = 0; i < L; i++)
+                if (i >= n_prompt || canvas[b0 + i] == tok->mask) {
+                    dpos[n_rows] = i;
+                    span[n_rows++] = (int32_t)(b0 - f0 + i);
+                }
+            const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
+            if (all_rows) {
+                rc = h->forward(u, canvas + f0, fn, f0, NULL, 0, logits);
+                for (int j = 0; j < n_rows; j++)
+                    row[j] = lb + (size_t)dpos[j] * (size_t)V;
+            } else {
+                rc = h->forward(u, canvas + f0, fn, f0, span, n_rows, logits);
+                for (int j = 0; j < n_rows; j++)
+                    row[j] = logits + (size_t)j * (size_t)V;
+            }
+            if (rc != TIDE_OK)
+                goto done;
+            out->steps++;
+            if (all_rows)
+                h->step_logits(u, b, s, lb, L, V);
+            h->step_rows(u, b, s, n_rows, dpos, row, V);
+            /* E6: a token and its probability at every decided position. */
+            for (int j = 0; j < n_rows; j++)
+                x0[dpos[j]] = dc_sample(row[j], V, &sp, &rng, &sc, &conf[dpos[j]]);
+            for (int i = 0; i < L; i++) {
+                old[i] = canvas[b0 + i];
+                commit[i] = 0;
+            }
+            /* E7: the masks: all above threshold when there are at least
+             * num_to_transfer of them, else the num_to_transfer most
+             * confident (lower position first on ties). */
+            int n_act = 0, n_high = 0;
+            for (int j = 0; j < n_rows; j++) {
+                const int i = dpos[j];
+                if (old[i] != tok->mask)
+                    continue;
+                cand[n_act++] = (struct l21_pos){conf[i], i};
+                n_high += conf[i] > p->threshold;
+            }
+            if (n_act) {
+                if (n_high >= d->num_to_transfer) {
+                    for (int c = 0; c < n_act; c++)
+                        commit[cand[c].pos] = cand[c].conf > p->threshold;
+                } else {
+                    qsort(cand, (size_t)n_act, sizeof *cand, l21_pos_desc);
+                    const int k = d->num_to_transfer < n_act ? d->num_to_transfer : n_act;
+                    for (int c = 0; c < k; c++)
+                        commit[cand[c].pos] = 1;
+                }
+            }
+            /* E8, E9: edits: a generated, unmasked position whose prediction
+             * differs from its token, with probability above
+             * editing_threshold (the prediction may be the mask token). */
+            int edited = 0, committed = 0;
+            for (int j = 0; j < n_rows; j++) {
+                const int i = dpos[j];
+                if (i < n_prompt || old[i] == tok->mask)
+                    continue;
+                if (conf[i] > d->editing_threshold && x0[i] != old[i]) {
+                    commit[i] = 2;
+                    edited++;
+                }
+            }
+            /* E11: both kinds of transfer at once. */
+            int remaining = 0;
+            for (int i = 0; i < L; i++) {
+                if (commit[i])
+                    canvas[b0 + i] = x0[i];
+                committed += commit[i] == 1;
+                remaining += canvas[b0 + i] == tok->mask;
+            }
+            out->edits += edited;
+            const struct tide_decoder_step ev = {
+                .size = sizeof ev,
+                .block = (int)(b - first),
+                .step = s,
+                .committed = committed,
+                .remaining = remaining,
+                .edited = edited,
+            };
+            h->step_end(u, &ev);
+            /* E10: no mask at the step's start and nothing edited. */
+            if (!n_mask && !edited)
+                break;
+        }
+        end = cwe;
+        out->blocks++;
+        /* E13: with eos_early_stop, stop once the generated part holds no
+         * mask and an EOS. */
+        bool stop = false;
+        if (p->eos_early_stop) {
+            bool any_mask = false;
+            for (int64_t i = P; i < cwe && !any_mask; i++)
+                any_mask = canvas[i] == tok->mask;
+            stop = !any_mask && dc_find_stop(canvas, P, cwe, tok) >= 0;
+        }
+        /* E12: the last step's K/V predate its transfers: store the final
+         * ones when another block will attend to them. */
+        if (!p->recompute && !stop && b + 1 < nb &&
+            (rc = h->forward(u, canvas + b0, L, b0, NULL, 0, NULL)) != TIDE_OK)
+            goto done;
+        bool st;
+        h->block_end(u, (int)(b - first), canvas + P, dc_output_len(canvas, P, G, cwe, tok, &st));
+        if (stop)
+            break;
+    }
+    /* E14 */
+    out->n = dc_output_len(canvas, P, G, end, tok, &out->stopped);
+    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
+done:
+    free(canvas);
+    free(logits);
+    dc_scratch_free(&sc);
+    free(cand);
+    free(x0);
+    free(old);
+    free(conf);
+    free(dpos);
+    free(span);
+    free(commit);
+    free(row);
+    return rc;
+}
+
+static void l21_describe(const struct tide_decoder *d, char *buf, size_t len)
+{
+    const struct dc_params *p = &d->p;
+    snprintf(buf, len,
+             "mode=%s gen_length=%lld block_length=%d threshold=%g editing_threshold=%g "
+             "max_post_steps=%d num_to_transfer=%d max_block_steps=%d temperature=%g top_k=%d "
+             "top_p=%g seed=%llu eos_early_stop=%s mask_in_argmax=%s recompute=%s",
+             d->mode[0] ? d->mode : "none", (long long)p->gen_length, p->block, p->threshold,
+             d->editing_threshold, d->max_post_steps, d->num_to_transfer, d->max_block_steps,
+             p->temperature, p->top_k, p->top_p, (unsigned long long)p->seed,
+             p->eos_early_stop ? "true" : "false", p->mask_in_argmax ? "true" : "false",
+             p->recompute ? "true" : "false");
+}
+
+static const struct tide_decoder_ops l21_ops = {
+    .size = sizeof(struct tide_decoder_ops),
+    .create = l21_create,
+    .destroy = l21_destroy,
+    .plan = l21_plan,
+    .run = l21_run,
+    .describe = l21_describe,
+};
+
+static const struct tide_plugin_desc l21_desc = {
+    .struct_size = sizeof(struct tide_plugin_desc),
+    .abi_version = TIDE_ABI_VERSION,
+    .kind = TIDE_PLUGIN_DECODER,
+    .name = L21_NAME,
+    .version = "0.1.0",
+    .summary = "LLaDA2.1 (modeling generate() of the 2.1 release): mask-to-token commits plus "
+               "token-to-token editing, open-ended steps per block, modes speed and quality; "
+               "rules E1-E14 of docs/decoding.md",
+    .ops = &l21_ops,
+    .options = l21_options,
+};
+
+TIDE_PLUGIN_DEFINE(l21_desc)
