@@ -103,6 +103,16 @@ def main():
     # Plugins see only the public headers (and their own and *-common code).
     for path in sources(root, "plugins"):
         check(path, "a plugin", [], set())
+    # The core names no decoder: decoding loops are plugins (tide/decoder.h),
+    # found by the name [generation] decoder or the model gives.
+    decoder_name = re.compile(r'"(decoder-)?llada(2|21)?"|decoder-llada')
+    for layer in LAYERS:
+        for path in list(sources(root, layer)) + list(sources(root, "core/include")):
+            text = open(path, encoding="utf-8", errors="replace").read()
+            for m in decoder_name.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append(f"{os.path.relpath(path, root)}:{line}: names the decoder "
+                           f"{m.group(0)}; the core finds decoders by name, it names none")
     for b in bad:
         print(b)
     lines = sum(sum(1 for _ in open(p, encoding="utf-8", errors="replace"))

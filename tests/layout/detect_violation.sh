@@ -23,8 +23,8 @@ try "runtime includes sim.h" core/runtime/engine.c '#include "sim.h"' \
     'core/runtime/engine.c:.*private header of core/sim'
 try "runtime includes the trace writer" core/runtime/moe.c '#include "tide/trace_write.h"' \
     'core/runtime/moe.c:.*tide/trace_write.h'
-try "runtime includes the solver" core/runtime/generate.c '#include "tide/solver.h"' \
-    'core/runtime/generate.c:.*solver'
+try "runtime includes the solver" core/runtime/decode.c '#include "tide/solver.h"' \
+    'core/runtime/decode.c:.*solver'
 try "formats includes a runtime header" core/formats/safetensors.c '#include "config.h"' \
     'core/formats/safetensors.c:.*private header of core/runtime'
 try "a plugin includes a runtime header" plugins/policy-lru/policy_lru.c '#include "moe_internal.h"' \
@@ -33,4 +33,6 @@ try "a relative include into sim" core/runtime/loader.c '#include "../sim/sim.h"
     'core/runtime/loader.c:.*core/sim'
 try "the embedding API includes a sim header" core/api/engine_api.c '#include "sim.h"' \
     'core/api/engine_api.c:.*private header of core/sim'
+try "the core names a decoder" core/runtime/engine.c 'static const char *dflt = "llada2";' \
+    'core/runtime/engine.c:.*names the decoder'
 exit $fail
