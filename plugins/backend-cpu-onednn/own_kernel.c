@@ -17,11 +17,13 @@
  * tests/conformance/test_own_kernel.c checks against this order written out
  * plainly.
  *
- * AVX2 tiles are 4 rows of x by 2 weight rows (8 accumulators); the weights
- * stream once per 4 tokens and the x rows stay in L1. Row blocks of
- * OK_RB weight rows are split among the threads. */
+ * AVX2 tiles are 4 rows of x by 3 weight rows (12 accumulators); the x rows
+ * are widened to f32 once per call, the weight rows as they stream. Row
+ * blocks of OK_RB weight rows (kept in L2 while every tile of tokens passes
+ * over them) are split among the threads. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "dnnl_bk.h"
 
@@ -89,57 +91,57 @@ static OK_TARGET inline float ok_tail(float r, const uint16_t *x, const uint16_t
     return r;
 }
 
-/* mt (1..4) tokens by nr (1..2) weight rows starting at w, outputs column col. */
-static OK_TARGET void ok_tile(int mt, int nr, const uint16_t *const *x, const uint16_t *w,
-                              int64_t k, float *const *y, int64_t col)
-{
-    __m256 acc[4][2];
-    for (int t = 0; t < 4; t++)
-        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    const int64_t k8 = k & ~(int64_t)7;
-    for (int64_t i = 0; i < k8; i += 8) {
-        const __m256 w0 = ok_load8(w + i);
-        const __m256 w1 = nr > 1 ? ok_load8(w + k + i) : w0;
-        for (int t = 0; t < mt; t++) {
-            const __m256 xv = ok_load8(x[t] + i);
-            acc[t][0] = _mm256_fmadd_ps(xv, w0, acc[t][0]);
-            if (nr > 1)
-                acc[t][1] = _mm256_fmadd_ps(xv, w1, acc[t][1]);
-        }
-    }
-    for (int t = 0; t < mt; t++)
-        for (int r = 0; r < nr; r++)
-            y[t][col + r] = ok_tail(ok_hsum(acc[t][r]), x[t], w + r * k, k8, k);
-}
-
-#define OK_DEFINE(mt, nr)                                                                          \
-    static OK_TARGET void ok_tile_##mt##_##nr(const uint16_t *const *x, const uint16_t *w,         \
-                                              int64_t k, float *const *y, int64_t col)             \
+/* mt (1..4) tokens by NR weight rows starting at w, outputs column col; the
+ * x rows come widened to f32 (xf[t], k values each). */
+#define OK_TILE(mt, nr)                                                                            \
+    static OK_TARGET void ok_tile_##mt##_##nr(const float *const *xf, const uint16_t *const *x,    \
+                                              const uint16_t *w, int64_t k, float *const *y,       \
+                                              int64_t col)                                         \
     {                                                                                              \
-        ok_tile(mt, nr, x, w, k, y, col);                                                          \
+        __m256 acc[mt][nr];                                                                        \
+        for (int t = 0; t < (mt); t++)                                                             \
+            for (int r = 0; r < (nr); r++)                                                         \
+                acc[t][r] = _mm256_setzero_ps();                                                   \
+        const int64_t k8 = k & ~(int64_t)7;                                                        \
+        for (int64_t i = 0; i < k8; i += 8) {                                                      \
+            __m256 wv[nr];                                                                         \
+            for (int r = 0; r < (nr); r++)                                                         \
+                wv[r] = ok_load8(w + r * k + i);                                                   \
+            for (int t = 0; t < (mt); t++) {                                                       \
+                const __m256 xv = _mm256_loadu_ps(xf[t] + i);                                      \
+                for (int r = 0; r < (nr); r++)                                                     \
+                    acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < (mt); t++)                                                             \
+            for (int r = 0; r < (nr); r++)                                                         \
+                y[t][col + r] = ok_tail(ok_hsum(acc[t][r]), x[t], w + r * k, k8, k);               \
     }
-OK_DEFINE(1, 1)
-OK_DEFINE(1, 2)
-OK_DEFINE(2, 1)
-OK_DEFINE(2, 2)
-OK_DEFINE(3, 1)
-OK_DEFINE(3, 2)
-OK_DEFINE(4, 1)
-OK_DEFINE(4, 2)
+OK_TILE(1, 1)
+OK_TILE(1, 3)
+OK_TILE(2, 1)
+OK_TILE(2, 3)
+OK_TILE(3, 1)
+OK_TILE(3, 3)
+OK_TILE(4, 1)
+OK_TILE(4, 3)
 
-typedef void (*ok_tile_fn)(const uint16_t *const *x, const uint16_t *w, int64_t k, float *const *y,
-                           int64_t col);
-static const ok_tile_fn ok_tiles[5][3] = {
-    {NULL, NULL, NULL},
-    {NULL, ok_tile_1_1, ok_tile_1_2},
-    {NULL, ok_tile_2_1, ok_tile_2_2},
-    {NULL, ok_tile_3_1, ok_tile_3_2},
-    {NULL, ok_tile_4_1, ok_tile_4_2},
+typedef void (*ok_tile_fn)(const float *const *xf, const uint16_t *const *x, const uint16_t *w,
+                           int64_t k, float *const *y, int64_t col);
+/* [tokens][1 or OK_NR rows] */
+#define OK_NR 3
+static const ok_tile_fn ok_tiles[5][2] = {
+    {NULL, NULL},
+    {ok_tile_1_1, ok_tile_1_3},
+    {ok_tile_2_1, ok_tile_2_3},
+    {ok_tile_3_1, ok_tile_3_3},
+    {ok_tile_4_1, ok_tile_4_3},
 };
 
-/* Rows [r0, r1) of one segment, for all m tokens. */
-static void ok_block(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *s,
-                     int64_t k, int64_t r0, int64_t r1, bool avx2)
+/* Rows [r0, r1) of one segment, for all m tokens (xf: the x rows widened,
+ * for the AVX2 code). */
+static void ok_block(const float *const *xf, const uint16_t *const *x, int64_t m,
+                     const struct dnnl_bk_raw_seg *s, int64_t k, int64_t r0, int64_t r1, bool avx2)
 {
     if (!avx2) {
         for (int64_t r = r0; r < r1; r++)
@@ -150,33 +152,65 @@ static void ok_block(const uint16_t *const *x, int64_t m, const struct dnnl_bk_r
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
         int64_t r = r0;
-        for (; r + 2 <= r1; r += 2)
-            ok_tiles[mt][2](x + t0, s->w + r * k, k, s->y + t0, r);
+        for (; r + OK_NR <= r1; r += OK_NR)
+            ok_tiles[mt][1](xf + t0, x + t0, s->w + r * k, k, s->y + t0, r);
         for (; r < r1; r++)
-            ok_tiles[mt][1](x + t0, s->w + r * k, k, s->y + t0, r);
+            ok_tiles[mt][0](xf + t0, x + t0, s->w + r * k, k, s->y + t0, r);
     }
+}
+
+/* x widened to f32 once per call: xf rows of k floats in one buffer. */
+static OK_TARGET void ok_widen(const uint16_t *x, float *xf, int64_t k)
+{
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(xf + i, ok_load8(x + i));
+    for (; i < k; i++)
+        xf[i] = ok_bf16(x[i]);
 }
 
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2)
 {
+    /* Widened rows: a row's bits are those of the bf16 row, so this changes
+     * no result, only how often the conversion runs. */
+    float *buf = NULL;
+    const float **xf = NULL;
+    if (avx2 && m > 0) {
+        buf = malloc(sizeof *buf * (size_t)(m * k));
+        xf = malloc(sizeof *xf * (size_t)m);
+        if (!buf || !xf) {
+            free(buf);
+            free(xf);
+            buf = NULL;
+            xf = NULL;
+            avx2 = false; /* the plain code gives the same bits */
+        } else {
+            for (int64_t t = 0; t < m; t++) {
+                ok_widen(x[t], buf + t * k, k);
+                xf[t] = buf + t * k;
+            }
+        }
+    }
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + OK_RB - 1) / OK_RB;
     if (threads <= 1) {
         for (int i = 0; i < n_segs; i++)
             for (int64_t r0 = 0; r0 < segs[i].n; r0 += OK_RB)
-                ok_block(x, m, &segs[i], k, r0, r0 + OK_RB < segs[i].n ? r0 + OK_RB : segs[i].n,
+                ok_block(xf, x, m, &segs[i], k, r0, r0 + OK_RB < segs[i].n ? r0 + OK_RB : segs[i].n,
                          avx2);
-        return;
-    }
+    } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t rb = b;
-        int i = 0;
-        while (rb >= (segs[i].n + OK_RB - 1) / OK_RB)
-            rb -= (segs[i++].n + OK_RB - 1) / OK_RB;
-        const int64_t r0 = rb * OK_RB, r1 = r0 + OK_RB;
-        ok_block(x, m, &segs[i], k, r0, r1 < segs[i].n ? r1 : segs[i].n, avx2);
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t rb = b;
+            int i = 0;
+            while (rb >= (segs[i].n + OK_RB - 1) / OK_RB)
+                rb -= (segs[i++].n + OK_RB - 1) / OK_RB;
+            const int64_t r0 = rb * OK_RB, r1 = r0 + OK_RB;
+            ok_block(xf, x, m, &segs[i], k, r0, r1 < segs[i].n ? r1 : segs[i].n, avx2);
+        }
     }
+    free(buf);
+    free(xf);
 }
