@@ -22,10 +22,13 @@ static void run_usage(FILE *f)
 {
     fprintf(f, "usage: tide run [-c FILE] [--set section.key=value ...]\n"
                "                (-p TEXT | -f FILE | --ids 1,2,3) [--chat] [--print-ids]\n\n"
-               "Generates text with block diffusion and prints it block by block as blocks are\n"
-               "committed. Progress goes to stderr: per block, the canvas positions decoded so\n"
-               "far (the tail past gen_length is decoded too, and never returned) and their\n"
-               "rate; then a summary: tokens returned, steps, tokens per forward, time.\n\n"
+               "Generates text with the model's diffusion decoding loop (a decoder plugin:\n"
+               "[generation] decoder, auto = the one the checkpoint asks for; `tide inspect`\n"
+               "says which) and prints it block by block as blocks are final. Progress goes\n"
+               "to stderr: per block, the canvas positions decoded so far (the tail past\n"
+               "gen_length is decoded too, and never returned) and their rate; then a\n"
+               "summary: tokens returned, steps, tokens per forward, forwards, edits (editing\n"
+               "decoders such as llada21), time.\n\n"
                "  -p, --prompt TEXT   the prompt\n"
                "  -f, --prompt-file F read the prompt from a file\n"
                "      --ids LIST      give the prompt as token ids (no tokenizer)\n"
@@ -41,13 +44,17 @@ static void run_usage(FILE *f)
                "                      then runs for every row); refuses to replace F\n"
                "  -c, --config FILE   configuration (default: built-in defaults; see\n"
                "                      `tide config doc`); --set overrides one value\n\n"
-               "Sampling, lengths and the KV-cache debug switch live in [generation];\n"
-               "[model] path names the checkpoint, and [model] create = tiny generates a\n"
-               "synthetic one there on first use.\n\n"
+               "Sampling, lengths, the decoder and its mode, and the KV-cache debug switch\n"
+               "live in [generation]; a decoder's own keys in [decoder-NAME] (`tide config\n"
+               "doc`, docs/decoding.md). [model] path names the checkpoint, and [model]\n"
+               "create = tiny generates a synthetic one there on first use.\n\n"
                "examples:\n"
                "  tide run -c config/llada2-tiny.ini -p \"Write a haiku about tides\"\n"
                "  tide run -c config/llada2-tiny.ini --chat -p \"Hello\" --set "
-               "generation.gen_length=64\n");
+               "generation.gen_length=64\n"
+               "  tide run -c config/llada21-tiny.ini -p \"Hello\"     # LLaDA2.1, quality mode\n"
+               "  tide run -c config/llada2-tiny.ini --set generation.decoder=llada21 --set "
+               "generation.mode=speed -p \"Hi\"\n");
 }
 
 struct run_state {

@@ -39,8 +39,9 @@ static const struct cli_command commands[] = {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tide [--quiet|--verbose] COMMAND [ARGS]\n\n"
-               "TIDE runs mixture-of-experts diffusion language models (LLaDA2.0) on one GPU\n"
-               "plus the CPU, with a pluggable expert-placement policy.\n\ncommands:\n");
+               "TIDE runs mixture-of-experts diffusion language models (LLaDA2.0, LLaDA2.1,\n"
+               "LLaDA-MoE) on one GPU plus the CPU, with pluggable expert-placement policies\n"
+               "and decoding loops.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`tide COMMAND --help` describes each command.\n\n"
