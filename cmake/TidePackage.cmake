@@ -14,6 +14,12 @@ if(NOT TIDE_ABI_VERSION MATCHES "^[0-9]+$" OR NOT TIDE_ENGINE_API_VERSION MATCHE
   message(FATAL_ERROR "cannot read TIDE_ABI_VERSION / TIDE_ENGINE_API_VERSION from the headers")
 endif()
 
+# The decoders' header-only helpers (canvas, params, probs, rng, sample), so
+# a decoder built out of tree shares them: `#include "decoder-common/probs.h"`
+# with tide::tide's include folder. They include each other and tide/*.h only.
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/plugins/decoder-common/"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/decoder-common" FILES_MATCHING PATTERN "*.h")
+
 set(TIDE_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/tide")
 set(TIDE_PLUGIN_INSTALL_SUBDIR "${CMAKE_INSTALL_LIBDIR}/tide/plugins")
 install(EXPORT tideTargets NAMESPACE tide:: FILE tideTargets.cmake
