@@ -37,8 +37,8 @@ static void sim_usage(FILE *f)
            "  --policy tide,lru,static   policies (plugin names; x means policy-x)\n"
            "  --budget 32,64,128         experts per MoE layer on the device (default: 1/4)\n"
            "  --interval 1-32,auto       policy-tide intervals; auto = the policy's online\n"
-           "                             solver with this profile (default: 1 to the trace's\n"
-           "                             steps per block)\n"
+           "                             solver with this profile (default: 1 to the longest\n"
+           "                             block recorded, in steps, at most 64)\n"
            "  --csv FILE                 also write the table as CSV\n"
            "  --plot DIR                 write SVG plots: time against interval per budget,\n"
            "                             hit rate against budget, expert heat maps\n"
@@ -302,8 +302,19 @@ static int sim_setup(struct sim_cli *s)
     if ((rc = sim_parse_list(s->budgets, "budget", false, 0, s->E, s->budget, &s->n_budget)) !=
         TIDE_OK)
         return rc;
-    if (!s->intervals[0])
-        snprintf(s->intervals, sizeof s->intervals, "1-%u", h->steps < 64 ? h->steps : 64);
+    if (!s->intervals[0]) {
+        /* Every distinct schedule of the blocks replayed: intervals from the
+         * longest block on refresh at step 0 only. Open-ended decoders make
+         * blocks differ in length, so the longest one recorded counts, not
+         * the header's steps (the decoder's bound). */
+        const uint32_t longest = s->t->max_block_steps ? s->t->max_block_steps
+                                 : h->steps            ? h->steps
+                                                       : 1;
+        s->default_interval_top =
+            longest < SIM_DEFAULT_MAX_INTERVAL ? longest : SIM_DEFAULT_MAX_INTERVAL;
+        s->longest_block = longest;
+        snprintf(s->intervals, sizeof s->intervals, "1-%u", s->default_interval_top);
+    }
     return sim_parse_list(s->intervals, "interval", true, 1, 1 << 20, s->interval, &s->n_interval);
 }
 
@@ -733,9 +744,12 @@ int sim_main(struct sim_cli *s)
     if (rc != TIDE_OK)
         return rc;
     const struct tide_trace_header *h = &s->t->h;
-    int n_cfg = 0;
-    for (int p = 0; p < s->n_pol; p++)
-        n_cfg += !strcmp(s->pol[p]->desc->name, "policy-tide") ? s->n_interval : 1;
+    int n_cfg = 0, n_tide = 0;
+    for (int p = 0; p < s->n_pol; p++) {
+        const bool is_tide = !strcmp(s->pol[p]->desc->name, "policy-tide");
+        n_tide += is_tide;
+        n_cfg += is_tide ? s->n_interval : 1;
+    }
     n_cfg *= s->n_budget;
     if (s->metrics && (n_cfg != 1 || s->layer_budgets)) {
         tide_error("--metrics needs exactly one configuration (one policy, budget and interval) "
@@ -748,9 +762,23 @@ int sim_main(struct sim_cli *s)
     if (s->metrics && !(mf = sim_create(s->metrics, s->force, &mtmp)))
         return TIDE_E_CONFIG;
     printf("trace %s: %u MoE layers x %u experts, top-%u; %llu blocks, %llu steps, %llu "
-           "assignments\nprofile: %s%s\n\n",
+           "assignments\n",
            s->trace_path, h->n_layers, h->n_experts, h->top_k, (unsigned long long)s->t->blocks,
-           (unsigned long long)s->t->steps, (unsigned long long)s->t->assignments, s->prof.name,
+           (unsigned long long)s->t->steps, (unsigned long long)s->t->assignments);
+    struct tide_sim_steps dist;
+    char line[160];
+    if (tide_sim_steps_dist(s->t, TIDE_SIM_BLOCKS_ALL, &dist, NULL) == TIDE_OK) {
+        tide_sim_steps_str(&dist, line, sizeof line);
+        printf("steps per block replayed: %s (decoder %s)\n", line,
+               h->decoder && *h->decoder ? h->decoder : "not recorded");
+    }
+    if (s->default_interval_top && n_tide)
+        printf("policy-tide intervals: 1-%u by default (1 to the longest block, %u steps%s)\n",
+               s->default_interval_top, s->longest_block,
+               s->longest_block > s->default_interval_top
+                   ? "; capped: name longer intervals with --interval"
+                   : "");
+    printf("profile: %s%s\n\n", s->prof.name,
            s->have_prof ? (s->prof.overlap ? " (copies overlap compute)" : " (serial)")
                         : " (no profile: counters only)");
     cli_catch_interrupt();

@@ -23,9 +23,11 @@ static void trace_usage(FILE *f)
             "                  [--drift X] [--seed N] [--preset tiny|llada2-mini] [--force]\n"
             "       tide trace counts FILE OUT [--phase all|step] [--force]\n\n"
             "info    summarises a routing trace: shape, prompts, blocks, steps, forwards,\n"
-            "        expert activity, and the similarity of expert activations between steps\n"
-            "        of the same block (step phase only) at distances 1..N (default 8): mean\n"
-            "        cosine of the count vectors and Jaccard of the expert sets, per layer.\n"
+            "        expert activity, the decoder and its settings, the distribution of\n"
+            "        steps per block (from the step records: blocks may differ in length),\n"
+            "        and the similarity of expert activations between steps of the same\n"
+            "        block (step phase only) at distances 1..N (default 8): mean cosine of\n"
+            "        the count vectors and Jaccard of the expert sets, per layer.\n"
             "synth   writes a synthetic trace whose popularity skew (Zipf exponent, default 1)\n"
             "        and adjacent-step cosine (--similarity, default 0.985) are what you ask;\n"
             "        --drift is the share of changes that persist (default 0.5; the rest\n"
@@ -34,6 +36,72 @@ static void trace_usage(FILE *f)
             "        Defaults: 8 blocks of 32 steps, one prompt of 40 tokens, seed 1.\n"
             "counts  writes the routing-count file of a trace ('LAYER EXPERT COUNT' lines), as\n"
             "        read by counts_file of policy-static and policy-tide (initial = popular).\n");
+}
+
+/* The histogram of steps per block on one line: "steps:blocks" for every
+ * length seen, or ranges "lo-hi:blocks" of equal width when more than 24
+ * lengths occur. */
+static void trace_histogram(const uint64_t *hist, uint32_t max)
+{
+    uint32_t distinct = 0, lo = UINT32_MAX;
+    for (uint32_t s = 0; s <= max; s++)
+        if (hist[s]) {
+            distinct++;
+            if (lo == UINT32_MAX)
+                lo = s;
+        }
+    if (!distinct)
+        return;
+    const uint32_t width = distinct <= 24 ? 1 : (max - lo + 16) / 16;
+    printf("  histogram (steps:blocks):");
+    for (uint32_t a = lo; a <= max; a += width) {
+        const uint32_t b = max - a < width - 1 ? max : a + width - 1;
+        uint64_t n = 0;
+        for (uint32_t s = a; s <= b; s++)
+            n += hist[s];
+        if (!n)
+            continue;
+        if (a == b)
+            printf(" %u:%llu", a, (unsigned long long)n);
+        else
+            printf(" %u-%u:%llu", a, b, (unsigned long long)n);
+    }
+    printf("\n");
+}
+
+/* The decoder of the header, and the steps per block measured from the
+ * step records: all blocks, then the first generated block of each prompt
+ * and the others when both occur. */
+static int trace_steps(const struct tide_sim_trace *t)
+{
+    const struct tide_trace_header *h = &t->h;
+    if (h->decoder && *h->decoder)
+        printf("decoder: %s (%s)\n", h->decoder,
+               h->decoder_settings && *h->decoder_settings ? h->decoder_settings
+                                                           : "no settings recorded");
+    else
+        printf("decoder: not recorded\n");
+    uint64_t *hist = malloc(sizeof *hist * ((size_t)t->max_block_steps + 1));
+    if (!hist)
+        return TIDE_E_NOMEM;
+    struct tide_sim_steps d[3];
+    char line[160];
+    int rc = TIDE_OK;
+    for (int k = 2; k >= 0 && rc == TIDE_OK; k--) /* all last: hist keeps its counts */
+        rc = tide_sim_steps_dist(t, (enum tide_sim_blocks)k, &d[k], hist);
+    if (rc == TIDE_OK) {
+        tide_sim_steps_str(&d[TIDE_SIM_BLOCKS_ALL], line, sizeof line);
+        printf("steps per block (step records): %s\n", line);
+        trace_histogram(hist, t->max_block_steps);
+        if (d[TIDE_SIM_BLOCKS_FIRST].blocks && d[TIDE_SIM_BLOCKS_OTHER].blocks) {
+            tide_sim_steps_str(&d[TIDE_SIM_BLOCKS_FIRST], line, sizeof line);
+            printf("  first generated block of each prompt: %s\n", line);
+            tide_sim_steps_str(&d[TIDE_SIM_BLOCKS_OTHER], line, sizeof line);
+            printf("  later blocks: %s\n", line);
+        }
+    }
+    free(hist);
+    return rc;
 }
 
 static int trace_info(const char *path, int max_d)
@@ -102,6 +170,10 @@ static int trace_info(const char *path, int max_d)
     printf("experts active per step forward: %.1f of %u on average; the busiest 10%% of "
            "experts take %.1f%% of assignments\n",
            fw[1] ? (double)step_active / (double)fw[1] : 0, h->n_experts, 100.0 * top_share);
+    if ((rc = trace_steps(t)) != TIDE_OK) {
+        tide_sim_trace_free(t);
+        return rc;
+    }
     const size_t cells = (size_t)(L + 1) * (size_t)max_d;
     double *cos = malloc(sizeof *cos * cells), *jac = malloc(sizeof *jac * cells);
     uint64_t *pairs = malloc(sizeof *pairs * cells);

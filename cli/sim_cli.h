@@ -10,6 +10,8 @@
 #include "sim.h"
 
 #define SIM_MAX_LIST 256
+/* The default --interval list stops here (the longest block may be longer). */
+#define SIM_DEFAULT_MAX_INTERVAL 64u
 
 /* One configuration's result: a table and CSV row. */
 struct sim_row {
@@ -38,6 +40,10 @@ struct sim_cli {
     struct tide_policy_costs pcost; /* cost as the policies see it (with a profile) */
     int budget[SIM_MAX_LIST], n_budget;
     int interval[SIM_MAX_LIST], n_interval; /* 0 = auto */
+    /* Without --interval: the list is 1..default_interval_top, the longest
+     * block recorded (longest_block steps) capped at SIM_DEFAULT_MAX_INTERVAL;
+     * 0 when --interval was given. */
+    uint32_t default_interval_top, longest_block;
     const struct tide_plugin *pol[16];
     int n_pol;
     struct sim_row *rows;

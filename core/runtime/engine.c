@@ -419,6 +419,11 @@ int tide_engine_trace_header(const struct tide_engine *e, const struct tide_deco
         .decoder = d->pl ? d->name : "",
         .decoder_settings = d->settings,
     };
+    /* The threshold in force, when the decoder's settings say (a mode may
+     * have set it). */
+    for (const char *t = d->settings; t && *t; t += strcspn(t, " "), t += *t == ' ')
+        if (!strncmp(t, "threshold=", 10))
+            h->threshold = strtod(t + 10, NULL);
     return TIDE_OK;
 }
 

@@ -49,7 +49,11 @@ void tide_sim_trace_free(struct tide_sim_trace *t)
     free(t->ids);
     free(t->cnt);
     free(t->vecs);
+    free(t->block_steps);
+    free(t->block_first);
     free(t->model);
+    free(t->decoder);
+    free(t->decoder_settings);
     free(t->path);
     free(t);
 }
@@ -79,16 +83,21 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
     uint32_t *dense = calloc(E, sizeof *dense);
     size_t *fcap = calloc(L, sizeof *fcap);
     if (!t || !dense || !fcap || !(t->path = strdup(path)) ||
-        !(t->model = strdup(h->model ? h->model : "")) || !(t->fwd = calloc(L, sizeof *t->fwd)) ||
-        !(t->n_fwd = calloc(L, sizeof *t->n_fwd))) {
+        !(t->model = strdup(h->model ? h->model : "")) ||
+        !(t->decoder = strdup(h->decoder ? h->decoder : "")) ||
+        !(t->decoder_settings = strdup(h->decoder_settings ? h->decoder_settings : "")) ||
+        !(t->fwd = calloc(L, sizeof *t->fwd)) || !(t->n_fwd = calloc(L, sizeof *t->n_fwd))) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
     t->h = *h;
     t->h.model = t->model;
-    size_t ev_cap = 0, pair_cap = 0, cnt_cap = 0, vec_cap = 0, last_prompt = SIZE_MAX;
+    t->h.decoder = t->decoder;
+    t->h.decoder_settings = t->decoder_settings;
+    size_t ev_cap = 0, pair_cap = 0, cnt_cap = 0, vec_cap = 0, bs_cap = 0, bf_cap = 0,
+           last_prompt = SIZE_MAX;
     uint32_t prompt_len = 0;
-    bool first = false;
+    bool first = false, in_block = false;
     int32_t step = -1;
     struct tide_trace_record rec;
     int got;
@@ -129,6 +138,7 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             ev->b = rec.prompt_len;
             prompt_len = rec.prompt_len;
             first = false;
+            in_block = false;
             step = -1;
             t->prompts++;
             break;
@@ -138,7 +148,17 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             ev->first = rec.first_generated;
             first = rec.first_generated;
             step = -1;
+            if (!sim_grow((void **)&t->block_steps, &bs_cap, t->blocks + 1,
+                          sizeof *t->block_steps) ||
+                !sim_grow((void **)&t->block_first, &bf_cap, t->blocks + 1,
+                          sizeof *t->block_first)) {
+                rc = TIDE_E_NOMEM;
+                goto done;
+            }
+            t->block_steps[t->blocks] = 0;
+            t->block_first[t->blocks] = first;
             t->blocks++;
+            in_block = true;
             t->tokens_generated += h->block_length - (first ? prompt_len % h->block_length : 0);
             break;
         case TIDE_TREC_STEP:
@@ -146,6 +166,13 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             ev->a = rec.step;
             step = rec.step;
             t->steps++;
+            /* A step outside any block (a prompt record came last) belongs
+             * to no block's count. */
+            if (in_block) {
+                uint32_t n = ++t->block_steps[t->blocks - 1];
+                if (n > t->max_block_steps)
+                    t->max_block_steps = n;
+            }
             break;
         case TIDE_TREC_ROUTE: {
             const uint32_t l = rec.layer;
@@ -314,7 +341,10 @@ static int sim_create_inst(struct sim *s, int budget, struct sim_inst *in)
         .expert_bytes = s->t->h.expert_bytes,
         .budget = budget,
         .block_length = (int)s->t->h.block_length,
-        .max_steps = (int)s->t->h.steps,
+        /* The decoder's bound, or the longest block recorded when a block
+         * ran longer (a trace of a decoder without a bound). */
+        .max_steps =
+            (int)(s->t->max_block_steps > s->t->h.steps ? s->t->max_block_steps : s->t->h.steps),
         .costs = s->c->costs,
     };
     in->budget = budget;
@@ -617,6 +647,64 @@ double tide_sim_ms_per_step(const struct tide_sim_trace *t, const struct tide_si
 }
 
 /* ---- Statistics ------------------------------------------------------------ */
+
+static bool sim_block_selected(const struct tide_sim_trace *t, uint64_t b,
+                               enum tide_sim_blocks which)
+{
+    return which == TIDE_SIM_BLOCKS_ALL || (which == TIDE_SIM_BLOCKS_FIRST) == !!t->block_first[b];
+}
+
+int tide_sim_steps_dist(const struct tide_sim_trace *t, enum tide_sim_blocks which,
+                        struct tide_sim_steps *out, uint64_t *hist)
+{
+    memset(out, 0, sizeof *out);
+    const size_t n_hist = (size_t)t->max_block_steps + 1;
+    uint64_t *h = hist ? hist : calloc(n_hist, sizeof *h);
+    if (!h)
+        return TIDE_E_NOMEM;
+    memset(h, 0, sizeof *h * n_hist);
+    double sum = 0;
+    for (uint64_t b = 0; b < t->blocks; b++) {
+        if (!sim_block_selected(t, b, which))
+            continue;
+        const uint32_t n = t->block_steps[b];
+        h[n]++;
+        sum += n;
+        if (!out->blocks || n < out->min)
+            out->min = n;
+        if (n > out->max)
+            out->max = n;
+        out->blocks++;
+    }
+    if (out->blocks) {
+        out->mean = sum / (double)out->blocks;
+        /* The values at ranks (n-1)/2 and n/2 (0-based), by counting. */
+        const uint64_t lo = (out->blocks - 1) / 2, hi = out->blocks / 2;
+        uint64_t seen = 0;
+        double a = -1, c = -1;
+        for (size_t s = 0; s < n_hist && c < 0; s++) {
+            seen += h[s];
+            if (a < 0 && seen > lo)
+                a = (double)s;
+            if (seen > hi)
+                c = (double)s;
+        }
+        out->median = (a + c) / 2;
+    }
+    if (!hist)
+        free(h);
+    return TIDE_OK;
+}
+
+void tide_sim_steps_str(const struct tide_sim_steps *d, char *buf, size_t len)
+{
+    if (!d->blocks)
+        snprintf(buf, len, "no block");
+    else
+        snprintf(buf, len, "%llu block%s, min %u, median %g, mean %.2f, max %u",
+                 (unsigned long long)d->blocks, d->blocks == 1 ? "" : "s", d->min, d->median,
+                 d->mean, d->max);
+}
 
 /* Cosine of two count vectors and Jaccard of their supports; ids ascending. */
 static void sim_pair_sim(const struct tide_solver_fwd *a, const struct tide_solver_fwd *b,

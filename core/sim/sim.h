@@ -45,8 +45,8 @@ struct sim_event {
 
 struct tide_sim_trace {
     char *path;
-    struct tide_trace_header h; /* h.model points to model */
-    char *model;
+    struct tide_trace_header h; /* h.model, h.decoder, h.decoder_settings point below */
+    char *model, *decoder, *decoder_settings;
     struct sim_event *ev; /* [n_ev] */
     size_t n_ev;
     uint16_t *ids; /* [n_pairs] expert of each (forward, expert) pair */
@@ -61,6 +61,13 @@ struct tide_sim_trace {
     float *vecs;               /* [n_vecs][vec_dim] prompt vectors (trace version 2) */
     size_t n_vecs;
     uint32_t vec_dim;
+    /* The steps of every block as recorded: STEP records between a block
+     * record and the next block or prompt record. Decoders with open-ended
+     * steps make them vary from block to block, and nothing bounds them by
+     * h.steps (the decoder's own bound, when it has one). */
+    uint32_t *block_steps;    /* [blocks] in trace order */
+    uint8_t *block_first;     /* [blocks] 1: the first generated block of its prompt */
+    uint32_t max_block_steps; /* the longest block, in steps (0: no block) */
 };
 
 /* Decode a trace file. Errors (foreign file, version, truncation, bad
@@ -111,6 +118,32 @@ struct tide_sim_result {
 int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c,
                  const struct tide_cost *cost, FILE *metrics, struct tide_sim_result *out);
 void tide_sim_result_free(struct tide_sim_result *r);
+
+/* The distribution of steps per block (block_steps), over every block or
+ * over the first generated block of each prompt or over the others. */
+enum tide_sim_blocks {
+    TIDE_SIM_BLOCKS_ALL = 0,
+    TIDE_SIM_BLOCKS_FIRST = 1, /* the first generated block of each prompt */
+    TIDE_SIM_BLOCKS_OTHER = 2, /* every later block */
+};
+
+struct tide_sim_steps {
+    uint64_t blocks;   /* blocks selected */
+    uint32_t min, max; /* steps of the shortest and the longest (0 when no block) */
+    double median;     /* the middle value; for an even count, the mean of the two middle ones */
+    double mean;
+};
+
+/* Summarise the selected blocks' steps into *out. hist, when not NULL,
+ * receives the number of blocks with s steps at hist[s], s = 0 ..
+ * t->max_block_steps (room for max_block_steps + 1 entries). Returns TIDE_OK
+ * or TIDE_E_NOMEM. */
+int tide_sim_steps_dist(const struct tide_sim_trace *t, enum tide_sim_blocks which,
+                        struct tide_sim_steps *out, uint64_t *hist);
+
+/* "3 blocks, min 17, median 38, mean 45.00, max 80" (or "no block") into
+ * buf[len]. */
+void tide_sim_steps_str(const struct tide_sim_steps *d, char *buf, size_t len);
 
 /* Modelled tokens per second, and milliseconds per denoising step: the
  * modelled time of every forward (prefill and K/V passes included) over the

@@ -3,7 +3,12 @@
  * Semantics follow the authors' reference code (ims-kdks/TIDE):
  *  - a refresh happens at step 0 of every block, then whenever
  *    step % interval == 0, and at every step of the first generated block
- *    when first_block_every_step is set;
+ *    when first_block_every_step is set. Steps count from 0 in each block
+ *    and a block may run any number of them (decoders with open-ended steps
+ *    make blocks differ in length), so the rule is defined for every block
+ *    length: a block of n steps refreshes at steps 0, interval, 2 x
+ *    interval, ... below n, and an interval of n or more refreshes at step
+ *    0 only;
  *  - at a refresh, per MoE layer, target = the top-B experts by this step's
  *    count, keeping only count > 0 (count descending, ties: lower id);
  *    to_promote = the target experts not resident, in that order;
@@ -28,11 +33,19 @@
  * interval = auto (beyond the paper): the policy records, per layer, the
  * counts of every step of the blocks decoded so far and the residency each
  * block started from. When a block begins it replays the last auto_window
- * blocks under every interval 1..auto_max with the tide_solver_eval_tide
+ * blocks, as long as each of them ran (the measured distribution of steps
+ * per block), under every interval 1..N with the tide_solver_eval_tide
  * evaluator and the hardware profile named by `profile`, and uses the
  * interval of least modelled time (one for all layers, or one per layer with
- * auto_scope = layer). Each choice is logged with its predicted cost. Until
- * a block has been seen, auto_start is used.
+ * auto_scope = layer). N is auto_max when set; with auto_max = 0 (the
+ * default) it is the longest block of the window in steps, or the decoder's
+ * bound on steps per block (the shape's max_steps; 32 when unknown) when
+ * that is larger. Every interval from the window's longest block on
+ * refreshes at step 0 only there, so they cost the same and the tie goes to
+ * the longest, N: "step 0 only" then stays so for later blocks up to the
+ * bound. Each choice is logged with its predicted cost and the block
+ * lengths it was solved over. Until a block has been seen, auto_start is
+ * used.
  *
  * Thread safety: plan() calls for different layers may run concurrently
  * (all scratch is per layer); block_begin() must not overlap plan(). */
@@ -83,21 +96,25 @@ struct tide_policy {
     /* interval = auto */
     bool is_auto;
     bool auto_per_layer;
-    int auto_window, auto_max;
+    int auto_window;
+    int auto_max;   /* the longest interval considered; 0: see tidep_solve */
+    int auto_bound; /* auto_max = 0: N is at least this (max_steps, else 32) */
     struct tide_profile profile;
     struct tide_cost cost;
     struct tidep_rec *rec; /* [auto_window + 1][n_moe_layers]; slot seq % (window + 1) */
     int64_t seq;           /* blocks begun */
-    double *cost_tab;      /* [n_moe_layers][auto_max] */
+    double *cost_tab;      /* [n_moe_layers][cap_tab] */
+    int *iv;               /* [cap_tab] the intervals 1..N */
+    int cap_tab;           /* intervals cost_tab and iv have room for */
     int *choice;           /* [n_moe_layers] */
     uint8_t *res_tmp;      /* [n_experts] */
 };
 
 static const struct tide_option tidep_options[] = {
     {"interval", TIDE_OPT_STRING, "4",
-     "refresh the resident set every `interval` denoising steps within a block (tau, >= 1), or "
-     "auto: re-solve it from the blocks decoded so far with `profile`; step 0 of every block "
-     "always refreshes",
+     "refresh the resident set at the steps of a block where step % interval == 0 (tau, >= 1; "
+     "step 0 always, whatever the block's length), or auto: re-solve it from the blocks decoded "
+     "so far with `profile`",
      NULL, NULL},
     {"first_block_every_step", TIDE_OPT_BOOL, "true",
      "refresh at every step of the first generated block (warm-up), as the reference does", NULL,
@@ -117,8 +134,10 @@ static const struct tide_option tidep_options[] = {
      "global|layer", NULL},
     {"auto_window", TIDE_OPT_INT, "4", "interval = auto: blocks of history the solver replays",
      NULL, "[1,64]"},
-    {"auto_max", TIDE_OPT_INT, "32", "interval = auto: the longest interval considered", NULL,
-     "[1,4096]"},
+    {"auto_max", TIDE_OPT_INT, "0",
+     "interval = auto: the longest interval considered; 0: the longest block (in steps) of the "
+     "window, or the decoder's bound on steps per block (32 if unknown) when larger",
+     NULL, "[0,4096]"},
     {"auto_start", TIDE_OPT_INT, "4", "interval = auto: the interval before any block was seen",
      NULL, "[1,]"},
     {NULL, 0, NULL, NULL, NULL, NULL},
@@ -150,6 +169,7 @@ static void tidep_destroy(struct tide_policy *p)
         tidep_rec_free(&p->rec[i]);
     free(p->rec);
     free(p->cost_tab);
+    free(p->iv);
     free(p->choice);
     free(p->res_tmp);
     tide_cost_free(&p->cost);
@@ -172,6 +192,27 @@ static int tidep_parse_interval(const char *s, bool *is_auto, int *interval)
     }
     *interval = v > INT_MAX || errno == ERANGE ? INT_MAX : (int)v;
     return TIDE_OK;
+}
+
+/* Room for n intervals in cost_tab and iv. False when out of memory (the
+ * old tables stay). */
+static bool tidep_fit(struct tide_policy *p, int n)
+{
+    if (n <= p->cap_tab)
+        return true;
+    const size_t L = (size_t)(p->shape.n_moe_layers > 0 ? p->shape.n_moe_layers : 1);
+    double *t = realloc(p->cost_tab, sizeof *t * L * (size_t)n);
+    if (!t)
+        return false;
+    p->cost_tab = t;
+    int *iv = realloc(p->iv, sizeof *iv * (size_t)n);
+    if (!iv)
+        return false;
+    p->iv = iv;
+    for (int i = p->cap_tab; i < n; i++)
+        iv[i] = i + 1;
+    p->cap_tab = n;
+    return true;
 }
 
 static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
@@ -201,21 +242,33 @@ static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
     p->auto_per_layer = !strcmp(tide_opts_str(opts, "auto_scope"), "layer");
     p->auto_window = (int)tide_opts_int(opts, "auto_window");
     p->auto_max = (int)tide_opts_int(opts, "auto_max");
+    const bool known = TIDE_SHAPE_HAS(&p->shape, max_steps) && p->shape.max_steps > 0;
+    /* At most auto_max's own range: the table is allocated for it. */
+    p->auto_bound = !known ? 32 : p->shape.max_steps < 4096 ? p->shape.max_steps : 4096;
     int64_t start = tide_opts_int(opts, "auto_start");
     p->interval = start > INT_MAX ? INT_MAX : (int)start;
     const size_t L = (size_t)p->shape.n_moe_layers, E = (size_t)p->shape.n_experts;
     p->rec = calloc((size_t)(p->auto_window + 1) * (L ? L : 1), sizeof *p->rec);
-    p->cost_tab = malloc(sizeof *p->cost_tab * (L ? L : 1) * (size_t)p->auto_max);
     p->choice = malloc(sizeof *p->choice * (L ? L : 1));
     p->res_tmp = malloc(E);
-    if (!p->rec || !p->cost_tab || !p->choice || !p->res_tmp)
+    /* Room for the intervals of a window of blocks within the bound; a
+     * longer block grows the table (tidep_fit). */
+    if (!p->rec || !p->choice || !p->res_tmp ||
+        !tidep_fit(p, p->auto_max ? p->auto_max : p->auto_bound))
         return TIDE_E_NOMEM;
     for (size_t i = 0; i < (size_t)(p->auto_window + 1) * L; i++)
         if (!(p->rec[i].start = malloc(E)))
             return TIDE_E_NOMEM;
-    tide_info("%s: interval = auto with profile %s (%s), window %d blocks, intervals 1..%d, %s",
-              TIDEP_NAME, p->profile.name, path, p->auto_window, p->auto_max,
-              p->auto_per_layer ? "one per layer" : "one for all layers");
+    if (p->auto_max)
+        tide_info("%s: interval = auto with profile %s (%s), window %d blocks, intervals 1..%d, %s",
+                  TIDEP_NAME, p->profile.name, path, p->auto_window, p->auto_max,
+                  p->auto_per_layer ? "one per layer" : "one for all layers");
+    else
+        tide_info("%s: interval = auto with profile %s (%s), window %d blocks, intervals 1 to "
+                  "the window's longest block in steps (at least %d%s), %s",
+                  TIDEP_NAME, p->profile.name, path, p->auto_window, p->auto_bound,
+                  known ? ", the decoder's bound" : "",
+                  p->auto_per_layer ? "one per layer" : "one for all layers");
     return TIDE_OK;
 }
 
@@ -272,22 +325,53 @@ static struct tidep_rec *tidep_slot(struct tide_policy *p, int64_t seq, int laye
     return &p->rec[slot * (size_t)p->shape.n_moe_layers + (size_t)layer];
 }
 
-/* Replay the recorded blocks under every interval and choose. */
+/* The steps a recorded block ran: its last step + 1 over every layer that
+ * recorded it (0: the block was not recorded). */
+static int tidep_block_steps(struct tide_policy *p, int64_t seq)
+{
+    int n = 0;
+    for (int l = 0; l < p->shape.n_moe_layers; l++) {
+        const struct tidep_rec *r = tidep_slot(p, seq, l);
+        for (size_t j = 0; r->have_start && j < r->n_fwd; j++)
+            if (r->fwd[j].step >= n)
+                n = r->fwd[j].step == INT32_MAX ? INT32_MAX : r->fwd[j].step + 1;
+    }
+    return n;
+}
+
+/* Replay the recorded blocks under every interval 1..M and choose. M is
+ * auto_max, or with auto_max = 0 the longest recorded block of the window
+ * (in steps) or auto_bound when larger. From the longest block on, every
+ * interval refreshes at step 0 only, so those are evaluated once. */
 static void tidep_solve(struct tide_policy *p)
 {
-    const int L = p->shape.n_moe_layers, E = p->shape.n_experts, M = p->auto_max;
+    const int L = p->shape.n_moe_layers, E = p->shape.n_experts;
     int64_t from = p->seq - p->auto_window < 0 ? 0 : p->seq - p->auto_window;
-    int blocks = 0;
-    for (int64_t s = from; s < p->seq; s++)
-        blocks += tidep_slot(p, s, 0)->have_start;
+    int blocks = 0, longest = 0;
+    char lens[160] = "";
+    for (int64_t s = from; s < p->seq; s++) {
+        const int n = tidep_block_steps(p, s);
+        if (!n)
+            continue;
+        blocks++;
+        longest = n > longest ? n : longest;
+        size_t k = strlen(lens);
+        if (k + 16 < sizeof lens)
+            snprintf(lens + k, sizeof lens - k, "%s%d", k ? "," : "", n);
+        else if (k + 4 < sizeof lens && strcmp(lens + k - 3, "..."))
+            snprintf(lens + k, sizeof lens - k, "...");
+    }
     if (!blocks)
         return;
-    int local[64];
-    int *iv = M <= 64 ? local : malloc(sizeof *iv * (size_t)M);
-    if (!iv)
+    const int M = p->auto_max ? p->auto_max : longest > p->auto_bound ? longest : p->auto_bound;
+    const int M_eval = M < longest ? M : longest; /* intervals M_eval..M cost the same */
+    if (!tidep_fit(p, M)) {
+        tide_warn("%s: interval = auto: no memory for %d intervals after block %d; keeping the "
+                  "intervals in force",
+                  TIDEP_NAME, M, p->block);
         return;
-    for (int i = 0; i < M; i++)
-        iv[i] = i + 1;
+    }
+    const int *iv = p->iv;
     int rc = TIDE_OK;
     for (int l = 0; l < L && rc == TIDE_OK; l++) {
         for (int64_t s = from; s < p->seq; s++) {
@@ -300,7 +384,8 @@ static void tidep_solve(struct tide_policy *p)
                 }
             }
         }
-        for (int i = 0; i < M && rc == TIDE_OK; i++) {
+        double *row = &p->cost_tab[(size_t)l * M];
+        for (int i = 0; i < M_eval && rc == TIDE_OK; i++) {
             const struct tide_tide_rule rule = {.interval = i + 1, .prefetch = p->prefetch};
             struct tide_eval ev = {0};
             for (int64_t s = from; s < p->seq && rc == TIDE_OK; s++) {
@@ -311,8 +396,10 @@ static void tidep_solve(struct tide_policy *p)
                 rc = tide_solver_eval_tide(r->fwd, r->n_fwd, E, p->shape.budget, p->res_tmp, &rule,
                                            &p->cost, &ev, &p->ws[l]);
             }
-            p->cost_tab[(size_t)l * M + i] = ev.us;
+            row[i] = ev.us;
         }
+        for (int i = M_eval; i < M; i++)
+            row[i] = row[M_eval - 1];
     }
     int g = 0;
     double g_us = 0, l_us = 0;
@@ -322,32 +409,30 @@ static void tidep_solve(struct tide_policy *p)
         tide_warn("%s: interval = auto could not re-solve after block %d; keeping the intervals "
                   "in force",
                   TIDEP_NAME, p->block);
-    } else {
-        double one = 0;
-        for (int l = 0; l < L; l++)
-            one += p->cost_tab[(size_t)l * M];
-        char list[512] = "";
-        for (int l = 0; l < L; l++) {
-            p->layer_interval[l] = p->auto_per_layer ? iv[p->choice[l]] : iv[g];
-            size_t n = strlen(list);
-            if (p->auto_per_layer && n + 16 < sizeof list)
-                snprintf(list + n, sizeof list - n, "%s%d", l ? "," : "", iv[p->choice[l]]);
-        }
-        if (p->auto_per_layer)
-            tide_info("%s: interval auto (block %d, %d block%s of history): per-layer intervals "
-                      "%s, predicted %.3f ms per block (one interval for all, %d: %.3f ms; "
-                      "interval 1: %.3f ms)",
-                      TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", list,
-                      l_us / 1e3 / blocks, iv[g], g_us / 1e3 / blocks, one / 1e3 / blocks);
-        else
-            tide_info("%s: interval auto (block %d, %d block%s of history): interval %d, "
-                      "predicted %.3f ms per block (interval 1: %.3f ms; per-layer intervals "
-                      "would give %.3f ms)",
-                      TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", iv[g],
-                      g_us / 1e3 / blocks, one / 1e3 / blocks, l_us / 1e3 / blocks);
+        return;
     }
-    if (iv != local)
-        free(iv);
+    double one = 0;
+    for (int l = 0; l < L; l++)
+        one += p->cost_tab[(size_t)l * M];
+    char list[512] = "";
+    for (int l = 0; l < L; l++) {
+        p->layer_interval[l] = p->auto_per_layer ? iv[p->choice[l]] : iv[g];
+        size_t n = strlen(list);
+        if (p->auto_per_layer && n + 16 < sizeof list)
+            snprintf(list + n, sizeof list - n, "%s%d", l ? "," : "", iv[p->choice[l]]);
+    }
+    if (p->auto_per_layer)
+        tide_info("%s: interval auto (block %d, %d block%s of history, of %s steps; intervals "
+                  "1..%d): per-layer intervals %s, predicted %.3f ms per block (one interval "
+                  "for all, %d: %.3f ms; interval 1: %.3f ms)",
+                  TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", lens, M, list,
+                  l_us / 1e3 / blocks, iv[g], g_us / 1e3 / blocks, one / 1e3 / blocks);
+    else
+        tide_info("%s: interval auto (block %d, %d block%s of history, of %s steps; intervals "
+                  "1..%d): interval %d, predicted %.3f ms per block (interval 1: %.3f ms; "
+                  "per-layer intervals would give %.3f ms)",
+                  TIDEP_NAME, p->block, blocks, blocks == 1 ? "" : "s", lens, M, iv[g],
+                  g_us / 1e3 / blocks, one / 1e3 / blocks, l_us / 1e3 / blocks);
 }
 
 static void tidep_block_begin(struct tide_policy *p, int block, bool first_generated)

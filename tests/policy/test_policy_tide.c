@@ -4,6 +4,7 @@
 
 #include "harness.h"
 #include "policy_fixture.h"
+#include "tide/log.h"
 #include "tide/status.h"
 
 static void test_descriptor(void)
@@ -319,6 +320,108 @@ static void test_initial_popular(void)
     remove(path);
 }
 
+/* A profile for the fixture's experts (hidden 2048 x inter 512, serial)
+ * whose promotions (6 MiB at 1 MB/s) cost far more than any host compute
+ * they could save: the fewer refreshes, the cheaper. */
+static bool auto_profile(char *path, size_t len)
+{
+    snprintf(path, len, "/tmp/tide-policy-tide-prof-XXXXXX");
+    int fd = mkstemp(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!fp)
+        return false;
+    fputs("[profile]\nname = dear-copies\n[transfer]\nh2d_gbps = 0.001\nd2h_gbps = 4\n"
+          "latency_us = 0\noverlap = false\n[expert]\nhidden = 2048\ninter = 512\n"
+          "[device]\nrows = 1, 32\nus = 1, 2\n[host]\nrows = 1, 32\nus = 10, 40\n",
+          fp);
+    return fclose(fp) == 0;
+}
+
+/* One block of `steps` steps on layer 0 of a 1-layer model with budget 1:
+ * step 0 routes everything to expert 1, each later step to one of experts
+ * 2..7 in turn, so every refresh after step 0 promotes. Returns the later
+ * steps that promoted, as "s s ..." ("" when only step 0 refreshed). */
+static const char *auto_block(struct pf *f, int block, bool first, int steps, char *out, size_t len)
+{
+    out[0] = 0;
+    pf_block(f, block, first);
+    for (int s = 0; s < steps; s++) {
+        char counts[16];
+        snprintf(counts, sizeof counts, "%d:5", s ? 2 + s % 6 : 1);
+        const char *t = pf_plan(f, 0, s, counts);
+        size_t n = strlen(out);
+        if (s && strncmp(t, "P[]", 3))
+            snprintf(out + n, len - n, "%s%d", n ? " " : "", s);
+    }
+    return out;
+}
+
+/* interval = auto over blocks of different lengths, some longer than 32
+ * steps: with promotions dear, refreshing at step 0 only is cheapest, so
+ * the solver picks an interval at least as long as every block of the
+ * window (ties go to the longest considered): beyond 32. An explicit
+ * auto_max still caps it; the shape's max_steps (the decoder's bound)
+ * raises the default top. */
+static void test_auto_long_blocks(void)
+{
+    char prof[64];
+    CHECK(auto_profile(prof, sizeof prof));
+    static const struct {
+        const char *auto_max;
+        int max_steps;
+        const char *want_b2, *want_b3; /* the logs of the choices before blocks 2 and 3 */
+        bool step0_only;               /* block 3 refreshes at step 0 only */
+    } cases[] = {
+        {"0", 0, "of 40,48 steps; intervals 1..48): interval 48,",
+         "of 40,48,20 steps; intervals 1..48): interval 48,", true},
+        {"0", 80, "of 40,48 steps; intervals 1..80): interval 80,",
+         "of 40,48,20 steps; intervals 1..80): interval 80,", true},
+        {"100", 0, "of 40,48 steps; intervals 1..100): interval 100,",
+         "of 40,48,20 steps; intervals 1..100): interval 100,", true},
+        {"32", 0, "of 40,48 steps; intervals 1..32): interval ",
+         "of 40,48,20 steps; intervals 1..32): interval ", false},
+    };
+    tide_log_set_level(TIDE_LOG_INFO);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct pf f;
+        char opts[256], got[512] = "";
+        const int failures = test_failures;
+        snprintf(opts, sizeof opts,
+                 "interval=auto profile=%s auto_max=%s auto_start=1 auto_window=4 "
+                 "first_block_every_step=false",
+                 prof, cases[i].auto_max);
+        pf_log_capture();
+        int rc = pf_open_costs(&f, "policy-tide", opts, 1, 8, 1, NULL, cases[i].max_steps);
+        if (rc == TIDE_OK) {
+            /* auto_start = 1 before any block was seen: every step refreshes. */
+            CHECK_STR(auto_block(&f, 0, true, 40, got, sizeof got),
+                      "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 "
+                      "28 29 30 31 32 33 34 35 36 37 38 39");
+            auto_block(&f, 1, false, 48, got, sizeof got);
+            auto_block(&f, 2, false, 20, got, sizeof got);
+            auto_block(&f, 3, false, 48, got, sizeof got);
+        }
+        pf_log_release();
+        CHECK_EQ_INT(rc, TIDE_OK);
+        CHECK_CONTAINS(pf_log_text(), cases[i].want_b2);
+        CHECK_CONTAINS(pf_log_text(), cases[i].want_b3);
+        if (cases[i].step0_only) {
+            CHECK_STR(got, "");
+        } else {
+            /* Capped at 32: block 3 (48 steps) refreshes again at the chosen interval. */
+            const char *at = strstr(pf_log_text(), cases[i].want_b3);
+            int chosen = at ? atoi(at + strlen(cases[i].want_b3)) : 0;
+            CHECK(chosen >= 1 && chosen <= 32);
+            CHECK_EQ_INT(atoi(got), chosen); /* the first refresh after step 0 */
+        }
+        if (test_failures > failures)
+            fprintf(stderr, "auto_max=%s max_steps=%d:\n%s", cases[i].auto_max, cases[i].max_steps,
+                    pf_log_text());
+        pf_close(&f);
+    }
+    remove(prof);
+}
+
 int main(void)
 {
     TEST_RUN(test_descriptor);
@@ -333,5 +436,6 @@ int main(void)
     TEST_RUN(test_prefetch);
     TEST_RUN(test_options_and_errors);
     TEST_RUN(test_initial_popular);
+    TEST_RUN(test_auto_long_blocks);
     TEST_DONE();
 }

@@ -9,10 +9,14 @@ counters (tokens, active, hit_rows, miss_rows, promotions, evictions,
 weight_bytes, act_bytes), line for line.
 
   tide, tide_prefetch, tide_first, lru, static,  `tide run`, one prompt with a
-  lfu, cost, hybrid                               prefilled block (cost and hybrid
-                                                  with [policy] profile = a
+  lfu, cost, hybrid,                              prefilled block (cost and hybrid
+  tide_llada21, tide_auto_llada21                 with [policy] profile = a
                                                   device-fast profile, which
-                                                  tide sim gets as --profile)
+                                                  tide sim gets as --profile;
+                                                  the llada21 modes decode with
+                                                  LLaDA2.1's open-ended loop
+                                                  and also check trace info's
+                                                  steps per block)
   bench, bench_warm                               `tide bench`, three prompts in
                                                   one trace, state carried over
                                                   (policy-warm: its library grows
@@ -115,6 +119,13 @@ def golden(binary, tmp, mode):
         "lfu": ["policy.plugin=policy-lfu", "policy-lfu.decay=0.8"],
         "cost": ["policy.plugin=policy-cost", "policy.profile=" + prof],
         "hybrid": ["policy.plugin=policy-hybrid", "policy.profile=" + prof],
+        # LLaDA2.1's loop: open-ended steps, blocks of different lengths.
+        "tide_llada21": ["policy.plugin=policy-tide", "policy-tide.interval=5",
+                         "generation.decoder=llada21", "generation.mode=quality",
+                         "generation.threshold=0.9"],
+        "tide_auto_llada21": ["policy.plugin=policy-tide", "policy-tide.interval=auto",
+                              "policy-tide.profile=" + prof, "generation.decoder=llada21",
+                              "generation.mode=speed", "generation.threshold=0.9"],
     }[mode]
     trace, live, sim = (os.path.join(tmp, n) for n in ("t.trc", "live.jsonl", "sim.jsonl"))
     args = ["--quiet", "run", "-c", cfg, "--ids", PROMPT, "--set", "policy.budget=8",
@@ -128,13 +139,42 @@ def golden(binary, tmp, mode):
     for s in sets[1:]:
         if s.startswith("policy.profile="):
             sargs += ["--profile", s.split("=", 1)[1]]
-        else:
+        elif not s.startswith("generation."):  # the trace holds the decoding
             sargs += ["--set", s]
     iv = [s.split("=")[1] for s in sets if s.startswith("policy-tide.interval")]
     if iv:
         sargs += ["--interval", iv[0]]
     tide(binary, sargs)
-    return 1 if compare(live, sim, mode != "static") else 0
+    bad = compare(live, sim, mode != "static")
+    if "llada21" in mode:
+        bad += check_llada21(binary, trace, cfg, prof if "auto" in mode else None)
+    return 1 if bad else 0
+
+
+def check_llada21(binary, trace, cfg, auto_profile):
+    """The trace of an open-ended decoder: the decoder is recorded and its
+    blocks differ in length, some beyond 32 steps. With interval = auto, the
+    policy weighs intervals up to the decoder's bound (max_block_steps, 80)."""
+    info = tide(binary, ["trace", "info", trace]).stdout
+    print("\n".join(l for l in info.splitlines()
+                    if l.startswith(("decoder", "steps per block", "  "))))
+    dist = [l for l in info.splitlines() if l.startswith("steps per block")]
+    if "decoder: llada21 (mode=" not in info or not dist:
+        print("trace info shows no llada21 decoder or no steps per block")
+        return 1
+    bad = 0
+    longest = int(dist[0].rsplit("max ", 1)[1])
+    if longest <= 32 or "min %d," % longest in dist[0]:
+        print("expected blocks of different lengths, some longer than 32 steps")
+        bad += 1
+    if auto_profile:
+        err = tide(binary, ["sim", "--trace", trace, "-c", cfg, "--policy", "tide", "--budget",
+                            "8", "--interval", "auto", "--no-hindsight", "--set",
+                            "policy-tide.profile=" + auto_profile]).stderr
+        if "intervals 1..80): interval " not in err:
+            print("interval = auto did not weigh intervals up to the bound:\n" + err)
+            bad += 1
+    return bad
 
 
 def bench(binary, tmp, policy="lru"):

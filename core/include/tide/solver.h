@@ -12,7 +12,13 @@
  * - tide_solver_budgets shares one memory total among the layers by greedy
  *   marginal gain.
  * Everything here is pure computation: no I/O, no global state. Workspaces
- * make the functions reentrant (one workspace per thread). */
+ * make the functions reentrant (one workspace per thread).
+ *
+ * Nothing here assumes a number of steps per block: a forward carries its
+ * step within its block (from 0), blocks may differ in length (decoders
+ * with open-ended steps) and may run longer than any header's bound. An
+ * interval at least as long as a block refreshes that block at step 0
+ * only. */
 #ifndef TIDE_SOLVER_H
 #define TIDE_SOLVER_H
 
@@ -87,9 +93,9 @@ struct tide_eval {
  * starting from resident[n_experts] (updated in place to the final
  * residency). Placement in PREFILL and KV forwards is frozen; in STEP
  * forwards the rule refreshes when step % interval == 0 or (first_block and
- * first_block_every_step). Adds into *out (zero it first). Returns TIDE_OK,
- * TIDE_E_INVAL (budget or interval out of range, more residents than the
- * budget) or TIDE_E_NOMEM. */
+ * first_block_every_step), whatever the length of the block. Adds into
+ * *out (zero it first). Returns TIDE_OK, TIDE_E_INVAL (budget or interval
+ * out of range, more residents than the budget) or TIDE_E_NOMEM. */
 int tide_solver_eval_tide(const struct tide_solver_fwd *fwd, size_t n_fwd, int n_experts,
                           int budget, uint8_t *resident, const struct tide_tide_rule *rule,
                           const struct tide_cost *cost, struct tide_eval *out,
