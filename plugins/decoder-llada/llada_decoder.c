@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder-common/blocks.h"
 #include "decoder-common/canvas.h"
 #include "decoder-common/params.h"
 #include "decoder-common/probs.h"
@@ -421,9 +422,7 @@ static int lld_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder
         .max_steps = d->steps,
         .nominal_steps = d->steps,
     };
-    const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
-    memcpy(out, &pl, n);
-    out->size = n;
+    dc_plan_out(out, &pl);
     return TIDE_OK;
 }
 

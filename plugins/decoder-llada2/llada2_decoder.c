@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder-common/blocks.h"
 #include "decoder-common/canvas.h"
 #include "decoder-common/params.h"
 #include "decoder-common/sample.h"
@@ -100,34 +101,11 @@ static int l2d_create(const struct tide_decoder_args *a, struct tide_decoder **o
     return TIDE_OK;
 }
 
-/* R3: the prompt plus gen_length, rounded up to whole blocks. */
-static int64_t l2d_ctx(const struct tide_decoder *d, int64_t P)
-{
-    const int64_t total = P + d->p.gen_length, L = d->p.block;
-    return (total + L - 1) / L * L;
-}
-
+/* R3: the prompt plus gen_length, rounded up to whole blocks (dc_blocks_ctx);
+ * with the cache a forward spans a block, with recompute the window. */
 static int l2d_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
 {
-    const int64_t ctx = l2d_ctx(d, P);
-    int rc = dc_check_prompt(P, ctx, &d->p, d->max_ctx);
-    if (rc != TIDE_OK)
-        return rc;
-    struct tide_decoder_plan pl = {
-        .size = sizeof pl,
-        .n_ctx = ctx,
-        /* with the cache a forward spans a block; recompute forwards the window */
-        .max_tokens = d->p.recompute ? ctx : d->p.block,
-        .max_output = d->p.gen_length,
-        .blocks = (int)(ctx / d->p.block - P / d->p.block),
-        .block_length = d->p.block,
-        .max_steps = d->steps,
-        .nominal_steps = d->steps,
-    };
-    const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
-    memcpy(out, &pl, n);
-    out->size = n;
-    return TIDE_OK;
+    return dc_blocks_plan(&d->p, d->max_ctx, P, d->steps, d->steps, out);
 }
 
 /* R13: after a step that committed EOS, with eos_early_stop: the first EOS of
@@ -153,7 +131,7 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     const struct dc_params *p = &d->p;
     const struct dc_tokens *tok = &d->tok;
     const int L = p->block, V = d->V, steps = d->steps;
-    const int64_t G = p->gen_length, total = l2d_ctx(d, P), nb = total / L, first = P / L;
+    const int64_t G = p->gen_length, total = dc_blocks_ctx(p, P), nb = total / L, first = P / L;
     const int64_t rows = p->recompute ? total : L;
     const struct dc_sampler sp = DC_SAMPLER_OF(p, V, tok->mask);
     void *u = h->user;
@@ -167,12 +145,10 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     const int sc_rc = dc_scratch_init(&sc, &sp, V);
     struct dc_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
-    /* The masked positions of a step (block-relative and in the forward's
-     * span) and their logits rows. */
+    /* The masked positions of a step (block-relative; span: scratch) and
+     * their logits rows. */
     int32_t *mpos = malloc(sizeof *mpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
-    /* Every row of the block is computed when the engine asks for it. */
-    const bool all_rows = h->block_logits;
     if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || sc_rc) {
         rc = TIDE_E_NOMEM;
         goto done;
@@ -184,9 +160,8 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     dc_rng_seed(&rng, p->seed);
     /* R5: blocks the prompt covers are never decoded; with the cache they
      * are prefilled, one block per forward. */
-    for (int64_t b = 0; !p->recompute && b < first; b++)
-        if ((rc = h->forward(u, canvas + b * L, L, b * L, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
+    if ((rc = dc_blocks_prefill(h, canvas, first, L, p->recompute)) != TIDE_OK)
+        goto done;
     int64_t n_out = -1; /* set by R13 */
     int64_t end = P;    /* end of the decoded part of the canvas */
     bool stop = false, warned = false;
@@ -205,29 +180,14 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 goto done;
             /* R8: one forward per step; only the block's masked rows are
              * read, so only those are asked for unless every row is wanted. */
-            const int64_t f0 = p->recompute ? 0 : b0, fn = cwe - f0;
             n_cand = 0;
             for (int i = 0; i < L; i++)
-                if (canvas[b0 + i] == tok->mask) {
-                    mpos[n_cand] = i;
-                    span[n_cand++] = (int32_t)(b0 - f0 + i);
-                }
-            const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
-            if (all_rows) {
-                rc = h->forward(u, canvas + f0, fn, f0, NULL, 0, logits);
-                for (int j = 0; j < n_cand; j++)
-                    row[j] = lb + (size_t)mpos[j] * (size_t)V;
-            } else {
-                rc = h->forward(u, canvas + f0, fn, f0, span, n_cand, logits);
-                for (int j = 0; j < n_cand; j++)
-                    row[j] = logits + (size_t)j * (size_t)V;
-            }
-            if (rc != TIDE_OK)
+                if (canvas[b0 + i] == tok->mask)
+                    mpos[n_cand++] = i;
+            if ((rc = dc_blocks_step_forward(h, canvas, b, L, p->recompute, s, V, mpos, n_cand,
+                                             span, logits, row)) != TIDE_OK)
                 goto done;
             out->steps++;
-            if (all_rows)
-                h->step_logits(u, b, s, lb, L, V);
-            h->step_rows(u, b, s, n_cand, mpos, row, V);
             /* R9: a token and a confidence for every masked position. */
             for (int j = 0; j < n_cand; j++) {
                 double conf;

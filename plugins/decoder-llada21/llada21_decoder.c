@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder-common/blocks.h"
 #include "decoder-common/canvas.h"
 #include "decoder-common/params.h"
 #include "decoder-common/sample.h"
@@ -182,33 +183,11 @@ static int l21_create(const struct tide_decoder_args *a, struct tide_decoder **o
     return TIDE_OK;
 }
 
-/* E2: the prompt plus gen_length, rounded up to whole blocks. */
-static int64_t l21_ctx(const struct tide_decoder *d, int64_t P)
-{
-    const int64_t total = P + d->p.gen_length, L = d->p.block;
-    return (total + L - 1) / L * L;
-}
-
+/* E2: the prompt plus gen_length, rounded up to whole blocks (dc_blocks_ctx);
+ * steps are open-ended, bounded by max_block_steps. */
 static int l21_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
 {
-    const int64_t ctx = l21_ctx(d, P);
-    int rc = dc_check_prompt(P, ctx, &d->p, d->max_ctx);
-    if (rc != TIDE_OK)
-        return rc;
-    struct tide_decoder_plan pl = {
-        .size = sizeof pl,
-        .n_ctx = ctx,
-        .max_tokens = d->p.recompute ? ctx : d->p.block,
-        .max_output = d->p.gen_length,
-        .blocks = (int)(ctx / d->p.block - P / d->p.block),
-        .block_length = d->p.block,
-        .max_steps = d->max_block_steps,
-        .nominal_steps = 0, /* open-ended */
-    };
-    const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
-    memcpy(out, &pl, n);
-    out->size = n;
-    return TIDE_OK;
+    return dc_blocks_plan(&d->p, d->max_ctx, P, d->max_block_steps, 0, out);
 }
 
 /* A position of the block, with what this step predicts for it. */
@@ -231,7 +210,7 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     const struct dc_params *p = &d->p;
     const struct dc_tokens *tok = &d->tok;
     const int L = p->block, V = d->V;
-    const int64_t G = p->gen_length, total = l21_ctx(d, P), nb = total / L, first = P / L;
+    const int64_t G = p->gen_length, total = dc_blocks_ctx(p, P), nb = total / L, first = P / L;
     const int64_t rows_max = p->recompute ? total : L;
     /* E6, _sample_with_temperature_topk_topp of LLaDA2.1: at temperature 0
      * the argmax of the unfiltered logits and its softmax probability; else
@@ -254,7 +233,6 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     int32_t *dpos = malloc(sizeof *dpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
     uint8_t *commit = malloc((size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
-    const bool all_rows = h->block_logits;
     if (!canvas || !logits || !cand || !x0 || !old || !conf || !dpos || !span || !commit || !row ||
         sc_rc) {
         rc = TIDE_E_NOMEM;
@@ -267,9 +245,8 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     dc_rng_seed(&rng, p->seed);
     /* E3: blocks the prompt covers are never decoded; with the cache they
      * are prefilled, one block per forward. */
-    for (int64_t b = 0; !p->recompute && b < first; b++)
-        if ((rc = h->forward(u, canvas + b * L, L, b * L, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
+    if ((rc = dc_blocks_prefill(h, canvas, first, L, p->recompute)) != TIDE_OK)
+        goto done;
     int64_t end = P;
     bool warned = false;
     for (int64_t b = first; b < nb; b++) {
@@ -303,29 +280,14 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
             /* E5: one forward of the window [0, cwe) per step; the rows a
              * step decides on are its masks and the positions it may edit:
              * every position but the prompt's (which hold no mask). */
-            const int64_t f0 = p->recompute ? 0 : b0, fn = cwe - f0;
             int n_rows = 0;
             for (int i = 0; i < L; i++)
-                if (i >= n_prompt || canvas[b0 + i] == tok->mask) {
-                    dpos[n_rows] = i;
-                    span[n_rows++] = (int32_t)(b0 - f0 + i);
-                }
-            const float *lb = logits + (size_t)(b0 - f0) * (size_t)V;
-            if (all_rows) {
-                rc = h->forward(u, canvas + f0, fn, f0, NULL, 0, logits);
-                for (int j = 0; j < n_rows; j++)
-                    row[j] = lb + (size_t)dpos[j] * (size_t)V;
-            } else {
-                rc = h->forward(u, canvas + f0, fn, f0, span, n_rows, logits);
-                for (int j = 0; j < n_rows; j++)
-                    row[j] = logits + (size_t)j * (size_t)V;
-            }
-            if (rc != TIDE_OK)
+                if (i >= n_prompt || canvas[b0 + i] == tok->mask)
+                    dpos[n_rows++] = i;
+            if ((rc = dc_blocks_step_forward(h, canvas, b, L, p->recompute, s, V, dpos, n_rows,
+                                             span, logits, row)) != TIDE_OK)
                 goto done;
             out->steps++;
-            if (all_rows)
-                h->step_logits(u, b, s, lb, L, V);
-            h->step_rows(u, b, s, n_rows, dpos, row, V);
             /* E6: a token and its probability at every decided position. */
             for (int j = 0; j < n_rows; j++)
                 x0[dpos[j]] = dc_sample(row[j], V, &sp, &rng, &sc, &conf[dpos[j]]);

@@ -25,33 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_rand.h"
 #include "dnnl_bk.h"
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 static int failures;
-
-/* xorshift64*: reproducible inputs without libc's rand. */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-/* A bf16 in [-2, 2) with a random mantissa; one in 64 is an exact zero. */
-static uint16_t rand_bf16(void)
-{
-    uint64_t r = rng();
-    if ((r & 63) == 0)
-        return 0;
-    float f = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)(u >> 16);
-}
 
 static TARGET __m512 chunk_dot(__m512 acc, const uint16_t *x, const uint16_t *w, int64_t k,
                                int64_t c)
