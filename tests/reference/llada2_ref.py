@@ -761,7 +761,7 @@ def read_trace_routes(path):
 
 class Rng:
     """TIDE's sampling generator, xoshiro256** seeded through splitmix64, as
-    in core/runtime/generate.c (the official code draws with
+    in plugins/decoder-common/rng.h (the official code draws with
     torch.multinomial, whose stream cannot be reproduced outside torch)."""
 
     M = (1 << 64) - 1
@@ -811,7 +811,7 @@ class Sampler:
     temperature > 0 draws with Rng: u * Z against the running sum of
     exp(s - max) in id order. mask_in_argmax False (a TIDE option) removes
     the mask token before everything else. Sums run in the same order as in
-    generate.c with math.exp, so the draws agree bit for bit.
+    decoder-common/sample.h with math.exp, so the draws agree bit for bit.
     """
 
     def __init__(self, temperature=0.0, top_k=0, top_p=1.0, skip=None, seed=0):
