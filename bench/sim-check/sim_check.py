@@ -22,7 +22,7 @@
    tolerance, their measured order must agree, and where it calls them
    equal, neither may be measured more than the tolerance slower).
 Exit status: 0 when the ranking agrees, 1 when it does not, 77 when the
-machine is too busy to judge (the rounds' no-offload baselines, the same
+machine is too busy to judge (or --sanitized: a sanitizer build's timings) (the rounds' no-offload baselines, the same
 work, differ by more than --noise), 2 on a usage or setup error. The +-15%
 accuracy is reported, not asserted: it depends on the machine's load.
 
@@ -86,7 +86,17 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=0.5)
     ap.add_argument("--noise", type=float, default=0.25)
+    ap.add_argument("--sanitized", action="store_true",
+                    help="the tide given is a sanitizer build: skip (exit 77), its timings are "
+                         "not the machine's")
     a = ap.parse_args()
+    if a.sanitized:
+        # ASan and UBSan slow the code unevenly (the interpreter-like checks
+        # weigh on some loops far more than on others), so measured times no
+        # longer rank configurations as the machine would; the counters the
+        # simulator must reproduce are checked by the sim_golden tests.
+        print("skipped: a sanitizer build's timings are not this machine's")
+        return 77
     os.makedirs(a.out, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
     prompts = a.prompts or os.path.join(here, "..", "prompts", "prompts.txt")
