@@ -8,7 +8,9 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +108,34 @@ static inline double roof_triad_run(struct roof_triad *t)
     return roof_triad_run2(t, NULL);
 }
 
+/* This CPU's name (/proc/cpuinfo "model name"; "unknown CPU" elsewhere) and
+ * its vector extensions that matter here, for the header of every table:
+ * hosts change between sessions, and a hypervisor may hide extensions. */
+static void roof_cpu_name(char *out, size_t n)
+{
+    snprintf(out, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            const char *c = strchr(line, ':');
+            if (strncmp(line, "model name", 10) || !c)
+                continue;
+            c += 1 + (c[1] == ' ');
+            snprintf(out, n, "%.*s", (int)strcspn(c, "\n"), c);
+            break;
+        }
+        fclose(f);
+    }
+    __builtin_cpu_init();
+    const size_t len = strlen(out);
+    snprintf(out + len, n - len, " (%s)",
+             __builtin_cpu_supports("avx512bf16") ? "AVX512-BF16"
+             : __builtin_cpu_supports("avx512f")  ? "AVX-512, no BF16"
+             : __builtin_cpu_supports("avx2")     ? "AVX2, no AVX-512"
+                                                  : "no AVX2");
+}
+
 #define ROOF_TARGET __attribute__((target("avx512f,avx512bf16")))
 
 static bool roof_has_bf16(void)
@@ -149,24 +179,66 @@ ROOF_TARGET static float roof_f32_loop(long iters)
     return _mm512_reduce_add_ps(s);
 }
 
+#define ROOF_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+static bool roof_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* iters x 12 independent 8-lane FMAs (16 FLOP each): 12 accumulators and the
+ * two operands fill AVX2's 16 registers, and 12 chains cover an FMA latency
+ * of 4-5 cycles on two FMA pipes. */
+ROOF_TARGET_AVX2 static float roof_f32_loop_avx2(long iters)
+{
+    __m256 acc[12];
+    for (int i = 0; i < 12; i++)
+        acc[i] = _mm256_set1_ps((float)i);
+    const __m256 a = _mm256_set1_ps(1.0000001f), b = _mm256_set1_ps(1e-9f);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++)
+            acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    __m256 s = acc[0];
+    for (int i = 1; i < 12; i++)
+        s = _mm256_add_ps(s, acc[i]);
+    float l[8];
+    _mm256_storeu_ps(l, s);
+    return l[0] + l[7];
+}
+
+/* The kind of peak roof_peak2 measures on this CPU. */
+static const char *roof_peak_kind(bool bf16)
+{
+    if (roof_has_bf16())
+        return bf16 ? "VDPBF16PS" : "AVX-512 FMA";
+    return roof_has_avx2() ? "AVX2 FMA" : "none";
+}
+
 /* Peak GFLOP/s on `threads` threads, best of 5 runs of about 20 ms: bf16
- * (VDPBF16PS) when bf16 is true, else f32 FMA. 0 when the CPU lacks
- * AVX512-BF16 (then nothing is measured). *per_cpu (may be NULL) gets the
- * same in GFLOP per CPU-second times threads: the peak of an idle machine. */
+ * (VDPBF16PS) when bf16 is true, else f32 FMA. On a CPU without AVX512-BF16
+ * both are the AVX2 f32 FMA peak: the own kernel's bf16 matmul is f32 FMAs
+ * on widened bf16 values (0 without AVX2: nothing is measured). *per_cpu
+ * (may be NULL) gets the same in GFLOP per CPU-second times threads: the
+ * peak of an idle machine. */
 static double roof_peak2(int threads, bool bf16, double *per_cpu)
 {
     if (per_cpu)
         *per_cpu = 0.0;
-    if (!roof_has_bf16())
+    const bool avx512 = roof_has_bf16();
+    if (!avx512 && !roof_has_avx2())
         return 0.0;
-    const long iters = 200000; /* 4M instructions per thread */
+    const long iters = avx512 ? 200000 : 300000; /* 4M and 3.6M instructions per thread */
     double best = 1e30, best_cpu = 1e30;
     volatile float sink = 0;
     for (int rep = 0; rep < 6; rep++) {
         double t0 = roof_now(), c0 = roof_cpu_now();
 #pragma omp parallel num_threads(threads)
         {
-            float v = bf16 ? roof_bf16_loop(iters) : roof_f32_loop(iters);
+            float v = !avx512 ? roof_f32_loop_avx2(iters)
+                      : bf16  ? roof_bf16_loop(iters)
+                              : roof_f32_loop(iters);
 #pragma omp atomic
             sink += v;
         }
@@ -175,7 +247,8 @@ static double roof_peak2(int threads, bool bf16, double *per_cpu)
         best_cpu = dc < best_cpu && rep > 0 ? dc : best_cpu;
     }
     (void)sink;
-    const double flops = (double)threads * (double)iters * 20.0 * (bf16 ? 64.0 : 32.0);
+    const double per_iter = !avx512 ? 12.0 * 16.0 : 20.0 * (bf16 ? 64.0 : 32.0);
+    const double flops = (double)threads * (double)iters * per_iter;
     if (per_cpu)
         *per_cpu = flops / best_cpu / 1e9;
     return flops / best / 1e9;

@@ -465,10 +465,13 @@ int main(int argc, char **argv)
                expert_bytes / 1048576.0);
         double peak_cpu = 0;
         const double peak = roof_peak2(threads, true, &peak_cpu);
+        char cpu[256];
+        roof_cpu_name(cpu, sizeof cpu);
+        printf("# CPU: %s\n", cpu);
         printf("# STREAM triad: 3 x 256 MiB, %d threads, measured before each token count; "
-               "bf16 peak (VDPBF16PS, %d threads) %.0f GFLOP/s (%.0f per CPU-second x "
+               "bf16 peak (%s, %d threads) %.0f GFLOP/s (%.0f per CPU-second x "
                "threads)\n",
-               threads, threads, peak, peak_cpu);
+               threads, roof_peak_kind(true), threads, peak, peak_cpu);
         printf("# cpu us: the process's CPU time per expert / threads; cpu/peak: its GFLOP/s "
                "against the peak in CPU time. On a machine shared with other jobs, an estimate "
                "of the idle machine for compute-bound counts\n");

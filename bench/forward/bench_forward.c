@@ -322,6 +322,9 @@ int main(int argc, char **argv)
     lim.triad_cpu = (triad0_cpu + triad1_cpu) / 2;
     printf("# bench-forward: %s: %d layers (%d MoE x %d experts, top-%d), vocab %d\n", c.model,
            info->n_layers, info->n_moe_layers, info->n_experts, info->top_k, r.V);
+    char cpu[256];
+    roof_cpu_name(cpu, sizeof cpu);
+    printf("# CPU: %s; peak measured as %s\n", cpu, roof_peak_kind(true));
     printf("# %s\n", r.e->dev.ops->describe ? r.e->dev.ops->describe(r.e->dev.bk) : "");
     printf("# prompt %d, block %d, %d timed blocks = %lld forwards, %.1f masked rows per "
            "forward; logits for %s rows; probabilities %s\n",

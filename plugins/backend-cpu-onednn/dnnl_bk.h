@@ -158,8 +158,9 @@ int dnnl_bk_gemm(struct tide_backend *bk, const struct dnnl_bk_mat *w, const uin
 
 void dnnl_bk_prims_free(struct tide_backend *bk);
 
-/* Token counts up to which the inplace expert layout uses raw_kernel.c rather
- * than oneDNN on the raw layout (see bench/expert-ffn). */
+/* Token counts up to which an inplace expert of expert_ffn_batch runs on one
+ * thread (the experts of a batch spread over the threads); above it the
+ * expert gets every thread. Either way the row kernel gives the same bits. */
 #define DNNL_BK_RAW_MAX_M 64
 
 /* Software prefetch of raw_kernel.c for the weight rows: distance in bytes

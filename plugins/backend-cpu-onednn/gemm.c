@@ -340,8 +340,8 @@ static size_t dnnl_bk_ffn_raw_bytes(int64_t m, int64_t I)
            dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I));
 }
 
-/* expert_ffn of an inplace expert on the row kernel (raw_kernel.c for
- * m <= DNNL_BK_RAW_MAX_M rows, or own_kernel.c for any m): no gather, no
+/* expert_ffn of an inplace expert on the row kernel (raw_kernel.c or
+ * own_kernel.c, any m): no gather, no
  * padding, results written straight to out. `scratch` holds
  * dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
@@ -382,7 +382,11 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
     int rc;
     for (int64_t i0 = 0; i0 < n; i0 += DNNL_BK_MAX_BUCKET) {
         int64_t m = n - i0 < DNNL_BK_MAX_BUCKET ? n - i0 : DNNL_BK_MAX_BUCKET;
-        if (e->layout == DNNL_BK_RAW && (bk->own || (bk->raw_kernel && m <= DNNL_BK_RAW_MAX_M))) {
+        /* Inplace experts run on the row kernel at every row count: one
+         * summation order, so a row's bits do not depend on how many rows the
+         * expert got (the KV path equals recompute). Switching to oneDNN above
+         * some count, as an earlier version did at 64 rows, broke that. */
+        if (e->layout == DNNL_BK_RAW && (bk->own || bk->raw_kernel)) {
             if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(m, I))))
                 return rc;
             dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch,

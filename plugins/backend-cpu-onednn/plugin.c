@@ -17,9 +17,10 @@
 
 /* `expert_layout`, for routed experts (expert_create and slots):
  *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
- *    by raw_kernel.c up to DNNL_BK_RAW_MAX_M tokens, else by oneDNN on the raw
- *    layout (tag ba). No extra memory, nothing to do at load, and a promotion
- *    into a slot is a copy.
+ *    by raw_kernel.c (or own_kernel.c) at every token count, one summation
+ *    order whatever the count (batch invariance); oneDNN on the raw layout
+ *    (tag ba) only where neither kernel runs. No extra memory, nothing to do
+ *    at load, and a promotion into a slot is a copy.
  *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
  *    reordered into oneDNN's blocked layout (BA16a64b2a). A second host copy of
  *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
@@ -53,7 +54,7 @@ static const struct tide_option dnnl_bk_options[] = {
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
     {"gemm", TIDE_OPT_ENUM, "auto",
-     "matmul kernels: onednn = oneDNN's bf16 matmuls (and raw_kernel.c for small inplace "
+     "matmul kernels: onednn = oneDNN's bf16 matmuls (and raw_kernel.c for inplace "
      "experts); own = own_kernel.c for every matmul (AVX2 or plain C, one summation order per "
      "output whatever the row count); auto = onednn where it has a bf16 matmul on this CPU "
      "(AVX512), else own",

@@ -1,5 +1,5 @@
 /* A bf16 matmul kernel for the checkpoint's own [N][K] layout, for the
- * `inplace` expert layout at small token counts.
+ * `inplace` expert layout at every token count.
  *
  * oneDNN 2.6 reads raw [N][K] weights (tag ba) at about half the speed of its
  * prepacked layout at M <= 8. Here each output y[t][n] is a dot product of x
@@ -11,7 +11,11 @@
  *
  * Two tilings (rk_block picks): for 1-4 tokens and long rows, one weight row
  * after another (rk_rows, a linear stream); otherwise up to 8 tokens by NR
- * rows side by side (rk_tile). Row blocks of DNNL_BK_RAW_RB rows are split
+ * rows side by side (rk_tile). Both sum an output in one order that depends
+ * on k alone: one f32 accumulator over the chunks of 32 in increasing order
+ * (the tail masked), then the lanes as rk_hsum16 adds them. So a token's
+ * result does not depend on the token count or on its companions (batch
+ * invariance, tests/conformance/test_raw_kernel.c). Row blocks of DNNL_BK_RAW_RB rows are split
  * among the threads; more than 8 tokens re-read a block from L2, not DRAM.
  * The weights are prefetched by software a few KiB ahead: rows are only pages
  * long, and the hardware stream prefetchers stop at page boundaries.
@@ -126,49 +130,45 @@ RK_INLINE void rk_tile(const int mt, const int nr, const uint16_t *const *x, con
 
 /* One weight row after another, a linear stream through W (the order oneDNN's
  * packed layout gives): for 1-4 tokens and long rows this keeps DRAM pages
- * open longer than nr rows read side by side. ku partial sums per token hide
- * the VDPBF16PS latency; mt <= 4, nr * mt <= 16. */
-RK_INLINE void rk_rows(const int mt, const int nr, const int ku, const uint16_t *const *x,
-                       const uint16_t *w, int64_t k, float *const *y, int64_t col)
+ * open longer than nr rows read side by side. mt <= 4, nr * mt <= 16.
+ *
+ * Each output is summed exactly as rk_tile sums it (one accumulator, chunks
+ * in order, the masked tail last, then rk_hsum16), so a token's result does
+ * not depend on how many tokens share its group of 8 (batch invariance). An
+ * earlier version kept 4 partial sums per token here to hide the VDPBF16PS
+ * latency; at 1-4 tokens the weight stream from DRAM is the limit, not that
+ * latency, and the second order made a row's bits depend on the row count. */
+RK_INLINE void rk_rows(const int mt, const int nr, const uint16_t *const *x, const uint16_t *w,
+                       int64_t k, float *const *y, int64_t col)
 {
     const int64_t ahead = DNNL_BK_RAW_PF_BYTES / 2; /* elements */
     __m512 v[16];
 #pragma GCC unroll 16
     for (int r = 0; r < nr; r++) {
         const uint16_t *wr = w + r * k;
-        __m512 acc[4][4];
+        __m512 acc[4];
 #pragma GCC unroll 4
         for (int t = 0; t < mt; t++)
-#pragma GCC unroll 4
-            for (int u = 0; u < ku; u++)
-                acc[t][u] = _mm512_setzero_ps();
+            acc[t] = _mm512_setzero_ps();
         int64_t k0 = 0;
-        for (; k0 + 32 * ku <= k; k0 += 32 * ku)
+        for (; k0 + 32 <= k; k0 += 32) {
+            __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k0);
+            _mm_prefetch((const char *)(wr + k0 + ahead), DNNL_BK_RAW_PF_HINT);
 #pragma GCC unroll 4
-            for (int u = 0; u < ku; u++) {
-                __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k0 + 32 * u);
-                _mm_prefetch((const char *)(wr + k0 + 32 * u + ahead), DNNL_BK_RAW_PF_HINT);
-#pragma GCC unroll 4
-                for (int t = 0; t < mt; t++)
-                    acc[t][u] = _mm512_dpbf16_ps(
-                        acc[t][u], (__m512bh)_mm512_loadu_si512(x[t] + k0 + 32 * u), wv);
-            }
-        for (; k0 < k; k0 += 32) {
-            const __mmask32 m =
-                k - k0 >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1ull << (k - k0)) - 1);
+            for (int t = 0; t < mt; t++)
+                acc[t] = _mm512_dpbf16_ps(acc[t], (__m512bh)_mm512_loadu_si512(x[t] + k0), wv);
+        }
+        if (k0 < k) { /* masked tail */
+            const __mmask32 m = (__mmask32)((1ull << (k - k0)) - 1);
             __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wr + k0);
 #pragma GCC unroll 4
             for (int t = 0; t < mt; t++)
-                acc[t][0] = _mm512_dpbf16_ps(acc[t][0],
-                                             (__m512bh)_mm512_maskz_loadu_epi16(m, x[t] + k0), wv);
+                acc[t] =
+                    _mm512_dpbf16_ps(acc[t], (__m512bh)_mm512_maskz_loadu_epi16(m, x[t] + k0), wv);
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < mt; t++) {
-#pragma GCC unroll 4
-            for (int u = 1; u < ku; u++)
-                acc[t][0] = _mm512_add_ps(acc[t][0], acc[t][u]);
-            v[t * nr + r] = acc[t][0];
-        }
+        for (int t = 0; t < mt; t++)
+            v[t * nr + r] = acc[t];
     }
     rk_store(v, mt, nr, y, col);
 }
@@ -196,12 +196,12 @@ typedef void (*rk_tile_fn)(const uint16_t *const *x, const uint16_t *w, int64_t 
     static RK_TARGET void rk_rows_##mt(const uint16_t *const *x, const uint16_t *w, int64_t k,     \
                                        float *const *y, int64_t col)                               \
     {                                                                                              \
-        rk_rows(mt, 16 / (mt), 4, x, w, k, y, col);                                                \
+        rk_rows(mt, 16 / (mt), x, w, k, y, col);                                                   \
     }                                                                                              \
     static RK_TARGET void rk_rows_##mt##_1(const uint16_t *const *x, const uint16_t *w, int64_t k, \
                                            float *const *y, int64_t col)                           \
     {                                                                                              \
-        rk_rows(mt, 1, 4, x, w, k, y, col);                                                        \
+        rk_rows(mt, 1, x, w, k, y, col);                                                           \
     }
 
 RK_DEFINE_ROWS(1)

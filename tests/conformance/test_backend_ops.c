@@ -817,6 +817,211 @@ static void test_expert_batch(void)
     free_all();
 }
 
+/* ---- batch invariance --------------------------------------------------- */
+
+/* A row's result must not depend on how many rows share the call, where it
+ * sits among them, or which other experts share an expert batch: the KV path
+ * then equals recompute, and a request's output does not depend on its
+ * companions. Each case computes all rows in one call, then every count of
+ * bi_counts at a shifting offset, and compares bit for bit. The counts cross
+ * every tiling edge of the CPU kernels (groups of 4 and 8 tokens, oneDNN's
+ * buckets, the 256-row chunks). */
+static const int bi_counts[] = {1,  2,  3,  4,   5,   7,   8,   9,   15,  16,  17,  31,  32, 33,
+                                63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 384, 511, 512};
+
+/* Offset of the c-row part among max rows. */
+static int bi_offset(int c, int max)
+{
+    return (c * 37) % (max - c + 1);
+}
+
+/* How many of the n rows of C values differ, bit for bit, from want's. */
+static int bi_diff_rows(const float *got, const float *want, int n, int C)
+{
+    int d = 0;
+    for (int r = 0; r < n; r++)
+        d += memcmp(got + (size_t)r * C, want + (size_t)r * C, sizeof *got * (size_t)C) != 0;
+    return d;
+}
+
+static void bi_report(const char *what, int c, int o, int d, int max)
+{
+    if (d)
+        fprintf(stderr,
+                "FAIL %s: %d of %d rows (from row %d) differ from the same rows of a call "
+                "of %d\n",
+                what, d, c, o, max);
+    CHECK(d == 0);
+}
+
+/* matmul of N x K at every count up to max rows. */
+static void bi_matmul(int N, int K, int max)
+{
+    float *x = rnd_array((size_t)max * K, true), *w = rnd_array((size_t)N * K, true);
+    void *keep;
+    struct tide_weight *wt = make_weight(w, TIDE_DTYPE_BF16, 2, N, K, TIDE_WEIGHT_MATMUL, &keep);
+    struct tide_tensor xt = new_view(TIDE_DTYPE_BF16, max, K, K, 0);
+    struct tide_tensor yt = new_view(TIDE_DTYPE_F32, max, N, N, 0);
+    put(&xt, x);
+    CHECK_EQ_INT(ops->matmul(bk, &xt, wt, &yt), TIDE_OK);
+    float *full = get(&yt);
+    char what[64];
+    snprintf(what, sizeof what, "matmul N=%d K=%d", N, K);
+    for (size_t i = 0; i < sizeof bi_counts / sizeof bi_counts[0] && bi_counts[i] <= max; i++) {
+        const int c = bi_counts[i], o = bi_offset(c, max);
+        struct tide_tensor xs = tide_tensor_slice(&xt, o, c, 0, K);
+        struct tide_tensor ys = tide_tensor_slice(&yt, o, c, 0, N);
+        CHECK_EQ_INT(ops->matmul(bk, &xs, wt, &ys), TIDE_OK);
+        float *part = get(&ys);
+        bi_report(what, c, o, bi_diff_rows(part, full + (size_t)o * N, c, N), max);
+        free(part);
+    }
+    ops->weight_destroy(bk, wt);
+    free(keep);
+    free(x);
+    free(w);
+    free(full);
+    free_all();
+}
+
+/* One expert at every count up to max rows, alone (expert_ffn) and in an
+ * expert batch with two companions whose row counts change with the count. */
+static void bi_expert(int H, int I, int max)
+{
+    struct test_expert te[3];
+    struct tide_expert *ex[3] = {NULL, NULL, NULL};
+    for (int j = 0; j < 3; j++) {
+        expert_make(&te[j], H, I);
+        CHECK_EQ_INT(ops->expert_create(bk, &te[j].gv, &te[j].uv, &te[j].dv, &ex[j]), TIDE_OK);
+    }
+    float *x = rnd_array((size_t)max * H, true);
+    for (int i = 0; i < max * H; i++)
+        x[i] = tide_round_bf16(x[i] * 4.0f);
+    /* Rows 0..max-1 of out are the expert's, max.. the companions'. */
+    const int comp_max = 80;
+    int32_t *idx = malloc(sizeof *idx * (size_t)(max + 2 * comp_max));
+    for (int i = 0; i < max + 2 * comp_max; i++)
+        idx[i] = i;
+    struct tide_tensor xt = new_view(TIDE_DTYPE_BF16, max, H, H + 8, 4);
+    struct tide_tensor ot = new_view(TIDE_DTYPE_F32, max + 2 * comp_max, H, H, 0);
+    put(&xt, x);
+    if (!ex[1])
+        goto out;
+    CHECK_EQ_INT(ops->expert_ffn(bk, ex[1], &xt, idx, idx, max, &ot), TIDE_OK);
+    struct tide_tensor first = tide_tensor_slice(&ot, 0, max, 0, H);
+    float *full = get(&first);
+    char what[96];
+    for (size_t i = 0; i < sizeof bi_counts / sizeof bi_counts[0] && bi_counts[i] <= max; i++) {
+        const int c = bi_counts[i], o = bi_offset(c, max);
+        struct tide_tensor part_t = tide_tensor_slice(&ot, o, c, 0, H);
+        CHECK_EQ_INT(ops->expert_ffn(bk, ex[1], &xt, idx + o, idx + o, c, &ot), TIDE_OK);
+        float *part = get(&part_t);
+        snprintf(what, sizeof what, "expert_ffn H=%d I=%d", H, I);
+        bi_report(what, c, o, bi_diff_rows(part, full + (size_t)o * H, c, H), max);
+        free(part);
+        if (!TIDE_OPS_HAS(ops, expert_ffn_batch) || !ex[0] || !ex[2])
+            continue;
+        /* Companions: a few rows before, many or one after (their sources
+         * are any rows of x; their outputs go past row max). */
+        const int n0 = (c * 5) % 7, n2 = c % 3 ? comp_max : 1;
+        int32_t *rows = malloc(sizeof *rows * (size_t)(n0 + c + n2)),
+                *dst = malloc(sizeof *dst * (size_t)(n0 + c + n2));
+        for (int r = 0; r < n0; r++) {
+            rows[r] = (r * 11) % max;
+            dst[r] = max + r;
+        }
+        for (int r = 0; r < c; r++)
+            rows[n0 + r] = dst[n0 + r] = o + r;
+        for (int r = 0; r < n2; r++) {
+            rows[n0 + c + r] = (r * 13 + 1) % max;
+            dst[n0 + c + r] = max + comp_max + r;
+        }
+        const struct tide_expert *batch[3] = {ex[0], ex[1], ex[2]};
+        const int64_t off[4] = {0, n0, n0 + c, n0 + c + n2};
+        CHECK_EQ_INT(ops->expert_ffn_batch(bk, 3, batch, &xt, rows, dst, off, &ot), TIDE_OK);
+        part = get(&part_t);
+        snprintf(what, sizeof what, "expert_ffn_batch H=%d I=%d (companions of %d and %d rows)", H,
+                 I, n0, n2);
+        bi_report(what, c, o, bi_diff_rows(part, full + (size_t)o * H, c, H), max);
+        free(part);
+        free(rows);
+        free(dst);
+    }
+    free(full);
+out:
+    for (int j = 0; j < 3; j++) {
+        ops->expert_destroy(bk, ex[j]);
+        expert_free(&te[j]);
+    }
+    free(idx);
+    free(x);
+    free_all();
+}
+
+/* Attention of the queries [pos0, end) against the keys before end, for
+ * every block-aligned pos0 (the positions the KV cache holds) and every block
+ * end after it, against all `total` queries at once (recompute). */
+static void bi_attention(int nh, int nkv, int hd, int block, int total)
+{
+    const int qc = nh * hd, kc = nkv * hd;
+    float *q = rnd_array((size_t)total * qc, false), *k = rnd_array((size_t)total * kc, false);
+    float *v = rnd_array((size_t)total * kc, false);
+    for (int i = 0; i < total * qc; i++)
+        q[i] *= 2.0f;
+    struct tide_tensor qt = new_view(TIDE_DTYPE_F32, total, qc, qc, 0);
+    struct tide_tensor kt = new_view(TIDE_DTYPE_F32, total, kc, kc, 0);
+    struct tide_tensor vt = new_view(TIDE_DTYPE_F32, total, kc, kc, 0);
+    struct tide_tensor ot = new_view(TIDE_DTYPE_F32, total, qc, qc, 0);
+    put(&qt, q);
+    put(&kt, k);
+    put(&vt, v);
+    struct tide_attn_args a = {.size = sizeof a,
+                               .k_cache = &kt,
+                               .v_cache = &vt,
+                               .n_heads = nh,
+                               .n_kv_heads = nkv,
+                               .head_dim = hd,
+                               .block = block,
+                               .scale = 1.0f / sqrtf((float)hd)};
+    a.q = &qt;
+    a.out = &ot;
+    a.pos0 = 0;
+    a.n = total;
+    CHECK_EQ_INT(ops->attention(bk, &a), TIDE_OK);
+    float *full = get(&ot);
+    char what[96];
+    snprintf(what, sizeof what, "attention heads=%d/%d hd=%d block=%d", nh, nkv, hd, block);
+    for (int pos0 = 0; pos0 < total; pos0 += block)
+        for (int end = pos0 + block; end <= total; end += block) {
+            struct tide_tensor qs = tide_tensor_slice(&qt, pos0, end - pos0, 0, qc);
+            struct tide_tensor os = tide_tensor_slice(&ot, pos0, end - pos0, 0, qc);
+            a.q = &qs;
+            a.out = &os;
+            a.pos0 = pos0;
+            a.n = end - pos0;
+            CHECK_EQ_INT(ops->attention(bk, &a), TIDE_OK);
+            float *part = get(&os);
+            bi_report(what, end - pos0, pos0,
+                      bi_diff_rows(part, full + (size_t)pos0 * qc, end - pos0, qc), total);
+            free(part);
+        }
+    free(q);
+    free(k);
+    free(v);
+    free(full);
+    free_all();
+}
+
+static void test_batch_invariance(void)
+{
+    bi_matmul(96, 200, 512);   /* small: bucketed by oneDNN */
+    bi_matmul(4096, 4096, 40); /* 16 Mi elements: exact row counts in oneDNN */
+    bi_expert(72, 40, 512);
+    bi_expert(1024, 64, 512); /* rows of 1024: another tiling at 1-4 rows (raw kernel) */
+    bi_attention(4, 2, 32, 32, 128);
+    bi_attention(4, 4, 24, 8, 40); /* hd not a multiple of 16: the plain loops */
+}
+
 /* Row gather and scatter between a strided table and a packed block. */
 static void run_rows(enum tide_dtype dt)
 {
@@ -985,9 +1190,62 @@ static void run_all(void)
     TEST_RUN(test_router);
     TEST_RUN(test_expert_ffn);
     TEST_RUN(test_expert_batch);
+    TEST_RUN(test_batch_invariance);
     TEST_RUN(test_slots);
     TEST_RUN(test_moe_combine);
     TEST_RUN(test_errors);
+}
+
+static void run_layout(void)
+{
+    TEST_RUN(test_expert_ffn);
+    TEST_RUN(test_expert_batch);
+    TEST_RUN(test_batch_invariance);
+    TEST_RUN(test_slots);
+}
+
+static void run_gemm(void)
+{
+    TEST_RUN(test_matmul);
+    TEST_RUN(test_expert_ffn);
+    TEST_RUN(test_expert_batch);
+    TEST_RUN(test_batch_invariance);
+}
+
+/* Run `body` on an instance for each choice of the enum option `name`, when
+ * the backend has it, then set it back to auto. may_refuse: a choice this
+ * machine cannot run may be refused at create (skipped, with the reason). */
+static void run_choices(const struct tide_plugin *p, struct tide_config *cfg,
+                        const struct tide_opts *opts, const char *name, bool may_refuse,
+                        void (*body)(void))
+{
+    for (const struct tide_option *o = p->desc->options; o && o->name; o++) {
+        if (strcmp(o->name, name) || !o->choices)
+            continue;
+        char choices[128];
+        snprintf(choices, sizeof choices, "%s", o->choices);
+        for (char *save = NULL, *c = strtok_r(choices, "|", &save); c;
+             c = strtok_r(NULL, "|", &save)) {
+            CHECK_EQ_INT(tide_config_set_value(cfg, p->desc->name, name, c, "test"), TIDE_OK);
+            struct tide_backend_args args = {
+                .size = sizeof args, .opts = opts, .role = TIDE_ROLE_DEVICE};
+            capture_errors(may_refuse);
+            const int rc = ops->create(&args, &bk);
+            capture_errors(false);
+            if (rc && may_refuse) {
+                fprintf(stderr, "%s = %s: skipped, refused here: %s\n", name, c, last_error);
+                continue;
+            }
+            CHECK_EQ_INT(rc, TIDE_OK);
+            if (rc || !bk)
+                continue;
+            fprintf(stderr, "%s = %s (%s)\n", name, c,
+                    TIDE_OPS_HAS(ops, describe) ? ops->describe(bk) : "");
+            body();
+            ops->destroy(bk);
+        }
+        CHECK_EQ_INT(tide_config_set_value(cfg, p->desc->name, name, "auto", "test"), TIDE_OK);
+    }
 }
 
 /* Create an instance with the section's options; false on failure. */
@@ -1033,24 +1291,11 @@ int main(int argc, char **argv)
         run_all();
         ops->destroy(bk);
     }
-    /* Every expert layout the backend offers. */
-    for (const struct tide_option *o = p->desc->options; o && o->name; o++) {
-        if (strcmp(o->name, "expert_layout") || !o->choices)
-            continue;
-        char choices[128];
-        snprintf(choices, sizeof choices, "%s", o->choices);
-        for (char *save = NULL, *c = strtok_r(choices, "|", &save); c;
-             c = strtok_r(NULL, "|", &save)) {
-            CHECK_EQ_INT(tide_config_set_value(cfg, p->desc->name, o->name, c, "test"), TIDE_OK);
-            fprintf(stderr, "expert_layout = %s\n", c);
-            if (open_backend(p, opts)) {
-                TEST_RUN(test_expert_ffn);
-                TEST_RUN(test_expert_batch);
-                TEST_RUN(test_slots);
-                ops->destroy(bk);
-            }
-        }
-    }
+    /* Every expert layout the backend offers; every matmul kernel (a `gemm`
+     * switch): the conformance of its matmuls and experts, and their batch
+     * invariance. A kernel this CPU cannot run is refused at create: skipped. */
+    run_choices(p, cfg, opts, "expert_layout", false, run_layout);
+    run_choices(p, cfg, opts, "gemm", true, run_gemm);
     /* The plain loops behind a `simd` switch, when the backend has one. */
     for (const struct tide_option *o = p->desc->options; o && o->name; o++) {
         if (strcmp(o->name, "simd"))

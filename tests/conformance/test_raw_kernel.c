@@ -2,22 +2,20 @@
  * its summation order promises, for every token count, row count, row length
  * and thread count.
  *
- * The order is part of the lossless contract: every later speed-up of the
- * kernel must keep the tokens and logits of the checkpoints it already ran.
- * The reference below restates that order plainly, one output at a time,
- * with the same instruction (VDPBF16PS) as the only arithmetic on bf16 pairs:
+ * The order depends on k alone, never on the token count, so a token's
+ * result does not depend on how many tokens share the call (batch
+ * invariance: the KV path equals recompute). A faster kernel may change the
+ * order, as long as it keeps one. The reference below restates the order
+ * plainly, one output at a time, with the same instruction (VDPBF16PS) as
+ * the only arithmetic on bf16 pairs:
  *
  *  - the row of k values is cut into chunks of 32 (the last one padded with
  *    zeros);
- *  - the tokens are taken 8 at a time; a group is the 8 (or fewer, for the
- *    last) tokens t with the same t / 8;
- *  - "rows" order (a group of 1-4 tokens and k >= 1024): 4 partial sums, partial u
- *    takes the chunks c = u, u + 4, ... of the whole groups of 4 full
- *    chunks (the first 128 * floor(k / 128) values), in increasing c; the chunks after the last
- * whole group go to partial 0; the vector is ((p0 + p1) + p2) + p3;
- *  - "tile" order (otherwise): one sum over all chunks in increasing c;
+ *  - one sum over all chunks in increasing order;
  *  - the 16 lanes of the vector are then added as (s0 + s1) + (s2 + s3), s_j
  *    = (l[4j] + l[4j+2]) + (l[4j+1] + l[4j+3]).
+ *
+ * And each token computed alone gives the bits it gets in the batch.
  *
  * Exit 77 when the CPU lacks AVX512-BF16. */
 #include <immintrin.h>
@@ -27,6 +25,9 @@
 
 #include "bf16_rand.h"
 #include "dnnl_bk.h"
+
+/* The most tokens of a case. */
+#define DNNL_BK_TEST_MAX_M 130
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -41,25 +42,12 @@ static TARGET __m512 chunk_dot(__m512 acc, const uint16_t *x, const uint16_t *w,
                             (__m512bh)_mm512_maskz_loadu_epi16(m, w + k0));
 }
 
-static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k, bool rows_order)
+static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
 {
     const int64_t chunks = (k + 31) / 32;
-    __m512 v;
-    if (rows_order) {
-        __m512 p[4];
-        for (int u = 0; u < 4; u++)
-            p[u] = _mm512_setzero_ps();
-        const int64_t whole = k / 128 * 4; /* chunks in whole groups of 4 full chunks */
-        for (int64_t c = 0; c < whole; c++)
-            p[c % 4] = chunk_dot(p[c % 4], x, w, k, c);
-        for (int64_t c = whole; c < chunks; c++)
-            p[0] = chunk_dot(p[0], x, w, k, c);
-        v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[1]), p[2]), p[3]);
-    } else {
-        v = _mm512_setzero_ps();
-        for (int64_t c = 0; c < chunks; c++)
-            v = chunk_dot(v, x, w, k, c);
-    }
+    __m512 v = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++)
+        v = chunk_dot(v, x, w, k, c);
     float l[16], s[4];
     _mm512_storeu_ps(l, v);
     for (int j = 0; j < 4; j++)
@@ -75,8 +63,8 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     const int64_t n[2] = {n0, n1};
     uint16_t *xbuf = malloc(sizeof(uint16_t) * (size_t)(m * (k + 1) + 1));
     uint16_t *wbuf[2];
-    float *y[2], *yp[2][64];
-    const uint16_t *xr[64];
+    float *y[2], *yp[2][DNNL_BK_TEST_MAX_M], *y1[2];
+    const uint16_t *xr[DNNL_BK_TEST_MAX_M];
     for (int64_t t = 0; t < m; t++) {
         xr[t] = xbuf + 1 + t * (k + 1);
         for (int64_t i = 0; i < k; i++)
@@ -96,10 +84,8 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)
         for (int64_t t = 0; t < m; t++) {
-            const int64_t group = m - t / 8 * 8 < 8 ? m - t / 8 * 8 : 8;
-            const bool rows_order = group <= 4 && k >= 1024;
             for (int64_t r = 0; r < n[s]; r++) {
-                float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k, rows_order);
+                float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k);
                 float got = yp[s][t][r];
                 if (memcmp(&want, &got, sizeof want)) {
                     if (bad++ < 3)
@@ -111,6 +97,21 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
                 }
             }
         }
+    /* Each token alone, on one thread, against its row of the batch. */
+    for (int s = 0; s < 2; s++)
+        y1[s] = malloc(sizeof(float) * (size_t)n[s]);
+    for (int64_t t = 0; t < m; t++) {
+        struct dnnl_bk_raw_seg one[2] = {{wbuf[0] + 1, n[0], &y1[0]}, {wbuf[1] + 1, n[1], &y1[1]}};
+        dnnl_bk_raw_gemm(&xr[t], 1, one, 2, k, 1);
+        for (int s = 0; s < 2; s++)
+            if (memcmp(y1[s], yp[s][t], sizeof(float) * (size_t)n[s])) {
+                if (bad++ < 3)
+                    fprintf(stderr, "FAIL m %lld k %lld: token %lld alone differs from the batch\n",
+                            (long long)m, (long long)k, (long long)t);
+            }
+    }
+    for (int s = 0; s < 2; s++)
+        free(y1[s]);
     if (bad) {
         fprintf(stderr, "FAIL m %lld rows %lld+%lld k %lld threads %d: %lld outputs differ\n",
                 (long long)m, (long long)n0, (long long)n1, (long long)k, threads, (long long)bad);
@@ -144,8 +145,9 @@ int main(void)
                     check_case(m, rows[ri][0], rows[ri][1], ks[ki], threads);
                     cases++;
                 }
-    /* Larger token counts, as the batch of a busy expert. */
-    const int64_t big[] = {16, 31, 64};
+    /* Larger token counts, as the batch of a busy expert (the kernel takes
+     * every count since it alone computes inplace experts). */
+    const int64_t big[] = {16, 31, 64, 65, 100, DNNL_BK_TEST_MAX_M};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         check_case(big[i], 40, 9, 2048, 2);
         check_case(big[i], 33, 3, 512, 1);
