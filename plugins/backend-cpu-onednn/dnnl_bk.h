@@ -96,7 +96,8 @@ struct tide_backend {
      * layout. own_avx2: its AVX2 code runs (else its scalar code). */
     bool own;
     bool own_avx2;
-    bool simd; /* `simd` option: the AVX-512 kernels of simd.c where they run */
+    bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
+    bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -229,6 +230,15 @@ void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
 void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
 /* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
 int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
+/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
+void dnnl_bk_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total, int64_t ldk,
+                         float *kt, int threads);
+
+/* attn_avx2.c: the attention op on AVX2, with the plain loop's bits, for
+ * CPUs without the AVX-512 path (checked arguments; head_dim a multiple of
+ * 8). dnnl_bk_avx2_available: this CPU has AVX2. */
+bool dnnl_bk_avx2_available(void);
+int dnnl_bk_attention_avx2(struct tide_backend *bk, const struct tide_attn_args *a);
 
 /* Seconds on a monotonic clock. */
 double dnnl_bk_now(void);

@@ -164,6 +164,8 @@ int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
     dnnl_bk_enter(bk);
     if (dnnl_bk_simd_on(bk) && hd % 16 == 0)
         return dnnl_bk_attention_simd(bk, a);
+    if (bk->simd_avx2 && hd % 8 == 0)
+        return dnnl_bk_attention_avx2(bk, a);
     int failed = 0;
 #pragma omp parallel num_threads(bk->threads) if (n * a->n_heads > 1)
     {

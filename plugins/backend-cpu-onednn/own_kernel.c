@@ -91,8 +91,26 @@ static OK_TARGET inline float ok_tail(float r, const uint16_t *x, const uint16_t
     return r;
 }
 
+/* Software prefetch distance in weight rows: at least the next tile's rows,
+ * at least DNNL_BK_RAW_PF_BYTES ahead (the hardware prefetchers stop at page
+ * boundaries, and a row of k = 2048 is a page). */
+static inline int64_t ok_pf_rows(int64_t k, int nr)
+{
+    const int64_t rows = (DNNL_BK_RAW_PF_BYTES + 2 * k - 1) / (2 * k);
+    return rows > nr ? rows : nr;
+}
+
+/* Prefetch the weight element at w + i, which may lie past the matrix: the
+ * address is formed as an integer (no out-of-bounds pointer arithmetic), and
+ * a prefetch never faults. */
+static OK_TARGET inline void ok_prefetch(const uint16_t *w, int64_t i)
+{
+    _mm_prefetch((const char *)((uintptr_t)w + (uintptr_t)i * sizeof *w), DNNL_BK_RAW_PF_HINT);
+}
+
 /* mt (1..4) tokens by NR weight rows starting at w, outputs column col; the
- * x rows come widened to f32 (xf[t], k values each). */
+ * x rows come widened to f32 (xf[t], k values each). The weights `pf` rows
+ * ahead are prefetched. */
 #define OK_TILE(mt, nr)                                                                            \
     static OK_TARGET void ok_tile_##mt##_##nr(const float *const *xf, const uint16_t *const *x,    \
                                               const uint16_t *w, int64_t k, float *const *y,       \
@@ -103,10 +121,14 @@ static OK_TARGET inline float ok_tail(float r, const uint16_t *x, const uint16_t
             for (int r = 0; r < (nr); r++)                                                         \
                 acc[t][r] = _mm256_setzero_ps();                                                   \
         const int64_t k8 = k & ~(int64_t)7;                                                        \
+        const int64_t pf = ok_pf_rows(k, nr);                                                      \
         for (int64_t i = 0; i < k8; i += 8) {                                                      \
             __m256 wv[nr];                                                                         \
-            for (int r = 0; r < (nr); r++)                                                         \
+            for (int r = 0; r < (nr); r++) {                                                       \
                 wv[r] = ok_load8(w + r * k + i);                                                   \
+                if ((i & 31) == 0) /* one prefetch per 64-byte line */                             \
+                    ok_prefetch(w, (pf + r) * k + i);                                              \
+            }                                                                                      \
             for (int t = 0; t < (mt); t++) {                                                       \
                 const __m256 xv = _mm256_loadu_ps(xf[t] + i);                                      \
                 for (int r = 0; r < (nr); r++)                                                     \

@@ -60,8 +60,9 @@ static const struct tide_option dnnl_bk_options[] = {
      "(AVX512), else own",
      "auto|onednn|own", NULL},
     {"simd", TIDE_OPT_BOOL, "true",
-     "AVX-512 kernels for attention, exp/SiLU and the expert batch where the CPU has them; they "
-     "give the same bits as the plain C loops, which false selects (for checking)",
+     "vector kernels: AVX-512 attention, exp/SiLU and the expert batch where the CPU has them, "
+     "else AVX2 attention; they give the same bits as the plain C loops, which false selects "
+     "(for checking)",
      NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
@@ -174,8 +175,10 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     char simd_why[160];
     const bool simd_can = dnnl_bk_simd_init(simd_why, sizeof simd_why);
     bk->simd = args->opts ? tide_opts_bool(args->opts, "simd") : true;
+    bk->simd_avx2 = bk->simd && !simd_can && dnnl_bk_avx2_available();
     if (bk->simd && !simd_can)
-        tide_info(DNNL_BK_NAME ": simd kernels off: %s", simd_why);
+        tide_info(DNNL_BK_NAME ": AVX-512 simd kernels off: %s%s", simd_why,
+                  bk->simd_avx2 ? "; attention runs on AVX2 (same bits as the plain loops)" : "");
     dnnl_status_t st = dnnl_engine_create(&bk->eng, dnnl_cpu, 0);
     if (st == dnnl_success)
         st = dnnl_stream_create(&bk->stream, bk->eng, dnnl_stream_default_flags);
@@ -212,7 +215,10 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
              : bk->own_avx2 ? "own (avx2)"
                             : "own (plain C)",
              bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
-             strcmp(layout, "auto") ? "" : " (auto)", dnnl_bk_simd_on(bk) ? "on" : "off");
+             strcmp(layout, "auto") ? "" : " (auto)",
+             dnnl_bk_simd_on(bk) ? "on"
+             : bk->simd_avx2     ? "avx2"
+                                 : "off");
     *out = bk;
     return TIDE_OK;
 }

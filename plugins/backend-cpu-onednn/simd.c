@@ -297,9 +297,8 @@ SIMD_TARGET static void simd_mix(const float *p, float sum, int64_t len, const f
     }
 }
 
-/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
-static void simd_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total,
-                             int64_t ldk, float *kt, int threads)
+void dnnl_bk_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total, int64_t ldk,
+                         float *kt, int threads)
 {
     const int64_t jb = (total + 63) / 64;
 #pragma omp parallel for collapse(2) num_threads(threads) if (total * nkv * hd >= 65536)
@@ -323,7 +322,7 @@ int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args 
     if (rc)
         return rc;
     float *kt = bk->scratch;
-    simd_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
+    dnnl_bk_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
     int failed = 0;
 #pragma omp parallel num_threads(bk->threads) if (n * nkv > 1)
     {

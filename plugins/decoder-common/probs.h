@@ -5,9 +5,10 @@
  * running maximum, the first index where it was reached, and the sum of
  * exp(l - max) rescaled whenever the maximum grows (the "online softmax").
  * exp is dc_exp_neg below, a float polynomial written with separate
- * multiplies and adds; sums are in double. The AVX-512 path and the scalar
- * path (any CPU) perform the same operations in the same order per lane, so
- * they return identical bits (tests/probs).
+ * multiplies and adds; sums are in double. The AVX-512 path, the AVX2 path
+ * (16 lanes as two halves of 8) and the scalar path (any CPU) perform the
+ * same operations in the same order per lane, so they return identical bits
+ * (tests/probs).
  *
  * dc_exp_neg(x): exp(x) for x <= 0 in float: within 2 ulp of exp for
  * x >= -86, and 0 below (where exp(x) < 5e-38).
@@ -230,6 +231,115 @@ PROBS_TARGET static inline void probs_avx512(const float *x, int64_t V, int64_t 
     probs_finish(&st, id, prob);
 }
 
+/* The same scan on AVX2: the 16 lanes as two halves of 8 (lanes 0-7, 8-15),
+ * the same operations per lane in the same order (no FMA: the target leaves
+ * it out, and ISO C does not contract), so the bits equal the scalar path's. */
+#define PROBS_TARGET2 __attribute__((target("avx2")))
+
+PROBS_TARGET2 static inline __m256 probs_exp8(__m256 x)
+{
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(PROBS_EXP_MIN), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(PROBS_EXP_MIN));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(PROBS_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(PROBS_LN2_HI)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(PROBS_LN2_LO)));
+    __m256 y = _mm256_set1_ps(PROBS_P0);
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(PROBS_P1));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(PROBS_P2));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(PROBS_P3));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(PROBS_P4));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(PROBS_P5));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(r, r)), r),
+                      _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
+    return _mm256_and_ps(y, ok);
+}
+
+/* 8 lanes (one half) of probs_vec: s[0], s[1] hold lanes 0-3 and 4-7 of it. */
+PROBS_TARGET2 static inline void probs_vec8(__m256 xv, int64_t v0, __m256 *m, __m256i *best,
+                                            __m256d s[2])
+{
+    const __m256 up = _mm256_cmp_ps(xv, *m, _CMP_GT_OQ);
+    const __m256 e = probs_exp8(_mm256_sub_ps(xv, *m));
+    __m256d keep[2] = {_mm256_add_pd(s[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e))),
+                       _mm256_add_pd(s[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)))};
+    if (__builtin_expect(_mm256_movemask_ps(up) != 0, 0)) {
+        const __m256 g = probs_exp8(_mm256_sub_ps(*m, xv));
+        const __m256d one = _mm256_set1_pd(1.0);
+        const __m256d grow[2] = {
+            _mm256_add_pd(_mm256_mul_pd(s[0], _mm256_cvtps_pd(_mm256_castps256_ps128(g))), one),
+            _mm256_add_pd(_mm256_mul_pd(s[1], _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1))), one)};
+        const __m256i upi = _mm256_castps_si256(up);
+        keep[0] = _mm256_blendv_pd(
+            keep[0], grow[0],
+            _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(upi))));
+        keep[1] = _mm256_blendv_pd(
+            keep[1], grow[1],
+            _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(upi, 1))));
+        *m = _mm256_blendv_ps(*m, xv, up);
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        *best =
+            _mm256_blendv_epi8(*best, _mm256_add_epi32(lane, _mm256_set1_epi32((int32_t)v0)), upi);
+    }
+    s[0] = keep[0];
+    s[1] = keep[1];
+}
+
+/* 16 logits at x (n of them valid, lane `ex` excluded, -1: none) as two halves,
+ * the invalid and excluded lanes -inf. */
+PROBS_TARGET2 static inline void probs_load16(const float *x, int n, int ex, __m256 v[2])
+{
+    if (n == 16 && ex < 0) {
+        v[0] = _mm256_loadu_ps(x);
+        v[1] = _mm256_loadu_ps(x + 8);
+        return;
+    }
+    float t[16];
+    for (int l = 0; l < 16; l++)
+        t[l] = l < n && l != ex ? x[l] : -INFINITY;
+    v[0] = _mm256_loadu_ps(t);
+    v[1] = _mm256_loadu_ps(t + 8);
+}
+
+PROBS_TARGET2 static inline void probs_avx2(const float *x, int64_t V, int64_t exclude, int32_t *id,
+                                            double *prob)
+{
+    __m256 m[2] = {_mm256_set1_ps(-FLT_MAX), _mm256_set1_ps(-FLT_MAX)};
+    __m256i best[2] = {_mm256_set1_epi32(INT32_MAX), _mm256_set1_epi32(INT32_MAX)};
+    __m256d s[2][2] = {{_mm256_setzero_pd(), _mm256_setzero_pd()},
+                       {_mm256_setzero_pd(), _mm256_setzero_pd()}};
+    const int64_t ex0 = exclude >= 0 ? exclude / PROBS_LANES * PROBS_LANES : -1;
+    for (int64_t v0 = 0; v0 < V; v0 += PROBS_LANES) {
+        __m256 xv[2];
+        probs_load16(x + v0, V - v0 < PROBS_LANES ? (int)(V - v0) : PROBS_LANES,
+                     v0 == ex0 ? (int)(exclude - v0) : -1, xv);
+        probs_vec8(xv[0], v0, &m[0], &best[0], s[0]);
+        probs_vec8(xv[1], v0 + 8, &m[1], &best[1], s[1]);
+    }
+    struct probs_lanes st;
+    _mm256_storeu_ps(st.m, m[0]);
+    _mm256_storeu_ps(st.m + 8, m[1]);
+    _mm256_storeu_si256((__m256i *)st.i, best[0]);
+    _mm256_storeu_si256((__m256i *)(st.i + 8), best[1]);
+    _mm256_storeu_pd(st.s, s[0][0]);
+    _mm256_storeu_pd(st.s + 4, s[0][1]);
+    _mm256_storeu_pd(st.s + 8, s[1][0]);
+    _mm256_storeu_pd(st.s + 12, s[1][1]);
+    probs_finish(&st, id, prob);
+}
+
+static inline bool probs_have_avx2(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2");
+    }
+    return have;
+}
+
 static inline bool probs_have_avx512(void)
 {
     static int have = -1;
@@ -247,6 +357,10 @@ static inline void dc_greedy_pick(const float *logits, int64_t V, int64_t exclud
 #ifdef PROBS_X86
     if (!dc_probs_scalar_forced && probs_have_avx512()) {
         probs_avx512(logits, V, exclude, id, prob);
+        return;
+    }
+    if (!dc_probs_scalar_forced && probs_have_avx2()) {
+        probs_avx2(logits, V, exclude, id, prob);
         return;
     }
 #endif
