@@ -1,10 +1,11 @@
-/* Block-causal GQA attention on AVX2, for CPUs without AVX-512 (where
- * simd.c's path does not run). The arithmetic is the plain loop's (ops.c),
- * operation for operation, so the bits are the same:
- *  - scores: K is transposed per call into kt[kv head][dim][key]
- *    (dnnl_bk_transpose_k), so one vector holds the partial dot products of 8
- *    keys, each lane summing q[d] * k[d] in the order d = 0, 1, ... with a
- *    separate multiply and add, as the scalar loop does; then times scale;
+/* The vector kernels of block-causal GQA attention on AVX2, for CPUs
+ * without AVX-512 (where simd.c's path does not run); simd.c's
+ * dnnl_bk_attention_tiled drives them, as it drives the AVX-512 ones. The
+ * arithmetic is the plain loop's (ops.c), operation for operation, so the
+ * bits are the same:
+ *  - scores: K is transposed per call into kt[kv head][dim][key], so one vector holds the partial
+ * dot products of 8 keys, each lane summing q[d] * k[d] in the order d = 0, 1, ... with a separate
+ * multiply and add, as the scalar loop does; then times scale;
  *  - exp (libm's expf) and the softmax sum stay the plain sequential loops;
  *  - mixing: o += (p[j] / sum) v_j over 8 dimensions at a time, in key order;
  *  - the bf16 output rounding is the plain one.
@@ -13,16 +14,12 @@
  * false end to end, bit for bit; test_backend_ops runs both against the
  * reference. */
 #include <immintrin.h>
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "dnnl_bk.h"
 
 #define A2_TARGET __attribute__((target("avx2")))
 
-/* Heads of one GQA group handled together (they share the K loads). */
-#define A2_HEADS 4
+#define A2_HEADS DNNL_BK_ATT_HEADS
 
 bool dnnl_bk_avx2_available(void)
 {
@@ -89,66 +86,6 @@ A2_TARGET static void a2_mix(const float *p, float sum, int64_t len, const float
 
 int dnnl_bk_attention_avx2(struct tide_backend *bk, const struct tide_attn_args *a)
 {
-    const int64_t n = a->n, total = a->pos0 + a->n, ldk = (total + 15) / 16 * 16;
-    const int hd = a->head_dim, nkv = a->n_kv_heads, group = a->n_heads / a->n_kv_heads;
-    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
-    int rc = dnnl_bk_scratch(bk, sizeof(float) * (size_t)(nkv * hd) * (size_t)ldk);
-    if (rc)
-        return rc;
-    float *kt = bk->scratch;
-    dnnl_bk_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
-    int failed = 0;
-#pragma omp parallel num_threads(bk->threads) if (n * nkv > 1)
-    {
-        float *p = malloc(sizeof *p * ((size_t)A2_HEADS * (size_t)ldk + (size_t)hd));
-        if (!p) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int64_t i = 0; i < n; i++)
-            for (int g = 0; g < nkv; g++) {
-                if (!p)
-                    continue;
-                float *o = p + (size_t)A2_HEADS * (size_t)ldk;
-                const int64_t pos = a->pos0 + i;
-                const int64_t vis_end = (pos / a->block + 1) * a->block;
-                const int64_t len = vis_end < total ? vis_end : total;
-                const float *vg = (const float *)dnnl_bk_at(a->v_cache, 0, 0) + (int64_t)g * hd;
-                for (int h0 = 0; h0 < group; h0 += A2_HEADS) {
-                    const int nh = group - h0 < A2_HEADS ? group - h0 : A2_HEADS;
-                    const float *q[A2_HEADS];
-                    float *ph[A2_HEADS];
-                    for (int h = 0; h < nh; h++) {
-                        q[h] = (const float *)dnnl_bk_at(a->q, i, 0) +
-                               (int64_t)(g * group + h0 + h) * hd;
-                        ph[h] = p + (size_t)h * (size_t)ldk;
-                    }
-                    a2_scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
-                    for (int h = 0; h < nh; h++) {
-                        float mx = -INFINITY;
-                        for (int64_t j = 0; j < len; j++)
-                            mx = ph[h][j] > mx ? ph[h][j] : mx;
-                        dnnl_bk_exp_sub(false, ph[h], len, mx);
-                        float sum = 0.0f;
-                        for (int64_t j = 0; j < len; j++)
-                            sum += ph[h][j];
-                        a2_mix(ph[h], sum, len, vg, a->v_cache->stride, hd, o);
-                        const int head = g * group + h0 + h;
-                        void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
-                                    (size_t)head * (size_t)hd * tide_dtype_size(a->out->dtype);
-                        if (ob)
-                            dnnl_bk_to_bf16(false, o, dst, hd);
-                        else
-                            memcpy(dst, o, sizeof *o * (size_t)hd);
-                    }
-                }
-            }
-        free(p);
-    }
-    if (failed) {
-        tide_error(DNNL_BK_NAME ": attention: out of memory for %lld scores", (long long)total);
-        return TIDE_E_NOMEM;
-    }
-    return TIDE_OK;
+    static const struct dnnl_bk_att_kernels k = {a2_scores, a2_mix, false};
+    return dnnl_bk_attention_tiled(bk, a, &k);
 }

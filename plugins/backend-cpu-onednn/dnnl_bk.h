@@ -230,9 +230,22 @@ void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
 void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
 /* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
 int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
-/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
-void dnnl_bk_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total, int64_t ldk,
-                         float *kt, int threads);
+/* The vector steps of the tiled attention (simd.c's driver): scores
+ * p[h][j] = scale * (q_h . k_j) for up to DNNL_BK_ATT_HEADS heads of a GQA
+ * group over the transposed keys kt [hd][ldk]; mix o = sum_j (p[j] / sum) v_j
+ * in key order. vec_math: exp and the bf16 rounding on simd.c's AVX-512 path
+ * (else the plain loops). Each must give the plain loop's bits. */
+#define DNNL_BK_ATT_HEADS 4
+struct dnnl_bk_att_kernels {
+    void (*scores)(const float *const *q, int nh, const float *kt, int64_t ldk, int hd, int64_t len,
+                   float scale, float *const *p);
+    void (*mix)(const float *p, float sum, int64_t len, const float *v, int64_t ldv, int hd,
+                float *o);
+    bool vec_math;
+};
+/* Attention with those kernels (checked arguments). */
+int dnnl_bk_attention_tiled(struct tide_backend *bk, const struct tide_attn_args *a,
+                            const struct dnnl_bk_att_kernels *kern);
 
 /* attn_avx2.c: the attention op on AVX2, with the plain loop's bits, for
  * CPUs without the AVX-512 path (checked arguments; head_dim a multiple of

@@ -229,15 +229,16 @@ bool dnnl_bk_simd_on(const struct tide_backend *bk)
 
 /* ---- attention ------------------------------------------------------------
  * Block-causal GQA attention with the plain loop's arithmetic (ops.c), done
- * 16 keys at a time: K is transposed per call into kt[kv head][dim][key], so
- * one vector holds the partial dot products of 16 keys, each lane summing
- * q[d] * k[d] in the order d = 0, 1, ... as the scalar loop does. The
- * softmax sum stays a sequential loop; exp, the mixing o += (p / sum) v
- * (over dimensions, in key order) and the bf16 rounding are the same
- * operations vectorised. */
+ * a vector of keys at a time: K is transposed per call into
+ * kt[kv head][dim][key], so one vector holds the partial dot products of 16
+ * (AVX-512) or 8 (AVX2, attn_avx2.c) keys, each lane summing q[d] * k[d] in
+ * the order d = 0, 1, ... as the scalar loop does. The softmax sum stays a
+ * sequential loop; exp, the mixing o += (p / sum) v (over dimensions, in key
+ * order) and the bf16 rounding are the same operations vectorised (exp and
+ * the rounding on the AVX-512 path only). dnnl_bk_attention_tiled is the
+ * driver both paths share; each brings its scores and mixing kernels. */
 
-/* Heads of one GQA group handled together (they share the K loads). */
-#define SIMD_ATT_HEADS 4
+#define SIMD_ATT_HEADS DNNL_BK_ATT_HEADS
 
 /* p[h][j] = scale * q_h . k_j for j in [0, len), the SIMD_ATT_HEADS or fewer
  * heads nh whose queries are q[h]; kt is [hd][ldk] for this KV head. */
@@ -297,8 +298,9 @@ SIMD_TARGET static void simd_mix(const float *p, float sum, int64_t len, const f
     }
 }
 
-void dnnl_bk_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total, int64_t ldk,
-                         float *kt, int threads)
+/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
+static void simd_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total,
+                             int64_t ldk, float *kt, int threads)
 {
     const int64_t jb = (total + 63) / 64;
 #pragma omp parallel for collapse(2) num_threads(threads) if (total * nkv * hd >= 65536)
@@ -313,7 +315,8 @@ void dnnl_bk_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t 
         }
 }
 
-int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a)
+int dnnl_bk_attention_tiled(struct tide_backend *bk, const struct tide_attn_args *a,
+                            const struct dnnl_bk_att_kernels *kern)
 {
     const int64_t n = a->n, total = a->pos0 + a->n, ldk = (total + 15) / 16 * 16;
     const int hd = a->head_dim, nkv = a->n_kv_heads, group = a->n_heads / a->n_kv_heads;
@@ -322,7 +325,7 @@ int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args 
     if (rc)
         return rc;
     float *kt = bk->scratch;
-    dnnl_bk_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
+    simd_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
     int failed = 0;
 #pragma omp parallel num_threads(bk->threads) if (n * nkv > 1)
     {
@@ -352,21 +355,21 @@ int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args 
                                (int64_t)(g * group + h0 + h) * hd;
                         ph[h] = p + (size_t)h * (size_t)ldk;
                     }
-                    simd_scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
+                    kern->scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
                     for (int h = 0; h < nh; h++) {
                         float mx = -INFINITY;
                         for (int64_t j = 0; j < len; j++)
                             mx = ph[h][j] > mx ? ph[h][j] : mx;
-                        simd_exp_sub(ph[h], len, mx);
+                        dnnl_bk_exp_sub(kern->vec_math, ph[h], len, mx);
                         float sum = 0.0f;
                         for (int64_t j = 0; j < len; j++)
                             sum += ph[h][j];
-                        simd_mix(ph[h], sum, len, vg, a->v_cache->stride, hd, o);
+                        kern->mix(ph[h], sum, len, vg, a->v_cache->stride, hd, o);
                         const int head = g * group + h0 + h;
                         void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
                                     (size_t)head * (size_t)hd * tide_dtype_size(a->out->dtype);
                         if (ob)
-                            simd_to_bf16(o, dst, hd);
+                            dnnl_bk_to_bf16(kern->vec_math, o, dst, hd);
                         else
                             memcpy(dst, o, sizeof *o * (size_t)hd);
                     }
@@ -379,4 +382,10 @@ int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args 
         return TIDE_E_NOMEM;
     }
     return TIDE_OK;
+}
+
+int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a)
+{
+    static const struct dnnl_bk_att_kernels k = {simd_scores, simd_mix, true};
+    return dnnl_bk_attention_tiled(bk, a, &k);
 }
