@@ -111,7 +111,7 @@ def main():
             ("llada21 speed", ["generation.decoder=llada21", "generation.mode=speed"]),
             ("llada21 quality", ["generation.decoder=llada21", "generation.mode=quality"]),
         ]
-        cases_list = [("reproducer (issue 22)", "tiny-s1", REPRO,
+        cases_list = [("reproducer (issue 22)", "tiny-s1", REPRO, 32,
                        ["generation.decoder=llada2", "generation.threshold=0.5"])]
         for mname in ("tiny-s1", "tiny-s3"):
             for plen in (5, 33, 64):
@@ -120,18 +120,16 @@ def main():
                         if quick and (block == 8 or mname == "tiny-s3"):
                             continue
                         cases_list.append(("%s P=%d L=%d %s" % (dname, plen, block, mname),
-                                           mname, prompt(plen, len(mname) + plen),
+                                           mname, prompt(plen, len(mname) + plen), block,
                                            dsets + ["generation.block_length=%d" % block]))
         ks = kernels(binary, cfg)
         print("kernels: " + "; ".join(d for _, d in ks))
         edits = 0
         for ksets, kdesc in ks:
-            for name, mname, ids, sets in cases_list:
+            for name, mname, ids, L, sets in cases_list:
                 base = ["model.path=" + models[mname]] + ksets + sets
                 kv = run(binary, cfg, ids, base + ["generation.recompute=false"])
                 rc = run(binary, cfg, ids, base + ["generation.recompute=true"])
-                L = int([s for s in base if "block_length" in s][-1].split("=")[1]) \
-                    if any("block_length" in s for s in base) else 32
                 P = len(ids.split(","))
                 want_kv = kv["steps"] + P // L + (kv["blocks"] - 1)
                 problems = []
