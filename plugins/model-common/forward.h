@@ -145,25 +145,6 @@ static inline int mc_kv_alloc(const char *who, const struct tide_backend_ref *de
     return rc;
 }
 
-/* reserve's arguments: n_ctx positions, max_tokens per forward, against the
- * model's max_position_embeddings. */
-static inline int mc_reserve_check(const char *who, int64_t n_ctx, int64_t max_tokens,
-                                   int64_t max_pos)
-{
-    if (n_ctx < 1 || max_tokens < 1 || max_tokens > n_ctx) {
-        tide_error("%s: reserve(%lld positions, %lld per forward) is invalid", who,
-                   (long long)n_ctx, (long long)max_tokens);
-        return TIDE_E_INVAL;
-    }
-    if (n_ctx > max_pos) {
-        tide_error("%s: %lld positions requested but the model supports %lld "
-                   "(max_position_embeddings)",
-                   who, (long long)n_ctx, (long long)max_pos);
-        return TIDE_E_RANGE;
-    }
-    return TIDE_OK;
-}
-
 /* ---- forward ------------------------------------------------------------- */
 
 /* A forward call's span: n tokens at pos0 within the reserved capacity, ids
@@ -208,19 +189,44 @@ static inline int mc_swiglu(const struct tide_backend_ref *dev, struct tide_buff
     return TIDE_OK;
 }
 
-/* The attention of one layer once q, k and v [n, heads * head_dim] (f32) are
- * projected, normed and rotated: k and v go into the layer's caches at pos0,
- * the backend's attention mixes the cached values under the block mask
- * (block: the model's; the reserved context length makes it full), then the
- * output projection wo, added to the residual h. */
+/* One sequence of a forward call as the model runs it: rows off .. off+n-1
+ * of the activations hold positions pos0 .. pos0+n-1 of KV-cache slot slot.
+ * A plain forward is one span at off 0 in slot 0. */
+struct mc_span {
+    int64_t off, n, pos0;
+    int slot;
+};
+
+/* Rotary embedding of t's rows, each span at its own positions. */
+static inline int mc_rope_spans(const struct tide_backend_ref *dev, const struct tide_tensor *t,
+                                int head_dim, int rot_dim, float theta, const struct mc_span *sp,
+                                int n_sp)
+{
+    for (int i = 0; i < n_sp; i++) {
+        struct tide_tensor s = tide_tensor_slice(t, sp[i].off, sp[i].n, 0, t->cols);
+        int rc = dev->ops->rope(dev->bk, &s, head_dim, rot_dim, theta, sp[i].pos0);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    return TIDE_OK;
+}
+
+/* The attention of one layer once q, k and v [T, heads * head_dim] (f32,
+ * every span's rows end to end) are projected, normed and rotated: each
+ * span's k and v go into its slot of the layer's caches at its pos0, the
+ * backend's attention mixes that slot's cached values under the block mask
+ * (block: the model's; the reserved context length makes it full), then
+ * the output projection wo over all T rows, added to the residual h. */
 struct mc_attend_args {
     const struct tide_tensor *q, *k, *v;
-    struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv_heads * head_dim] */
-    struct tide_buffer *att;               /* bf16 scratch [n, n_heads * head_dim] */
-    struct tide_buffer *tmp;               /* f32 scratch [n, hidden] */
-    struct tide_buffer *h;                 /* f32 residual [n, hidden] */
+    struct tide_buffer *k_cache, *v_cache; /* f32 [n_slots * n_ctx, n_kv_heads * head_dim] */
+    struct tide_buffer *att;               /* bf16 scratch [T, n_heads * head_dim] */
+    struct tide_buffer *tmp;               /* f32 scratch [T, hidden] */
+    struct tide_buffer *h;                 /* f32 residual [T, hidden] */
     const struct tide_weight *wo;
-    int64_t n_ctx, n, pos0, hidden;
+    const struct mc_span *sp; /* [n_sp] */
+    int n_sp;
+    int64_t n_ctx, T, hidden; /* n_ctx: positions per slot */
     int n_heads, n_kv_heads, head_dim, block;
 };
 
@@ -229,97 +235,46 @@ static inline int mc_attend(const struct tide_backend_ref *dev, const struct mc_
     const struct tide_backend_ops *o = dev->ops;
     struct tide_backend *bk = dev->bk;
     const int64_t hd = a->head_dim, qw = a->n_heads * hd, kw = a->n_kv_heads * hd;
-    struct tide_tensor kc = tide_tensor_2d(a->k_cache, TIDE_DTYPE_F32, a->n_ctx, kw);
-    struct tide_tensor vc = tide_tensor_2d(a->v_cache, TIDE_DTYPE_F32, a->n_ctx, kw);
-    struct tide_tensor kdst = tide_tensor_slice(&kc, a->pos0, a->n, 0, kw);
-    struct tide_tensor vdst = tide_tensor_slice(&vc, a->pos0, a->n, 0, kw);
-    struct tide_tensor att = tide_tensor_2d(a->att, TIDE_DTYPE_BF16, a->n, qw);
+    struct tide_tensor att = tide_tensor_2d(a->att, TIDE_DTYPE_BF16, a->T, qw);
     int rc;
-    if ((rc = o->convert(bk, a->k, &kdst)) || (rc = o->convert(bk, a->v, &vdst)))
-        return rc;
-    const struct tide_attn_args aa = {
-        .size = sizeof aa,
-        .q = a->q,
-        .k_cache = &kc,
-        .v_cache = &vc,
-        .out = &att,
-        .pos0 = a->pos0,
-        .n = a->n,
-        .n_heads = a->n_heads,
-        .n_kv_heads = a->n_kv_heads,
-        .head_dim = a->head_dim,
-        .block = a->block,
-        .scale = (float)(1.0 / sqrt((double)hd)),
-    };
-    struct tide_tensor tmp = tide_tensor_2d(a->tmp, TIDE_DTYPE_F32, a->n, a->hidden);
-    struct tide_tensor h = tide_tensor_2d(a->h, TIDE_DTYPE_F32, a->n, a->hidden);
-    if ((rc = o->attention(bk, &aa)) || (rc = o->matmul(bk, &att, a->wo, &tmp)) ||
-        (rc = o->add(bk, &h, &tmp)))
+    for (int i = 0; i < a->n_sp; i++) {
+        const struct mc_span *s = &a->sp[i];
+        struct tide_tensor kall = tide_tensor_2d(a->k_cache, TIDE_DTYPE_F32, 0, kw);
+        struct tide_tensor vall = tide_tensor_2d(a->v_cache, TIDE_DTYPE_F32, 0, kw);
+        struct tide_tensor kc =
+            tide_tensor_slice(&kall, (int64_t)s->slot * a->n_ctx, a->n_ctx, 0, kw);
+        struct tide_tensor vc =
+            tide_tensor_slice(&vall, (int64_t)s->slot * a->n_ctx, a->n_ctx, 0, kw);
+        struct tide_tensor kdst = tide_tensor_slice(&kc, s->pos0, s->n, 0, kw);
+        struct tide_tensor vdst = tide_tensor_slice(&vc, s->pos0, s->n, 0, kw);
+        struct tide_tensor q = tide_tensor_slice(a->q, s->off, s->n, 0, qw);
+        struct tide_tensor k = tide_tensor_slice(a->k, s->off, s->n, 0, kw);
+        struct tide_tensor v = tide_tensor_slice(a->v, s->off, s->n, 0, kw);
+        struct tide_tensor out = tide_tensor_slice(&att, s->off, s->n, 0, qw);
+        if ((rc = o->convert(bk, &k, &kdst)) || (rc = o->convert(bk, &v, &vdst)))
+            return rc;
+        const struct tide_attn_args aa = {
+            .size = sizeof aa,
+            .q = &q,
+            .k_cache = &kc,
+            .v_cache = &vc,
+            .out = &out,
+            .pos0 = s->pos0,
+            .n = s->n,
+            .n_heads = a->n_heads,
+            .n_kv_heads = a->n_kv_heads,
+            .head_dim = a->head_dim,
+            .block = a->block,
+            .scale = (float)(1.0 / sqrt((double)hd)),
+        };
+        if ((rc = o->attention(bk, &aa)))
+            return rc;
+    }
+    struct tide_tensor tmp = tide_tensor_2d(a->tmp, TIDE_DTYPE_F32, a->T, a->hidden);
+    struct tide_tensor h = tide_tensor_2d(a->h, TIDE_DTYPE_F32, a->T, a->hidden);
+    if ((rc = o->matmul(bk, &att, a->wo, &tmp)) || (rc = o->add(bk, &h, &tmp)))
         return rc;
     return TIDE_OK;
-}
-
-/* The output layer for the rows asked for: final norm and head on h's rows
- * rows[0..n_rows) (NULL: rows 0..n_rows-1), read into logits. Every op is
- * row by row, so a row's logits do not depend on which others are computed.
- * h holds max_tokens rows; x (bf16), tmp (f32) and lg (f32 [., vocab]) are
- * scratch. */
-struct mc_output_args {
-    struct tide_buffer *h, *x, *tmp, *lg;
-    const struct tide_weight *norm, *head;
-    int64_t max_tokens, hidden;
-    int vocab;
-    float eps;
-};
-
-static inline int mc_output(const struct tide_backend_ref *dev, const struct mc_output_args *a,
-                            const int32_t *rows, int64_t n_rows, float *logits)
-{
-    const struct tide_backend_ops *o = dev->ops;
-    struct tide_backend *bk = dev->bk;
-    const int64_t H = a->hidden;
-    struct tide_tensor h = tide_tensor_2d(a->h, TIDE_DTYPE_F32, n_rows, H);
-    struct tide_tensor x = tide_tensor_2d(a->x, TIDE_DTYPE_BF16, n_rows, H);
-    struct tide_tensor lg = tide_tensor_2d(a->lg, TIDE_DTYPE_F32, n_rows, a->vocab);
-    int rc = TIDE_OK;
-    if (rows) {
-        /* Gather the rows first (tmp is free: the layers are done). */
-        struct tide_tensor hall = tide_tensor_2d(a->h, TIDE_DTYPE_F32, a->max_tokens, H);
-        h = tide_tensor_2d(a->tmp, TIDE_DTYPE_F32, n_rows, H);
-        rc = o->gather_rows(bk, &hall, rows, n_rows, &h);
-    }
-    if (!rc && !(rc = o->rmsnorm(bk, &h, a->norm, (int)H, a->eps, &x)) &&
-        !(rc = o->matmul(bk, &x, a->head, &lg)))
-        rc = o->read(bk, &lg, logits);
-    return rc;
-}
-
-/* A model's forward pass with logits for rows[0..n_rows) (rows NULL: rows
- * 0..n_rows-1). */
-typedef int (*mc_run_fn)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                         const int32_t *rows, int64_t n_rows, float *logits);
-
-/* forward_rows over run: rows checked; without a row gather on this backend,
- * every row is computed and those asked for are kept. */
-static inline int mc_forward_rows(const char *who, const struct tide_backend_ops *o, mc_run_fn run,
-                                  struct tide_model *m, int vocab, const int32_t *ids, int64_t n,
-                                  int64_t pos0, const int32_t *rows, int64_t n_rows, float *logits)
-{
-    int rc = mc_check_rows(who, rows, n_rows, n, logits);
-    if (rc != TIDE_OK)
-        return rc;
-    if (n_rows > 0 && !TIDE_OPS_HAS(o, gather_rows)) {
-        const int64_t V = vocab;
-        float *all = malloc(sizeof *all * (size_t)(n * V));
-        if (!all)
-            return TIDE_E_NOMEM;
-        rc = run(m, ids, n, pos0, NULL, n, all);
-        for (int64_t i = 0; rc == TIDE_OK && i < n_rows; i++)
-            memcpy(logits + i * V, all + (int64_t)rows[i] * V, sizeof *all * (size_t)V);
-        free(all);
-        return rc;
-    }
-    return run(m, ids, n, pos0, rows, n_rows, logits);
 }
 
 #endif

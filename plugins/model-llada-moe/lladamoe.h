@@ -60,6 +60,8 @@ uint64_t lmoe_dense_bytes(const struct lmoe_cfg *cfg);
 int lmoe_open(const struct tide_model_args *args, struct tide_model **out);
 void lmoe_close(struct tide_model *m);
 int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
+int lmoe_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
+int lmoe_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
 const struct tide_model_info *lmoe_info(const struct tide_model *m);
 int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits);
 int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out);

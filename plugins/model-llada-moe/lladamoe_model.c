@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "lladamoe.h"
+#include "model-common/batch.h"
 #include "model-common/forward.h"
 #include "model-common/slots.h"
 #include "tide/log.h"
@@ -38,7 +39,9 @@ struct tide_model {
     struct tide_st *st;
     struct tide_backend_ref dev;
     struct tide_moe *moe;
-    int64_t max_tokens, n_ctx;
+    int64_t max_tokens, n_ctx; /* per forward (all spans); per slot */
+    int n_slots;
+    struct mc_batch batch;
     struct tide_weight *embed, *norm, *head;
     struct lmoe_layer *layers;
     struct tide_buffer *h, *x, *q, *k, *v, *att, *tmp, *tmp2, *g, *u, *a, *rlog, *logits;
@@ -129,7 +132,9 @@ static void free_buffers(struct tide_model *m)
     m->ids = NULL;
     m->wts = NULL;
     m->rl_host = NULL;
+    mc_batch_free(&m->batch);
     m->n_ctx = m->max_tokens = 0;
+    m->n_slots = 0;
 }
 
 static size_t max3(size_t a, size_t b, size_t c)
@@ -169,21 +174,20 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
     return m->ids && m->wts && m->rl_host ? TIDE_OK : TIDE_E_NOMEM;
 }
 
-int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+int lmoe_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens)
 {
     const struct lmoe_cfg *c = &m->cfg;
-    int rc = mc_reserve_check("model-llada-moe", n_ctx, max_tokens, c->max_pos);
+    int rc = mc_reserve_check("model-llada-moe", n_slots, n_ctx, max_tokens, c->max_pos);
     if (rc != TIDE_OK)
         return rc;
-    if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
+    if (!mc_reserve_grows(&n_slots, &n_ctx, &max_tokens, m->n_slots, m->n_ctx, m->max_tokens))
         return TIDE_OK;
-    if (m->n_ctx > n_ctx)
-        n_ctx = m->n_ctx;
-    if (m->max_tokens > max_tokens)
-        max_tokens = m->max_tokens;
     free_buffers(m);
     rc = alloc_acts(m, max_tokens);
-    const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
+    if (rc == TIDE_OK)
+        rc = mc_batch_alloc(&m->batch, n_slots, max_tokens);
+    const size_t kv_bytes =
+        (size_t)n_slots * (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++)
         rc = mc_kv_alloc("model-llada-moe", &m->dev, l, kv_bytes, &m->layers[l].k_cache,
                          &m->layers[l].v_cache);
@@ -193,7 +197,13 @@ int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
     }
     m->n_ctx = n_ctx;
     m->max_tokens = max_tokens;
+    m->n_slots = n_slots;
     return TIDE_OK;
+}
+
+int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+{
+    return lmoe_reserve_slots(m, m->n_slots > 0 ? m->n_slots : 1, n_ctx, max_tokens);
 }
 
 int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
@@ -340,9 +350,10 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
  * backend's mask shows key j to position p iff j / block <= p / block, so a
  * block as long as the reserved context (every position < n_ctx) makes it
  * one block: nothing is hidden. */
-static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n, int64_t pos0,
-                           const struct tide_tensor *x)
+static int attention_block(struct tide_model *m, struct lmoe_layer *L, const struct tide_tensor *x)
 {
+    const struct mc_batch *b = &m->batch;
+    const int64_t n = b->T;
     const struct lmoe_cfg *c = &m->cfg;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
@@ -359,8 +370,10 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
     if (c->qk_norm && ((rc = o->rmsnorm(bk, &q, L->q_norm, (int)hd, (float)c->eps, &q)) ||
                        (rc = o->rmsnorm(bk, &k, L->k_norm, (int)hd, (float)c->eps, &k))))
         return rc;
-    if ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
-        (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)))
+    if ((rc = mc_rope_spans(&m->dev, &q, (int)hd, c->rot_dim, (float)c->rope_theta, b->sp,
+                            b->n_sp)) ||
+        (rc =
+             mc_rope_spans(&m->dev, &k, (int)hd, c->rot_dim, (float)c->rope_theta, b->sp, b->n_sp)))
         return rc;
     const struct mc_attend_args aa = {
         .q = &q,
@@ -372,9 +385,10 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
         .tmp = m->tmp,
         .h = m->h,
         .wo = L->wo,
+        .sp = b->sp,
+        .n_sp = b->n_sp,
         .n_ctx = m->n_ctx,
-        .n = n,
-        .pos0 = pos0,
+        .T = n,
         .hidden = c->hidden,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
@@ -386,8 +400,11 @@ static int attention_block(struct tide_model *m, struct lmoe_layer *L, int64_t n
     if (m->prof.on) {
         mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
         mc_prof_mm_work(&m->prof, n, c->hidden, qw);
-        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
-                     4u * (uint64_t)(n * (pos0 + n)) * (uint64_t)qw);
+        uint64_t pairs = 0; /* query-key pairs: each span's queries see its slot's keys */
+        for (int s = 0; s < b->n_sp; s++)
+            pairs += (uint64_t)(b->sp[s].n * (b->sp[s].pos0 + b->sp[s].n));
+        mc_prof_work(&m->prof, 2u * mc_spans_kv_positions(b->sp, b->n_sp) * (uint64_t)kw * 4u, 0,
+                     4u * pairs * (uint64_t)qw);
     }
     return TIDE_OK;
 }
@@ -466,7 +483,7 @@ static int moe_block(struct tide_model *m, struct lmoe_layer *L, int64_t n,
     return o->add(bk, y, &sh);
 }
 
-static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
+static int lmoe_output(struct tide_model *m, const struct tide_seq_span *spans)
 {
     const struct lmoe_cfg *c = &m->cfg;
     const struct mc_output_args oa = {
@@ -481,18 +498,20 @@ static int lmoe_output(struct tide_model *m, const int32_t *rows, int64_t n_rows
         .vocab = c->vocab,
         .eps = (float)c->eps,
     };
-    int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
-    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
+    int rc = mc_output_batch(&m->dev, &oa, &m->batch, spans);
+    mc_prof_mm_work(&m->prof, m->batch.R, c->vocab, c->hidden);
     return rc;
 }
 
-static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                    const int32_t *rows, int64_t n_rows, float *logits)
+/* The forward pass over every span's rows (forward_batch). */
+int lmoe_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
 {
     const struct lmoe_cfg *c = &m->cfg;
-    int rc = mc_check_span("model-llada-moe", ids, n, pos0, m->max_tokens, m->n_ctx, c->vocab);
+    int rc = mc_batch_prepare("model-llada-moe", &m->batch, spans, n_spans, m->n_slots, m->n_ctx,
+                              m->max_tokens, c->vocab);
     if (rc != TIDE_OK)
         return rc;
+    const int64_t n = m->batch.T;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     const int64_t H = c->hidden;
@@ -502,11 +521,11 @@ static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t
     const float eps = (float)c->eps;
     rc = lmoe_phase(m, MC_PH_OTHER);
     if (!rc)
-        rc = o->embed(bk, m->embed, ids, n, &h);
+        rc = o->embed(bk, m->embed, m->batch.ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct lmoe_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = lmoe_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = lmoe_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, &x)) ||
             (rc = lmoe_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
@@ -520,9 +539,9 @@ static int lmoe_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t
         if (rc == TIDE_OK && (rc = lmoe_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
-    if (rc == TIDE_OK && logits && n_rows > 0) {
+    if (rc == TIDE_OK && m->batch.R > 0) {
         if (!(rc = lmoe_phase(m, MC_PH_OUTPUT)))
-            rc = lmoe_output(m, rows, n_rows, logits);
+            rc = lmoe_output(m, spans);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
@@ -539,12 +558,12 @@ int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, floa
 
 int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
 {
-    return lmoe_run(m, ids, n, pos0, NULL, logits ? n : 0, logits);
+    return mc_forward_one(lmoe_forward_batch, m, ids, n, pos0, NULL, logits ? n : 0, logits);
 }
 
 int lmoe_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                       const int32_t *rows, int64_t n_rows, float *logits)
 {
-    return mc_forward_rows("model-llada-moe", ops_of(m), lmoe_run, m, m->cfg.vocab, ids, n, pos0,
-                           rows, n_rows, logits);
+    return mc_forward_rows("model-llada-moe", lmoe_forward_batch, m, ids, n, pos0, rows, n_rows,
+                           logits);
 }

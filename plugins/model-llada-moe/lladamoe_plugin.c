@@ -23,6 +23,8 @@ static const struct tide_model_ops lmoe_ops = {
     .forward_rows = lmoe_forward_rows,
     .profile = lmoe_profile,
     .profile_read = lmoe_profile_read,
+    .reserve_slots = lmoe_reserve_slots,
+    .forward_batch = lmoe_forward_batch,
 };
 
 static const struct tide_plugin_desc lmoe_desc = {

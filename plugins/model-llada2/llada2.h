@@ -57,6 +57,8 @@ int llada2_n_moe_layers(const struct llada2_cfg *cfg);
 int llada2_open(const struct tide_model_args *args, struct tide_model **out);
 void llada2_close(struct tide_model *m);
 int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
+int llada2_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
+int llada2_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
 const struct tide_model_info *llada2_info(const struct tide_model *m);
 int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                    float *logits);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "llada2.h"
+#include "model-common/batch.h"
 #include "model-common/forward.h"
 #include "model-common/slots.h"
 #include "tide/log.h"
@@ -26,7 +27,7 @@ struct llada2_layer {
     struct tide_weight *router, *router_bias;
     struct tide_weight *sh_gate, *sh_up, *sh_down;
     int moe_index;                         /* -1 for dense layers */
-    struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
+    struct tide_buffer *k_cache, *v_cache; /* f32 [n_slots * n_ctx, n_kv*hd] */
 };
 
 struct tide_model {
@@ -35,8 +36,10 @@ struct tide_model {
     struct tide_st *st;
     struct tide_backend_ref dev;
     struct tide_moe *moe;
-    int64_t max_tokens, n_ctx;
+    int64_t max_tokens, n_ctx; /* per forward (all spans); per slot */
+    int n_slots;
     int block;
+    struct mc_batch batch;
     struct tide_weight *embed, *norm, *head;
     struct llada2_layer *layers;
     /* activations, sized for max_tokens rows */
@@ -124,7 +127,9 @@ static void free_buffers(struct tide_model *m)
     free(m->wts);
     m->ids = NULL;
     m->wts = NULL;
+    mc_batch_free(&m->batch);
     m->n_ctx = m->max_tokens = 0;
+    m->n_slots = 0;
 }
 
 static int alloc_acts(struct tide_model *m, int64_t max_tokens)
@@ -156,21 +161,20 @@ static int alloc_acts(struct tide_model *m, int64_t max_tokens)
     return m->ids && m->wts ? TIDE_OK : TIDE_E_NOMEM;
 }
 
-int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+int llada2_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens)
 {
     const struct llada2_cfg *c = &m->cfg;
-    int rc = mc_reserve_check("model-llada2", n_ctx, max_tokens, c->max_pos);
+    int rc = mc_reserve_check("model-llada2", n_slots, n_ctx, max_tokens, c->max_pos);
     if (rc != TIDE_OK)
         return rc;
-    if (n_ctx <= m->n_ctx && max_tokens <= m->max_tokens)
+    if (!mc_reserve_grows(&n_slots, &n_ctx, &max_tokens, m->n_slots, m->n_ctx, m->max_tokens))
         return TIDE_OK;
-    if (m->n_ctx > n_ctx)
-        n_ctx = m->n_ctx;
-    if (m->max_tokens > max_tokens)
-        max_tokens = m->max_tokens;
     free_buffers(m);
     rc = alloc_acts(m, max_tokens);
-    const size_t kv_bytes = (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
+    if (rc == TIDE_OK)
+        rc = mc_batch_alloc(&m->batch, n_slots, max_tokens);
+    const size_t kv_bytes =
+        (size_t)n_slots * (size_t)n_ctx * (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++)
         rc = mc_kv_alloc("model-llada2", &m->dev, l, kv_bytes, &m->layers[l].k_cache,
                          &m->layers[l].v_cache);
@@ -180,7 +184,13 @@ int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
     }
     m->n_ctx = n_ctx;
     m->max_tokens = max_tokens;
+    m->n_slots = n_slots;
     return TIDE_OK;
+}
+
+int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
+{
+    return llada2_reserve_slots(m, m->n_slots > 0 ? m->n_slots : 1, n_ctx, max_tokens);
 }
 
 int llada2_open(const struct tide_model_args *args, struct tide_model **out)
@@ -324,22 +334,27 @@ static int swiglu_mlp(struct tide_model *m, const struct tide_tensor *x, int64_t
     return TIDE_OK;
 }
 
-/* FLOPs of block-causal attention for queries pos0 .. pos0+n-1: scores and
+/* FLOPs of block-causal attention for each span's queries: scores and
  * mixing, 2 x 2 per visible key and dimension. */
-static uint64_t llada2_attn_flops(const struct tide_model *m, int64_t n, int64_t pos0)
+static uint64_t llada2_attn_flops(const struct tide_model *m, const struct mc_span *sp, int n_sp)
 {
-    const int64_t total = pos0 + n, hd = m->cfg.head_dim;
+    const int64_t hd = m->cfg.head_dim;
     uint64_t keys = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t end = ((pos0 + i) / m->block + 1) * m->block;
-        keys += (uint64_t)(end < total ? end : total);
+    for (int s = 0; s < n_sp; s++) {
+        const int64_t total = sp[s].pos0 + sp[s].n;
+        for (int64_t i = 0; i < sp[s].n; i++) {
+            const int64_t end = ((sp[s].pos0 + i) / m->block + 1) * m->block;
+            keys += (uint64_t)(end < total ? end : total);
+        }
     }
     return 4u * keys * (uint64_t)(m->cfg.n_heads * hd);
 }
 
-static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t n, int64_t pos0,
+static int attention_block(struct tide_model *m, struct llada2_layer *L,
                            const struct tide_tensor *x)
 {
+    const struct mc_batch *b = &m->batch;
+    const int64_t n = b->T;
     const struct llada2_cfg *c = &m->cfg;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
@@ -354,9 +369,10 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
     if (c->qk_norm && ((rc = o->rmsnorm(bk, &q, L->q_norm, (int)hd, (float)c->eps, &q)) ||
                        (rc = o->rmsnorm(bk, &k, L->k_norm, (int)hd, (float)c->eps, &k))))
         return rc;
-    if (c->rot_dim > 0 &&
-        ((rc = o->rope(bk, &q, (int)hd, c->rot_dim, (float)c->rope_theta, pos0)) ||
-         (rc = o->rope(bk, &k, (int)hd, c->rot_dim, (float)c->rope_theta, pos0))))
+    if (c->rot_dim > 0 && ((rc = mc_rope_spans(&m->dev, &q, (int)hd, c->rot_dim,
+                                               (float)c->rope_theta, b->sp, b->n_sp)) ||
+                           (rc = mc_rope_spans(&m->dev, &k, (int)hd, c->rot_dim,
+                                               (float)c->rope_theta, b->sp, b->n_sp))))
         return rc;
     const struct mc_attend_args aa = {
         .q = &q,
@@ -368,9 +384,10 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
         .tmp = m->tmp,
         .h = m->h,
         .wo = L->dense,
+        .sp = b->sp,
+        .n_sp = b->n_sp,
         .n_ctx = m->n_ctx,
-        .n = n,
-        .pos0 = pos0,
+        .T = n,
         .hidden = c->hidden,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
@@ -382,8 +399,8 @@ static int attention_block(struct tide_model *m, struct llada2_layer *L, int64_t
     if (m->prof.on) {
         mc_prof_mm_work(&m->prof, n, qw + 2 * kw, c->hidden);
         mc_prof_mm_work(&m->prof, n, c->hidden, qw);
-        mc_prof_work(&m->prof, 2u * (uint64_t)((pos0 + n) * kw) * 4u, 0,
-                     llada2_attn_flops(m, n, pos0));
+        mc_prof_work(&m->prof, 2u * mc_spans_kv_positions(b->sp, b->n_sp) * (uint64_t)kw * 4u, 0,
+                     llada2_attn_flops(m, b->sp, b->n_sp));
     }
     return TIDE_OK;
 }
@@ -443,7 +460,7 @@ static int moe_block(struct tide_model *m, struct llada2_layer *L, int64_t n,
 /* The output layer for the rows asked for: final norm and head on h's rows
  * rows[0..n_rows) (NULL: rows 0..n_rows-1), read into logits. Every op is
  * row by row, so a row's logits do not depend on which others are computed. */
-static int llada2_output(struct tide_model *m, const int32_t *rows, int64_t n_rows, float *logits)
+static int llada2_output(struct tide_model *m, const struct tide_seq_span *spans)
 {
     const struct llada2_cfg *c = &m->cfg;
     const struct mc_output_args oa = {
@@ -458,20 +475,20 @@ static int llada2_output(struct tide_model *m, const int32_t *rows, int64_t n_ro
         .vocab = c->vocab,
         .eps = (float)c->eps,
     };
-    int rc = mc_output(&m->dev, &oa, rows, n_rows, logits);
-    mc_prof_mm_work(&m->prof, n_rows, c->vocab, c->hidden);
+    int rc = mc_output_batch(&m->dev, &oa, &m->batch, spans);
+    mc_prof_mm_work(&m->prof, m->batch.R, c->vocab, c->hidden);
     return rc;
 }
 
-/* The forward pass; logits for rows[0..n_rows) (rows NULL: all n rows, when
- * logits is set). */
-static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                      const int32_t *rows, int64_t n_rows, float *logits)
+/* The forward pass over every span's rows (forward_batch). */
+int llada2_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
 {
     const struct llada2_cfg *c = &m->cfg;
-    int rc = mc_check_span("model-llada2", ids, n, pos0, m->max_tokens, m->n_ctx, c->vocab);
+    int rc = mc_batch_prepare("model-llada2", &m->batch, spans, n_spans, m->n_slots, m->n_ctx,
+                              m->max_tokens, c->vocab);
     if (rc != TIDE_OK)
         return rc;
+    const int64_t n = m->batch.T;
     const struct tide_backend_ops *o = ops_of(m);
     struct tide_backend *bk = m->dev.bk;
     const int64_t H = c->hidden;
@@ -481,11 +498,11 @@ static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64
     const float eps = (float)c->eps;
     rc = llada2_phase(m, MC_PH_OTHER);
     if (!rc)
-        rc = o->embed(bk, m->embed, ids, n, &h);
+        rc = o->embed(bk, m->embed, m->batch.ids, n, &h);
     for (int l = 0; rc == TIDE_OK && l < c->n_layers; l++) {
         struct llada2_layer *L = &m->layers[l];
         if ((rc = o->rmsnorm(bk, &h, L->in_norm, (int)H, eps, &x)) ||
-            (rc = llada2_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, n, pos0, &x)) ||
+            (rc = llada2_phase(m, MC_PH_ATTENTION)) || (rc = attention_block(m, L, &x)) ||
             (rc = llada2_phase(m, MC_PH_OTHER)) ||
             (rc = o->rmsnorm(bk, &h, L->post_norm, (int)H, eps, &x)))
             break;
@@ -498,9 +515,9 @@ static int llada2_run(struct tide_model *m, const int32_t *ids, int64_t n, int64
         if (rc == TIDE_OK && (rc = llada2_phase(m, MC_PH_OTHER)) == TIDE_OK)
             rc = o->add(bk, &h, &tmp);
     }
-    if (rc == TIDE_OK && logits && n_rows > 0) {
+    if (rc == TIDE_OK && m->batch.R > 0) {
         if (!(rc = llada2_phase(m, MC_PH_OUTPUT)))
-            rc = llada2_output(m, rows, n_rows, logits);
+            rc = llada2_output(m, spans);
     } else if (rc == TIDE_OK) {
         rc = o->sync(bk);
     }
@@ -520,12 +537,12 @@ int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, fl
 
 int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
 {
-    return llada2_run(m, ids, n, pos0, NULL, logits ? n : 0, logits);
+    return mc_forward_one(llada2_forward_batch, m, ids, n, pos0, NULL, logits ? n : 0, logits);
 }
 
 int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
                         const int32_t *rows, int64_t n_rows, float *logits)
 {
-    return mc_forward_rows("model-llada2", ops_of(m), llada2_run, m, m->cfg.vocab, ids, n, pos0,
-                           rows, n_rows, logits);
+    return mc_forward_rows("model-llada2", llada2_forward_batch, m, ids, n, pos0, rows, n_rows,
+                           logits);
 }

@@ -22,6 +22,8 @@ static const struct tide_model_ops llada2_ops = {
     .profile = llada2_profile,
     .profile_read = llada2_profile_read,
     .checkpoint_decoder = llada2_checkpoint_decoder,
+    .reserve_slots = llada2_reserve_slots,
+    .forward_batch = llada2_forward_batch,
 };
 
 static const struct tide_option llada2_options[] = {

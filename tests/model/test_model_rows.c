@@ -4,10 +4,16 @@
  *    bit-identical to those rows of forward, and the K/V it writes are
  *    forward's (the next block's logits are identical after either);
  *  - bad rows are refused with a message naming the slot;
+ *  - forward_batch: several sequences in their own KV-cache slots, with
+ *    mixed prefix lengths, spans and rows, give each sequence the logits
+ *    (and K/V) it gets alone through forward, bit for bit, whoever its
+ *    companions are; bad spans (a shared or missing slot, too many tokens)
+ *    are refused naming forward_batch;
  *  - profile / profile_read: every phase is named, the work counted is what
  *    the shapes say (output layer FLOPs = 2 x rows x vocab x hidden), and
  *    nothing is counted while profiling is off.
  * Usage: test_model_rows [PLUGIN PRESET] (TIDE_PLUGIN_DIR names the plugins). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,10 @@ static const struct tide_model_ops *mo;
 static int V;
 
 static int32_t ids[3 * L];
+
+#define NSEQ 4
+static int32_t seq_ids[NSEQ][3 * L]; /* sequence s: a prefix of prefix[s] tokens, then blocks */
+static const int prefix[NSEQ] = {L, 2 * L, 3, 2 * L + 5};
 
 /* Logits of block b (all rows) after the prefix was written by forward. */
 static float *block_logits(int b)
@@ -81,6 +91,135 @@ static void sink(void *user, enum tide_log_level level, const char *msg)
     (void)user;
     if (level == TIDE_LOG_ERROR)
         snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
+/* Sequence s alone in slot 0 through forward: its prefix, then the block
+ * after it (all rows) into lg, then the block after that into next. */
+static void alone(int s, float *lg, float *next)
+{
+    const int p = prefix[s];
+    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s], p, 0, NULL), TIDE_OK);
+    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s] + p, L, p, lg), TIDE_OK);
+    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s] + p + L, 4, p + L, next), TIDE_OK);
+}
+
+/* Spans: prefill every member (members[i] in slot slots[i]) in one call,
+ * then one step of each over its block with rows 1, 6 and 3, then the next
+ * 4 positions with all rows: every logit row equals the one alone. */
+static int batch_round(const int *members, const int *slots, int n, float *const *ref,
+                       float *const *ref_next)
+{
+    struct tide_seq_span sp[NSEQ];
+    const int32_t rows[3] = {1, 6, 3};
+    float *lg[NSEQ];
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const int s = members[i];
+        sp[i] = (struct tide_seq_span){
+            .size = sizeof sp[i], .slot = slots[i], .ids = seq_ids[s], .n = prefix[s]};
+    }
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, n), TIDE_OK);
+    for (int i = 0; i < n; i++) {
+        const int s = members[i];
+        lg[i] = malloc(sizeof *lg[i] * (size_t)L * (size_t)V);
+        sp[i] = (struct tide_seq_span){.size = sizeof sp[i],
+                                       .slot = slots[i],
+                                       .ids = seq_ids[s] + prefix[s],
+                                       .n = L,
+                                       .pos0 = prefix[s],
+                                       .rows = rows,
+                                       .n_rows = 3,
+                                       .logits = lg[i]};
+    }
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, n), TIDE_OK);
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < 3; r++)
+            if (memcmp(lg[i] + (size_t)r * V, ref[members[i]] + (size_t)rows[r] * V,
+                       sizeof(float) * (size_t)V)) {
+                fprintf(stderr, "sequence %d in slot %d: step row %d differs\n", members[i],
+                        slots[i], rows[r]);
+                bad++;
+            }
+    for (int i = 0; i < n; i++) {
+        const int s = members[i];
+        sp[i] = (struct tide_seq_span){.size = sizeof sp[i],
+                                       .slot = slots[i],
+                                       .ids = seq_ids[s] + prefix[s] + L,
+                                       .n = 4,
+                                       .pos0 = prefix[s] + L,
+                                       .n_rows = 4,
+                                       .logits = lg[i]};
+    }
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, n), TIDE_OK);
+    for (int i = 0; i < n; i++) {
+        if (memcmp(lg[i], ref_next[members[i]], sizeof(float) * 4 * (size_t)V)) {
+            float md = 0;
+            int where = -1;
+            for (int k = 0; k < 4 * V; k++) {
+                float d = fabsf(lg[i][k] - ref_next[members[i]][k]);
+                if (d > md) {
+                    md = d;
+                    where = k / V;
+                }
+            }
+            fprintf(stderr, "sequence %d in slot %d: the next block differs (max %g, row %d)\n",
+                    members[i], slots[i], md, where);
+            bad++;
+        }
+        free(lg[i]);
+    }
+    return bad;
+}
+
+static void test_batch(void)
+{
+    CHECK(TIDE_OPS_HAS(mo, forward_batch) && TIDE_OPS_HAS(mo, reserve_slots));
+    for (int s = 0; s < NSEQ; s++)
+        for (int i = 0; i < 3 * L; i++)
+            seq_ids[s][i] = (int32_t)(7 + (i * 97 + s * 1009) % (V - 12));
+    CHECK_EQ_INT(mo->reserve_slots(e->model, NSEQ, 5 * L, NSEQ * 3 * L), TIDE_OK);
+    float *ref[NSEQ], *ref_next[NSEQ];
+    for (int s = 0; s < NSEQ; s++) {
+        ref[s] = malloc(sizeof(float) * (size_t)L * (size_t)V);
+        ref_next[s] = malloc(sizeof(float) * 4 * (size_t)V);
+        alone(s, ref[s], ref_next[s]);
+    }
+    /* Alone in another slot, then with every set of companions, in
+     * shuffled slots and span orders. */
+    static const int rounds[][2][NSEQ + 1] = {
+        {{1, 2}, {3}},
+        {{2, 0, 1}, {1, 3}},
+        {{3, 3, 1, 0}, {0, 2, 1}},
+        {{4, 0, 1, 2, 3}, {0, 1, 2, 3}},
+        {{4, 3, 2, 1, 0}, {2, 0, 3, 1}},
+    };
+    for (size_t r = 0; r < sizeof rounds / sizeof rounds[0]; r++) {
+        const int n = rounds[r][0][0];
+        const int bad = batch_round(rounds[r][0] + 1, rounds[r][1], n, ref, ref_next);
+        if (bad)
+            fprintf(stderr, "batch round %zu (%d sequences): %d rows differ from alone\n", r, n,
+                    bad);
+        CHECK_EQ_INT(bad, 0);
+    }
+    for (int s = 0; s < NSEQ; s++) {
+        free(ref[s]);
+        free(ref_next[s]);
+    }
+    tide_log_set_sink(sink, NULL);
+    /* Spans: a shared slot, a slot out of range, more tokens than reserved. */
+    struct tide_seq_span sp[2] = {
+        {.size = sizeof sp[0], .slot = 0, .ids = ids, .n = L},
+        {.size = sizeof sp[1], .slot = 0, .ids = ids, .n = L},
+    };
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, 2), TIDE_E_INVAL);
+    CHECK_CONTAINS(last_error, "forward_batch");
+    sp[1].slot = 1 << 20;
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, 2), TIDE_E_RANGE);
+    CHECK_CONTAINS(last_error, "slot");
+    sp[0].n = 1 << 20;
+    CHECK_EQ_INT(mo->forward_batch(e->model, sp, 1), TIDE_E_RANGE);
+    CHECK_CONTAINS(last_error, "forward_batch");
+    tide_log_set_sink(NULL, NULL);
 }
 
 static void test_bad_rows(void)
@@ -188,6 +327,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_rows);
         TEST_RUN(test_bad_rows);
         TEST_RUN(test_profile);
+        TEST_RUN(test_batch);
     }
     tide_engine_close(e);
     tide_config_destroy(cfg);

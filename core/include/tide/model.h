@@ -79,6 +79,21 @@ struct tide_model_args {
         load_flags; /* TIDE_ST_READ / TIDE_ST_MLOCK for tide_st_open_flags ([model] mmap, mlock) */
 };
 
+/* One sequence's part of a forward_batch call: positions pos0 .. pos0+n-1
+ * of KV-cache slot `slot` holding ids[n]. Logits as forward_rows: n_rows = 0
+ * (rows and logits may be NULL) for none; rows NULL for rows 0 .. n_rows-1;
+ * else positions pos0 + rows[i] (0 <= rows[i] < n, distinct). logits
+ * receives f32 [n_rows, vocab_size]. */
+struct tide_seq_span {
+    uint32_t size; /* sizeof(struct tide_seq_span) */
+    int slot;
+    const int32_t *ids;
+    int64_t n, pos0;
+    const int32_t *rows;
+    int64_t n_rows;
+    float *logits;
+};
+
 /* Arguments of `tide inspect`. */
 struct tide_inspect_args {
     uint32_t size;
@@ -156,6 +171,20 @@ struct tide_model_ops {
      * by the plugin, or NULL when dir does not say (logs nothing). */
     const char *(*checkpoint_decoder)(const char *dir, const struct tide_opts *opts, char *why,
                                       size_t why_len);
+    /* Several sequences per forward (batched decoding). The model holds
+     * n_slots KV caches of n_ctx positions each; forward and forward_rows use
+     * slot 0. reserve_slots makes room for n_slots slots and max_tokens
+     * positions per forward_batch call (all spans together); growing
+     * discards every slot's cache. reserve(n_ctx, max_tokens) keeps the
+     * number of slots. Errors (no memory, n_ctx beyond the model) are logged. */
+    int (*reserve_slots)(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
+    /* One forward over n_spans sequences, each span in its own slot (slots
+     * distinct): each is forward_rows of its slot, and each span's logits
+     * and K/V must be bit-identical to that call alone when the backend's
+     * kernels are batch invariant (docs/batching.md). Dense layers run once
+     * over every span's rows; each MoE layer calls tide_moe_forward once
+     * with all of them, so an expert is fetched once per forward. */
+    int (*forward_batch)(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))
