@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batch.h"
 #include "core_options.h"
 #include "engine.h"
 #include "log_errors.h"
@@ -334,7 +335,8 @@ struct api_gen {
     int64_t n_ids, cap_ids;
     char *text; /* their text */
     size_t text_len, delivered;
-    int rc; /* a failure inside a hook (out of memory) */
+    int rc;      /* a failure inside a hook (out of memory) */
+    bool cancel; /* a callback asked to stop this request */
 };
 
 /* Length of the prefix of s[0..len) that does not end inside a UTF-8
@@ -381,7 +383,7 @@ static int api_decode(const struct tide_engine *e, const int32_t *ids, int64_t n
 static int ag_step_begin(void *u, int block, int step)
 {
     struct api_gen *g = u;
-    if (atomic_load(&g->e->cancel))
+    if (g->cancel || atomic_load(&g->e->cancel))
         return TIDE_E_CANCELLED;
     g->t_step = api_now();
     return TIDE_OK;
@@ -443,7 +445,7 @@ static void ag_step_end(void *u, const struct tide_decoder_step *s)
         .edits = g->edits,
     };
     if (g->r->on_step(g->r->user, &ev))
-        atomic_store(&g->e->cancel, 1);
+        g->cancel = true;
 }
 
 static void ag_block_end(void *u, int block, const int32_t *gen, int64_t n)
@@ -456,7 +458,7 @@ static void ag_block_end(void *u, int block, const int32_t *gen, int64_t n)
         int32_t *ids = realloc(g->ids, sizeof *ids * (size_t)n);
         if (!ids) {
             g->rc = TIDE_E_NOMEM;
-            atomic_store(&g->e->cancel, 1);
+            g->cancel = true;
             return;
         }
         g->ids = ids;
@@ -467,7 +469,7 @@ static void ag_block_end(void *u, int block, const int32_t *gen, int64_t n)
     free(g->text);
     g->text = NULL;
     if ((g->rc = api_decode(g->e, gen, n, &g->text, &g->text_len, NULL)) != TIDE_OK) {
-        atomic_store(&g->e->cancel, 1);
+        g->cancel = true;
         return;
     }
     if (!g->r->on_block)
@@ -489,7 +491,7 @@ static void ag_block_end(void *u, int block, const int32_t *gen, int64_t n)
     };
     g->delivered = whole > g->delivered ? whole : g->delivered;
     if (g->r->on_block(g->r->user, &ev))
-        atomic_store(&g->e->cancel, 1);
+        g->cancel = true;
 }
 
 static void api_counters_sub(const struct tide_moe_counters *a, const struct tide_moe_counters *b,
@@ -587,143 +589,348 @@ static int api_result(struct api_gen *g, const struct tide_gen_result *gr, bool 
     return api_decode(g->e, res->ids, n, &res->text, &res->text_len, &res->unknown_ids);
 }
 
+/* A request being served: checked, with its decoder and prompt ready
+ * (api_req_prepare), begun (api_req_start: its result, on_start), run alone
+ * or in a batch, then finished (api_req_finish). */
+struct api_req {
+    struct tide_request r;
+    struct tide_config *tmp; /* the request's overrides, or NULL */
+    struct tide_decode own, *dec;
+    struct tide_decoder_plan plan;
+    bool chat;
+    int32_t *ids; /* the prompt */
+    size_t n;
+    struct tide_result *res;
+    struct api_gen g;
+    struct tide_gen_hooks hooks;
+    struct tide_gen_result gr;
+    const struct tide_request *req; /* the caller's */
+};
+
+/* Check req and get it ready to run: overrides, decoder, prompt ids, plan.
+ * who names the calling function in messages. q must not move afterwards. */
+static int api_req_prepare(struct tide_engine *e, const struct tide_request *req, struct api_req *q,
+                           const char *who)
+{
+    memset(q, 0, sizeof *q);
+    q->req = req;
+    q->dec = e ? &e->dec : NULL;
+    if (!e || !req || req->size < API_REQUEST_V1 || (!req->prompt && !req->prompt_ids)) {
+        tide_error("%s: %s", who,
+                   !e     ? "the engine is NULL"
+                   : !req ? "the request is NULL"
+                   : req->size < API_REQUEST_V1
+                       ? "request size is too small (initialise it with tide_request_init)"
+                       : "the request has no prompt (set prompt or prompt_ids)");
+        return TIDE_E_INVAL;
+    }
+    tide_request_init(&q->r);
+    memcpy(&q->r, req, req->size < sizeof q->r ? req->size : sizeof q->r);
+    q->g = (struct api_gen){.e = e, .r = &q->r};
+    int rc = api_params(e, &q->r, &q->tmp, &q->chat);
+    if (rc == TIDE_OK && q->tmp && (rc = tide_engine_decode_open(e, q->tmp, &q->own)) == TIDE_OK)
+        q->dec = &q->own;
+    if (rc == TIDE_OK)
+        rc = api_prompt(e, &q->r, q->chat, &q->ids, &q->n);
+    if (rc == TIDE_OK)
+        rc = tide_decode_plan(q->dec, (int64_t)q->n, e->mops->info(e->model)->max_ctx, &q->plan);
+    return rc;
+}
+
+/* Begin the request: its result's parameters, on_start, the hooks. */
+static int api_req_start(struct tide_engine *e, struct api_req *q)
+{
+    if (!(q->res = calloc(1, sizeof *q->res)))
+        return TIDE_E_NOMEM;
+    const struct tide_opts *go = tide_config_section(q->tmp ? q->tmp : e->cfg, "generation");
+    *q->res = (struct tide_result){
+        .size = sizeof *q->res,
+        .prompt_tokens = (int64_t)q->n,
+        .gen_length = tide_opts_int(go, "gen_length"),
+        .block_length = (int)tide_opts_int(go, "block_length"),
+        .steps_per_block = q->plan.nominal_steps,
+        .threshold = tide_opts_float(go, "threshold"),
+        .temperature = tide_opts_float(go, "temperature"),
+        .top_k = (int)tide_opts_int(go, "top_k"),
+        .top_p = tide_opts_float(go, "top_p"),
+        .seed = tide_opts_int(go, "seed"),
+        .chat = q->chat,
+    };
+    const struct tide_result *res = q->res;
+    q->g.n_blocks = q->plan.blocks;
+    q->g.t0 = api_now();
+    if (q->r.on_start) {
+        const struct tide_start_event ev = {
+            .size = sizeof ev,
+            .prompt_tokens = (int64_t)q->n,
+            .gen_length = res->gen_length,
+            .block_length = res->block_length,
+            .steps = q->plan.nominal_steps,
+            .threshold = res->threshold,
+            .temperature = res->temperature,
+            .top_k = res->top_k,
+            .top_p = res->top_p,
+            .seed = res->seed,
+            .chat = q->chat,
+            .recompute = tide_opts_bool(go, "recompute"),
+            .n_blocks = q->g.n_blocks,
+            .decoder = q->dec->name,
+            .decoder_settings = q->dec->settings,
+            .max_steps = q->plan.max_steps,
+        };
+        if (q->r.on_start(q->r.user, &ev))
+            q->g.cancel = true;
+    }
+    q->hooks = (struct tide_gen_hooks){
+        .user = &q->g,
+        .step_begin = ag_step_begin,
+        .step_logits = q->r.on_logits ? ag_step_logits : NULL,
+        .step_rows = q->r.on_rows ? ag_step_rows : NULL,
+        .step_end = ag_step_end,
+        .block_end = ag_block_end,
+    };
+    return TIDE_OK;
+}
+
+/* The request ran with status rc: its result (kept in *out on TIDE_OK and
+ * TIDE_E_CANCELLED, else freed), and everything the request held freed.
+ * Returns the request's final status. */
+static int api_req_finish(struct api_req *q, int rc, struct tide_result **out)
+{
+    if (q->g.rc != TIDE_OK)
+        rc = q->g.rc; /* a hook's failure stopped the generation as a cancel */
+    if (q->res && (rc == TIDE_OK || rc == TIDE_E_CANCELLED)) {
+        int rrc = api_result(&q->g, &q->gr, rc == TIDE_E_CANCELLED, q->res);
+        if (rrc != TIDE_OK)
+            rc = rrc;
+    }
+    tide_decode_close(&q->own);
+    tide_config_destroy(q->tmp);
+    free(q->ids);
+    free(q->gr.ids);
+    free(q->g.ids);
+    free(q->g.text);
+    if (rc == TIDE_OK || rc == TIDE_E_CANCELLED)
+        *out = q->res;
+    else
+        tide_result_free(q->res);
+    q->res = NULL;
+    return rc;
+}
+
+/* The dispatcher's counters before a run, to add what it moved to the
+ * engine's totals afterwards (api_totals_end). */
+struct api_totals {
+    struct tide_moe_counters before;
+    struct tide_moe_counters *layer_before; /* [n_layer_total] */
+};
+
+static int api_totals_begin(struct tide_engine *e, struct api_totals *t)
+{
+    t->layer_before = NULL;
+    if (e->n_layer_total &&
+        !(t->layer_before = malloc(sizeof *t->layer_before * (size_t)e->n_layer_total)))
+        return TIDE_E_NOMEM;
+    for (int l = 0; l < e->n_layer_total; l++)
+        tide_moe_layer_totals(e->moe, l, &t->layer_before[l]);
+    tide_moe_totals(e->moe, &t->before);
+    return TIDE_OK;
+}
+
+/* Add the counters since api_totals_begin to the engine's totals; *delta
+ * gets them. */
+static void api_totals_end(struct tide_engine *e, struct api_totals *t,
+                           struct tide_moe_counters *delta)
+{
+    tide_moe_totals(e->moe, delta);
+    api_counters_sub(delta, &t->before, delta);
+    api_counters_add(&e->total, delta);
+    for (int l = 0; l < e->n_layer_total; l++) {
+        struct tide_moe_counters now;
+        tide_moe_layer_totals(e->moe, l, &now);
+        api_counters_sub(&now, &t->layer_before[l], &now);
+        api_counters_add(&e->layer_total[l], &now);
+    }
+    free(t->layer_before);
+    t->layer_before = NULL;
+}
+
 int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
                          struct tide_result **out)
 {
     api_begin(e);
     if (out)
         *out = NULL;
-    if (!e || !req || !out || req->size < API_REQUEST_V1 || (!req->prompt && !req->prompt_ids)) {
-        tide_error("tide_engine_generate: %s",
-                   !e     ? "the engine is NULL"
-                   : !req ? "the request is NULL"
-                   : !out ? "out is NULL"
-                   : req->size < API_REQUEST_V1
-                       ? "request size is too small (initialise it with tide_request_init)"
-                       : "the request has no prompt (set prompt or prompt_ids)");
+    if (!out) {
+        tide_error("tide_engine_generate: out is NULL");
         return api_end(e, TIDE_E_INVAL);
     }
-    struct tide_request r;
-    tide_request_init(&r);
-    memcpy(&r, req, req->size < sizeof r ? req->size : sizeof r);
-    struct tide_config *tmp = NULL;
-    struct tide_decode own = {0}, *dec = &e->dec;
-    struct tide_decoder_plan plan;
-    bool chat;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    struct tide_result *res = NULL;
-    struct tide_gen_result gr = {0};
-    struct tide_moe_counters *layer_before = NULL;
-    struct api_gen g = {.e = e, .r = &r};
-    int rc = api_params(e, &r, &tmp, &chat);
-    if (rc == TIDE_OK && tmp && (rc = tide_engine_decode_open(e, tmp, &own)) == TIDE_OK)
-        dec = &own;
+    struct api_req q;
+    struct api_totals t = {0};
+    int rc = api_req_prepare(e, req, &q, "tide_engine_generate");
     if (rc == TIDE_OK)
-        rc = api_prompt(e, &r, chat, &ids, &n);
+        rc = tide_engine_reserve(e, q.dec, (int64_t)q.n);
+    if (rc == TIDE_OK) {
+        atomic_store(&e->cancel, 0);
+        rc = api_req_start(e, &q);
+    }
     if (rc == TIDE_OK)
-        rc = tide_engine_reserve(e, dec, (int64_t)n);
-    if (rc == TIDE_OK)
-        rc = tide_decode_plan(dec, (int64_t)n, e->mops->info(e->model)->max_ctx, &plan);
-    if (rc == TIDE_OK && !(res = calloc(1, sizeof *res)))
-        rc = TIDE_E_NOMEM;
-    if (rc != TIDE_OK)
-        goto done;
-    const struct tide_opts *go = tide_config_section(tmp ? tmp : e->cfg, "generation");
-    const int64_t gen_length = tide_opts_int(go, "gen_length");
-    const int block = (int)tide_opts_int(go, "block_length");
-    const double threshold = tide_opts_float(go, "threshold"),
-                 temperature = tide_opts_float(go, "temperature"),
-                 top_p = tide_opts_float(go, "top_p");
-    const int top_k = (int)tide_opts_int(go, "top_k");
-    const int64_t seed = tide_opts_int(go, "seed");
-    *res = (struct tide_result){
-        .size = sizeof *res,
-        .prompt_tokens = (int64_t)n,
-        .gen_length = gen_length,
-        .block_length = block,
-        .steps_per_block = plan.nominal_steps,
-        .threshold = threshold,
-        .temperature = temperature,
-        .top_k = top_k,
-        .top_p = top_p,
-        .seed = seed,
-        .chat = chat,
-    };
-    g.n_blocks = plan.blocks;
-    atomic_store(&e->cancel, 0);
-    g.t0 = api_now();
-    if (r.on_start) {
-        const struct tide_start_event ev = {
-            .size = sizeof ev,
-            .prompt_tokens = (int64_t)n,
-            .gen_length = gen_length,
-            .block_length = block,
-            .steps = plan.nominal_steps,
-            .threshold = threshold,
-            .temperature = temperature,
-            .top_k = top_k,
-            .top_p = top_p,
-            .seed = seed,
-            .chat = chat,
-            .recompute = tide_opts_bool(go, "recompute"),
-            .n_blocks = g.n_blocks,
-            .decoder = dec->name,
-            .decoder_settings = dec->settings,
-            .max_steps = plan.max_steps,
-        };
-        if (r.on_start(r.user, &ev))
-            atomic_store(&e->cancel, 1);
+        rc = api_totals_begin(e, &t);
+    if (rc == TIDE_OK) {
+        rc = tide_engine_generate_ids(e, q.dec, q.ids, (int64_t)q.n, &q.hooks, e->outputs, &q.gr);
+        struct tide_moe_counters delta;
+        api_totals_end(e, &t, &delta);
+        api_stats(&delta, &q.res->offload);
     }
-    const struct tide_gen_hooks hooks = {
-        .user = &g,
-        .step_begin = ag_step_begin,
-        .step_logits = r.on_logits ? ag_step_logits : NULL,
-        .step_rows = r.on_rows ? ag_step_rows : NULL,
-        .step_end = ag_step_end,
-        .block_end = ag_block_end,
-    };
-    struct tide_moe_counters before, after;
-    if (e->n_layer_total &&
-        !(layer_before = malloc(sizeof *layer_before * (size_t)e->n_layer_total))) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
-    for (int l = 0; l < e->n_layer_total; l++)
-        tide_moe_layer_totals(e->moe, l, &layer_before[l]);
-    tide_moe_totals(e->moe, &before);
-    rc = tide_engine_generate_ids(e, dec, ids, (int64_t)n, &hooks, e->outputs, &gr);
-    tide_moe_totals(e->moe, &after);
-    api_counters_sub(&after, &before, &after);
-    api_counters_add(&e->total, &after);
-    api_stats(&after, &res->offload);
-    for (int l = 0; l < e->n_layer_total; l++) {
-        struct tide_moe_counters now;
-        tide_moe_layer_totals(e->moe, l, &now);
-        api_counters_sub(&now, &layer_before[l], &now);
-        api_counters_add(&e->layer_total[l], &now);
-    }
-    if (g.rc != TIDE_OK)
-        rc = g.rc; /* a hook's failure stopped the generation as a cancel */
-    if (rc == TIDE_OK || rc == TIDE_E_CANCELLED) {
-        int rrc = api_result(&g, &gr, rc == TIDE_E_CANCELLED, res);
-        if (rrc != TIDE_OK)
-            rc = rrc;
-    }
-done:
-    atomic_store(&e->cancel, 0);
-    tide_decode_close(&own);
-    tide_config_destroy(tmp);
-    free(layer_before);
-    free(ids);
-    free(gr.ids);
-    free(g.ids);
-    free(g.text);
-    if (rc == TIDE_OK || rc == TIDE_E_CANCELLED)
-        *out = res;
-    else
-        tide_result_free(res);
+    rc = api_req_finish(&q, rc, out);
+    if (e)
+        atomic_store(&e->cancel, 0);
     return api_end(e, rc);
+}
+
+/* ---- batches ------------------------------------------------------------- */
+
+struct api_batch {
+    struct tide_engine *e;
+    const struct tide_batch_queue *q;
+};
+
+/* One request of a batch: the runtime's sequence and the API's request. */
+struct api_bseq {
+    struct tide_batch_seq s;
+    struct api_req q;
+};
+
+static struct tide_batch_seq *ab_next(void *u, bool idle)
+{
+    struct api_batch *ab = u;
+    for (;;) {
+        const struct tide_request *req = ab->q->next(ab->q->user, idle);
+        if (!req)
+            return NULL;
+        struct api_bseq *x = calloc(1, sizeof *x);
+        if (!x) {
+            ab->q->done(ab->q->user, req, TIDE_E_NOMEM, NULL);
+            continue;
+        }
+        int rc = api_req_prepare(ab->e, req, &x->q, "tide_engine_run_batch");
+        if (rc == TIDE_OK)
+            rc = api_req_start(ab->e, &x->q);
+        if (rc != TIDE_OK) {
+            struct tide_result *res = NULL;
+            rc = api_req_finish(&x->q, rc, &res);
+            ab->q->done(ab->q->user, req, rc, res);
+            free(x);
+            continue;
+        }
+        x->s = (struct tide_batch_seq){
+            .d = x->q.dec,
+            .prompt = x->q.ids,
+            .n = (int64_t)x->q.n,
+            .hooks = &x->q.hooks,
+            .user = x,
+        };
+        return &x->s;
+    }
+}
+
+static void ab_done(void *u, struct tide_batch_seq *s)
+{
+    struct api_batch *ab = u;
+    struct api_bseq *x = s->user;
+    struct tide_result *res = NULL;
+    x->q.gr = s->result;
+    const int rc = api_req_finish(&x->q, s->rc, &res);
+    ab->q->done(ab->q->user, x->q.req, rc, res);
+    free(x);
+}
+
+int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q)
+{
+    api_begin(e);
+    if (!e || !q || q->size < sizeof *q || !q->next || !q->done || max_batch < 1) {
+        tide_error("tide_engine_run_batch: %s", !e                    ? "the engine is NULL"
+                                                : !q                  ? "the queue is NULL"
+                                                : q->size < sizeof *q ? "queue size is too small"
+                                                : max_batch < 1 ? "max_batch must be at least 1"
+                                                                : "the queue needs next and done");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    if (max_batch > 1 && e->outputs && e->outputs->trace) {
+        tide_error("[output] trace records one sequence at a time: run batches without it (or "
+                   "with a batch of 1)");
+        return api_end(e, TIDE_E_UNSUPPORTED);
+    }
+    struct api_totals t;
+    int rc = api_totals_begin(e, &t);
+    if (rc != TIDE_OK)
+        return api_end(e, rc);
+    struct api_batch ab = {.e = e, .q = q};
+    const struct tide_batch_feed feed = {.user = &ab, .next = ab_next, .done = ab_done};
+    atomic_store(&e->cancel, 0);
+    tide_moe_set_metrics(e->moe, e->outputs ? e->outputs->metrics : NULL);
+    rc = tide_batch_run(e, max_batch, &feed);
+    tide_moe_set_metrics(e->moe, NULL);
+    atomic_store(&e->cancel, 0);
+    struct tide_moe_counters delta;
+    api_totals_end(e, &t, &delta);
+    return api_end(e, rc);
+}
+
+/* generate_batch's queue: the array in order. */
+struct api_array {
+    const struct tide_request *const *reqs;
+    int n, next;
+    struct tide_result **results;
+    int *status;
+    bool *ended; /* [n] done() came for reqs[i] */
+};
+
+static const struct tide_request *aa_next(void *u, bool idle)
+{
+    (void)idle;
+    struct api_array *a = u;
+    return a->next < a->n ? a->reqs[a->next++] : NULL;
+}
+
+static void aa_done(void *u, const struct tide_request *req, int status, struct tide_result *res)
+{
+    struct api_array *a = u;
+    for (int i = 0; i < a->n; i++) {
+        if (a->reqs[i] == req && !a->ended[i]) {
+            a->ended[i] = true;
+            a->results[i] = res;
+            a->status[i] = status;
+            return;
+        }
+    }
+    tide_result_free(res);
+}
+
+int tide_engine_generate_batch(struct tide_engine *e, const struct tide_request *const *reqs, int n,
+                               int max_batch, struct tide_result **results, int *status)
+{
+    if (!reqs || !results || !status || n < 0) {
+        api_begin(e);
+        tide_error("tide_engine_generate_batch: %s", n < 0   ? "n is negative"
+                                                     : !reqs ? "reqs is NULL"
+                                                             : "results or status is NULL");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    for (int i = 0; i < n; i++) {
+        results[i] = NULL;
+        status[i] = TIDE_E_INVAL; /* until done */
+    }
+    struct api_array a = {.reqs = reqs, .n = n, .results = results, .status = status};
+    if (!(a.ended = calloc((size_t)(n ? n : 1), sizeof *a.ended))) {
+        api_begin(e);
+        return api_end(e, TIDE_E_NOMEM);
+    }
+    const struct tide_batch_queue q = {
+        .size = sizeof q, .user = &a, .next = aa_next, .done = aa_done};
+    int rc = tide_engine_run_batch(e, max_batch, &q);
+    free(a.ended);
+    return rc;
 }
 
 void tide_engine_set_outputs(struct tide_engine *e, const struct tide_engine_outputs *o)

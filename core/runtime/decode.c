@@ -218,7 +218,10 @@ static int dh_forward(void *user, const int32_t *ids, int64_t n, int64_t pos0, c
     struct decode_host *h = user;
     const size_t V = (size_t)h->V;
     int rc;
-    if (!logits) {
+    if (h->hooks && h->hooks->forward) {
+        rc = h->hooks->forward(h->hooks->user, ids, n, pos0, rows, n_rows, logits);
+        n_rows = !logits ? 0 : rows ? n_rows : n;
+    } else if (!logits) {
         rc = h->ops->forward(h->m, ids, n, pos0, NULL);
         n_rows = 0;
     } else if (!rows) {

@@ -42,6 +42,11 @@ struct tide_gen_hooks {
                       const float *const *rows, int vocab);
     void (*step_end)(void *user, const struct tide_decoder_step *s);
     void (*block_end)(void *user, int block, const int32_t *gen, int64_t n);
+    /* When set, the decoder's forwards go here instead of to the model (a
+     * batch gathers them into one forward_batch); the arguments and the
+     * contract are tide_decoder_host's forward. */
+    int (*forward)(void *user, const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
+                   int64_t n_rows, float *logits);
 };
 
 struct tide_gen_result {

@@ -389,6 +389,13 @@ static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
         g->user->block_end(g->user->user, block, gen, n);
 }
 
+static int eg_forward(void *u, const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
+                      int64_t n_rows, float *logits)
+{
+    struct engine_gen *g = u;
+    return g->user->forward(g->user->user, ids, n, pos0, rows, n_rows, logits);
+}
+
 int tide_engine_trace_header(const struct tide_engine *e, const struct tide_decode *d,
                              struct tide_trace_header *h)
 {
@@ -451,6 +458,11 @@ static int engine_prompt_vector(struct tide_engine *e, const int32_t *prompt, in
     return rc;
 }
 
+int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n)
+{
+    return engine_prompt_vector(e, prompt, n, NULL);
+}
+
 int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,
                              int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
@@ -479,6 +491,7 @@ int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const
         .step_rows = eg_step_rows,
         .step_end = eg_step_end,
         .block_end = eg_block_end,
+        .forward = user && user->forward ? eg_forward : NULL,
     };
     tide_moe_set_metrics(e->moe, metrics);
     tide_moe_set_trace(e->moe, trace);

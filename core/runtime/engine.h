@@ -95,6 +95,10 @@ int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const
                              const struct tide_engine_outputs *outputs,
                              struct tide_gen_result *result);
 
+/* A generation of prompt[n] starts outside tide_engine_generate_ids (a
+ * batch): the prompt's vector to the policy (prompt_begin). */
+int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n);
+
 /* Telemetry for the following tide_engine_generate calls (the public one):
  * metrics lines and routing events. o is borrowed until replaced; NULL
  * stops. For `tide run`, whose outputs are files the CLI layer writes. */

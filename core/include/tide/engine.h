@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 /* Raised when fields or functions are appended to this header. */
-#define TIDE_ENGINE_API_VERSION 2
+#define TIDE_ENGINE_API_VERSION 3
 
 struct tide_engine; /* opaque */
 
@@ -300,6 +300,47 @@ void tide_result_free(struct tide_result *r);
  * (it returns TIDE_E_CANCELLED). A generation that starts later is not
  * affected. Any thread; async-signal-safe. */
 void tide_engine_cancel(struct tide_engine *e);
+
+/* ---- batches (API version 3) -------------------------------------------- */
+
+/* Several requests decoded together: every forward of the model runs each
+ * running request's next span at once (dense layers once over all their
+ * rows, each expert fetched once for all of them), while each request keeps
+ * its own prompt, settings, decoder state and callbacks. Requests join
+ * between forwards while fewer than max_batch run and leave when they end
+ * (continuous batching). A request's tokens and logits do not depend on its
+ * companions on a batch-invariant backend (the CPU backend; docs/batching.md
+ * says which are). Callbacks of all the batch's requests run on the calling
+ * thread's behalf one at a time (from helper threads, never two at once).
+ * In a batch, on_start comes before the request's memory is reserved, and a
+ * result's offload counters are zero: the expert traffic is shared by the
+ * batch, and tide_engine_stats counts it. */
+struct tide_batch_queue {
+    uint32_t size; /* sizeof(struct tide_batch_queue) */
+    void *user;
+    /* The next request to start, or NULL when none waits. Called between
+     * forwards while fewer than max_batch run. idle: nothing runs, so the
+     * call may wait for work; returning NULL while idle ends the run. The
+     * request must stay valid until done() is called for it. */
+    const struct tide_request *(*next)(void *user, bool idle);
+    /* Every request next() returned ends here: status and result as
+     * tide_engine_generate's (free the result with tide_result_free). */
+    void (*done)(void *user, const struct tide_request *req, int status, struct tide_result *res);
+};
+
+/* Run requests from q, up to max_batch at a time, until next() returns NULL
+ * while none runs. tide_engine_cancel stops every running request. Returns
+ * TIDE_OK (each request's own status goes to done), or TIDE_E_INVAL,
+ * TIDE_E_UNSUPPORTED (max_batch > 1 on a model plugin without batches, or
+ * with [output] trace set: traces record one sequence at a time) or
+ * TIDE_E_NOMEM. */
+int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q);
+
+/* Generate reqs[0..n) as one batch of at most max_batch at a time, in order
+ * of admission: results[i] and status[i] are those tide_engine_generate
+ * would give reqs[i]. Returns as tide_engine_run_batch. */
+int tide_engine_generate_batch(struct tide_engine *e, const struct tide_request *const *reqs, int n,
+                               int max_batch, struct tide_result **results, int *status);
 
 /* ---- counters, information, options ------------------------------------- */
 
