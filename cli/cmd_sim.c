@@ -26,7 +26,8 @@ static void sim_usage(FILE *f)
         f, "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
            "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
-           "                [--model DIR] [--force] [-c CONFIG] [--set section.key=value]\n"
+           "                [--model DIR] [--batch N] [--force] [-c CONFIG]\n"
+           "                [--set section.key=value]\n"
            "                [--out DIR [--shard K/N]]\n"
            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
@@ -51,6 +52,11 @@ static void sim_usage(FILE *f)
            "  --scale-profile            accept a profile measured for another expert shape,\n"
            "                             scaling its expert times by expert bytes\n"
            "  --model DIR                check that the trace was recorded for this checkpoint\n"
+           "  --batch N                  replay the trace's prompts as the engine decodes them\n"
+           "                             in batches of up to N (continuous batching: each\n"
+           "                             forward holds every running prompt's next forward;\n"
+           "                             the policy sees the oldest one's blocks and steps;\n"
+           "                             docs/batching.md). Default 1: as recorded\n"
            "  --force                    replace existing --csv, --metrics and plot files\n"
            "  --out DIR                  write a result folder (new or empty): results.csv,\n"
            "                             plots/, rows.json (exact rows) and manifest.json\n"
@@ -189,6 +195,17 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             }
         if (done)
             continue;
+        if (!strcmp(a, "--batch")) {
+            char *end;
+            const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || v < 1 || v > 4096) {
+                tide_error("--batch needs a number of sequences from 1 to 4096");
+                return TIDE_E_CONFIG;
+            }
+            s->batch = (int)v;
+            i++;
+            continue;
+        }
         static const char *const vals[] = {"--trace",  "--profile", "--csv",
                                            "--plot",   "--metrics", "--model",
                                            "--policy", "--budget",  "--interval"};
@@ -253,6 +270,13 @@ static int sim_setup(struct sim_cli *s)
     int rc = tide_sim_trace_load(s->trace_path, &s->t);
     if (rc != TIDE_OK)
         return rc;
+    if (s->batch > 1) {
+        struct tide_sim_trace *b;
+        if ((rc = tide_sim_trace_batch(s->t, s->batch, &b)) != TIDE_OK)
+            return rc;
+        tide_sim_trace_free(s->t);
+        s->t = b;
+    }
     const struct tide_trace_header *h = &s->t->h;
     s->L = (int)h->n_layers;
     s->E = (int)h->n_experts;
@@ -765,6 +789,10 @@ int sim_main(struct sim_cli *s)
            "assignments\n",
            s->trace_path, h->n_layers, h->n_experts, h->top_k, (unsigned long long)s->t->blocks,
            (unsigned long long)s->t->steps, (unsigned long long)s->t->assignments);
+    if (s->batch > 1)
+        printf("replayed as batches of up to %d prompts: %zu forwards per layer (largest %u "
+               "tokens)\n",
+               s->batch, s->t->n_fwd[0], s->t->max_tokens);
     struct tide_sim_steps dist;
     char line[160];
     if (tide_sim_steps_dist(s->t, TIDE_SIM_BLOCKS_ALL, &dist, NULL) == TIDE_OK) {

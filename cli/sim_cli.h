@@ -33,6 +33,7 @@ struct sim_cli {
     const char *trace_path, *profile_path, *csv, *plot, *metrics, *model_dir;
     char policies[512], budgets[512], intervals[512];
     bool hindsight, oracle, layer_budgets, scale, force;
+    int batch; /* --batch N: the trace's prompts replayed as batches of N (0: as recorded) */
     struct tide_sim_trace *t;
     struct tide_profile prof;
     bool have_prof;

@@ -235,6 +235,7 @@ static json_t *sim_grid_json(const struct sim_cli *s)
     json_object_set_new(g, "oracle", json_boolean(s->oracle));
     json_object_set_new(g, "layer_budgets", json_boolean(s->layer_budgets));
     json_object_set_new(g, "scale_profile", json_boolean(s->scale));
+    json_object_set_new(g, "batch", json_integer(s->batch > 1 ? s->batch : 1));
     json_object_set_new(g, "configurations", json_integer(s->n_config));
     return g;
 }
@@ -356,6 +357,9 @@ static int sim_merge_grid(struct sim_cli *s, const json_t *g)
     s->oracle = json_is_true(json_object_get(g, "oracle"));
     s->layer_budgets = json_is_true(json_object_get(g, "layer_budgets"));
     s->scale = json_is_true(json_object_get(g, "scale_profile"));
+    /* Shards written before --batch replayed the trace as recorded. */
+    const json_t *bj = json_object_get(g, "batch");
+    s->batch = json_is_integer(bj) ? (int)json_integer_value(bj) : 1;
     s->o->configs = (long)json_integer_value(json_object_get(g, "configurations"));
     return TIDE_OK;
 }

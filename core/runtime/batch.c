@@ -36,6 +36,7 @@ struct batch {
     int max, n_active;
     uint64_t next_order;
     int lead;                    /* slot of the lead, -1 when none runs */
+    bool lead_left;              /* it finished during this round's resumes */
     int64_t n_ctx, per_tokens;   /* reserved: positions per slot, rows per sequence */
     struct tide_batch_seq *held; /* admitted once the batch drains (needs a bigger reserve) */
     struct tide_seq_span *spans; /* [max] one round's forward */
@@ -162,7 +163,7 @@ static void *bs_main(void *arg)
 /* ---- the caller's side: admission, rounds ------------------------------- */
 
 /* Let slot sl's sequence run until it asks for a forward or finishes; a
- * finished one leaves (its slot freed, done() called, the lead passed on). */
+ * finished one leaves (its slot freed, done() called). */
 static void bt_turn(struct batch *b, struct bslot *sl)
 {
     pthread_mutex_lock(&b->mu);
@@ -181,16 +182,28 @@ static void bt_turn(struct batch *b, struct bslot *sl)
     sl->s = NULL;
     b->n_active--;
     if (b->lead == sl->idx) {
-        /* The oldest running sequence leads from now on; the policy's block
-         * clock moves to its block. */
+        /* No one leads until this round's sequences have all resumed
+         * (bt_new_lead), so the policy hears of no event in between. */
         b->lead = -1;
-        for (int i = 0; i < b->max; i++)
-            if (b->slot[i].s && (b->lead < 0 || b->slot[i].order < b->slot[b->lead].order))
-                b->lead = i;
-        if (b->lead >= 0 && b->slot[b->lead].in_block)
-            tide_moe_block_begin(b->e->moe, b->slot[b->lead].block, false);
+        b->lead_left = true;
     }
+    if (b->n_active == 0)
+        tide_moe_finish(b->e->moe); /* as between two generations alone */
     b->feed->done(b->feed->user, s);
+}
+
+/* After a round: when the lead left, the oldest running sequence leads, and
+ * the policy's block clock moves to its current block. */
+static void bt_new_lead(struct batch *b)
+{
+    if (!b->lead_left)
+        return;
+    b->lead_left = false;
+    for (int i = 0; i < b->max; i++)
+        if (b->slot[i].s && (b->lead < 0 || b->slot[i].order < b->slot[b->lead].order))
+            b->lead = i;
+    if (b->lead >= 0 && b->slot[b->lead].in_block)
+        tide_moe_block_begin(b->e->moe, b->slot[b->lead].block, false);
 }
 
 /* Make room for a sequence whose plan needs n_ctx positions and max_tokens
@@ -337,6 +350,7 @@ int tide_batch_run(struct tide_engine *e, int max_batch, const struct tide_batch
         for (int i = 0; i < b.max; i++)
             if (b.slot[i].s && b.slot[i].posted)
                 bt_turn(&b, &b.slot[i]);
+        bt_new_lead(&b);
     }
     tide_moe_finish(e->moe);
     pthread_cond_destroy(&b.cv);

@@ -583,11 +583,13 @@ int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c
     for (size_t k = 0; k < t->n_ev && rc == TIDE_OK; k++) {
         const struct sim_event *ev = &t->ev[k];
         switch (ev->type) {
-        case SIM_EV_PROMPT: /* the previous generation finished (tide_moe_finish) */
-            sim_flush(&s);
-            s.phase = TIDE_TRACE_PREFILL;
-            s.block = 0;
-            s.step = 0;
+        case SIM_EV_PROMPT:
+            if (!ev->first) { /* the previous generation finished (tide_moe_finish) */
+                sim_flush(&s);
+                s.phase = TIDE_TRACE_PREFILL;
+                s.block = 0;
+                s.step = 0;
+            }
             for (int i = 0; i < s.n_inst; i++) /* tide_moe_prompt_begin */
                 if (TIDE_OPS_HAS(s.inst[i].ops, prompt_begin))
                     s.inst[i].ops->prompt_begin(

@@ -36,7 +36,8 @@ enum sim_ev_type {
 struct sim_event {
     uint8_t type;  /* enum sim_ev_type */
     uint8_t phase; /* ROUTE: enum tide_trace_phase */
-    uint8_t first; /* BLOCK: first generated block */
+    uint8_t first; /* BLOCK: first generated block; PROMPT: joins a running batch (the
+                      dispatcher's phase is not reset; tide_sim_trace_batch) */
     int32_t a;     /* PROMPT: prompt id; BLOCK: block; STEP: step; ROUTE: layer */
     uint32_t b;    /* PROMPT: prompt length; ROUTE: tokens */
     uint32_t fwd;  /* ROUTE: index into the layer's forward list */
@@ -74,6 +75,17 @@ struct tide_sim_trace {
  * record) are logged by the reader, naming the file and offset. */
 int tide_sim_trace_load(const char *path, struct tide_sim_trace **out);
 void tide_sim_trace_free(struct tide_sim_trace *t); /* NULL is a no-op */
+
+/* The trace's prompts as the engine would decode them in a batch of up to
+ * `batch` sequences (continuous batching, docs/batching.md): each forward
+ * of the result holds every running prompt's next forward (their routing
+ * summed: a sequence's routing does not depend on its companions), the
+ * policy sees the lead's block and step records, and prompts join in trace
+ * order as others finish. batch 1 gives the trace's own tape. Statistics of
+ * blocks, steps and tokens are the prompts' own. Returns TIDE_OK,
+ * TIDE_E_RANGE (batch < 1), TIDE_E_FORMAT (a trace without prompt records)
+ * or TIDE_E_NOMEM. */
+int tide_sim_trace_batch(const struct tide_sim_trace *t, int batch, struct tide_sim_trace **out);
 
 /* Policies that need the future and so cannot be plugins. */
 enum tide_sim_hindsight {

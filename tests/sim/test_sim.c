@@ -742,6 +742,156 @@ static void test_hindsight(void)
     plug_close(&pg);
 }
 
+/* ---- a trace's prompts replayed as a batch ---------------------------------- */
+
+/* Write prompt A (prefill {0}, block 0: step 0 {1 1 1}, step 1 {2 2}) and B
+ * (prefill {3}, block 0: step 0 {1}, step 1 {2}, step 2 {2 3}), one layer of
+ * 4 experts, top-1. */
+static int two_prompts(const char *path)
+{
+    struct tide_trace_header h = {.n_layers = 1,
+                                  .n_experts = 4,
+                                  .top_k = 1,
+                                  .hidden = 64,
+                                  .inter = 32,
+                                  .expert_bytes = tide_expert_bytes(64, 32),
+                                  .block_length = 4,
+                                  .steps = 4,
+                                  .threshold = 0.9,
+                                  .model = "two"};
+    struct tide_trace_writer *w;
+    int rc = tide_trace_writer_open(path, false, true, &h, &w);
+    if (rc)
+        return rc;
+    static const int32_t a0[] = {0}, a1[] = {1, 1, 1}, a2[] = {2, 2}, b0[] = {3}, b1[] = {1},
+                         b2[] = {2}, b3[] = {2, 3};
+    rc = tide_trace_prompt(w, 0, 1);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_PREFILL, 0, 1, a0);
+    rc = rc ? rc : tide_trace_block(w, 0, true);
+    rc = rc ? rc : tide_trace_step(w, 0);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_STEP, 0, 3, a1);
+    rc = rc ? rc : tide_trace_step(w, 1);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_STEP, 0, 2, a2);
+    rc = rc ? rc : tide_trace_prompt(w, 1, 1);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_PREFILL, 0, 1, b0);
+    rc = rc ? rc : tide_trace_block(w, 0, true);
+    rc = rc ? rc : tide_trace_step(w, 0);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_STEP, 0, 1, b1);
+    rc = rc ? rc : tide_trace_step(w, 1);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_STEP, 0, 1, b2);
+    rc = rc ? rc : tide_trace_step(w, 2);
+    rc = rc ? rc : tide_trace_route(w, TIDE_TRACE_STEP, 0, 2, b3);
+    int crc = tide_trace_writer_close(w, rc == TIDE_OK);
+    return rc ? rc : crc;
+}
+
+/* "P0 P1+ R... B0 S0 R..." : the tape's events, and each route's counts. */
+static void tape_str(const struct tide_sim_trace *t, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < t->n_ev && at < len; i++) {
+        const struct sim_event *ev = &t->ev[i];
+        static const char kind[] = "?PBSR";
+        at += (size_t)snprintf(buf + at, len - at, "%s%c%d%s", i ? " " : "", kind[ev->type],
+                               ev->type == SIM_EV_ROUTE ? ev->phase : ev->a,
+                               ev->type == SIM_EV_PROMPT && ev->first ? "+" : "");
+        if (ev->type != SIM_EV_ROUTE)
+            continue;
+        const struct tide_solver_fwd *f = &t->fwd[ev->a][ev->fwd];
+        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "{");
+        for (uint32_t k = 0; k < f->n_active; k++)
+            at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%u:%u", k ? "," : "",
+                                   f->ids[k], f->cnt[k]);
+        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "}");
+    }
+}
+
+static void test_batch_tape(void)
+{
+    const char *path = tpath("two.trc");
+    CHECK_EQ_INT(two_prompts(path), TIDE_OK);
+    struct tide_sim_trace *t = NULL, *b = NULL;
+    CHECK_EQ_INT(tide_sim_trace_load(path, &t), TIDE_OK);
+    if (!t)
+        return;
+    char want[512], got[512];
+    /* Batch 1: the tape as recorded. */
+    tape_str(t, want, sizeof want);
+    CHECK_EQ_INT(tide_sim_trace_batch(t, 1, &b), TIDE_OK);
+    if (b) {
+        tape_str(b, got, sizeof got);
+        if (strcmp(got, want))
+            fprintf(stderr, "batch 1 tape:\n  got  %s\n  want %s\n", got, want);
+        CHECK(!strcmp(got, want));
+        tide_sim_trace_free(b);
+    }
+    /* Batch 2: B joins the running batch (no phase reset), each round sums
+     * both; A leads; when A leaves, B takes over announcing its block 0, and
+     * the dispatcher stays in KV until B's next step record. */
+    CHECK_EQ_INT(tide_sim_trace_batch(t, 2, &b), TIDE_OK);
+    if (b) {
+        tape_str(b, got, sizeof got);
+        static const char two[] = "P0 P1+ R0{0:1,3:1} B0 S0 R1{1:4} S1 R1{2:3} B0 R2{2:1,3:1}";
+        if (strcmp(got, two))
+            fprintf(stderr, "batch 2 tape:\n  got  %s\n  want %s\n", got, two);
+        CHECK(!strcmp(got, two));
+        CHECK_EQ_INT(b->n_fwd[0], 4);
+        CHECK_EQ_INT(b->max_tokens, 4);
+        CHECK_EQ_INT(b->assignments, t->assignments);
+        CHECK_EQ_INT(b->steps, t->steps);
+        CHECK_EQ_INT(b->tokens_generated, t->tokens_generated);
+        tide_sim_trace_free(b);
+    }
+    capture();
+    CHECK_EQ_INT(tide_sim_trace_batch(t, 0, &b), TIDE_E_RANGE);
+    release();
+    tide_sim_trace_free(t);
+    /* Synthetic traces of 5 prompts: every assignment kept, forwards merged. */
+    struct tide_synth_params sp = {
+        .n_layers = 3,
+        .n_experts = 16,
+        .top_k = 2,
+        .hidden = 64,
+        .inter = 32,
+        .block_length = 8,
+        .steps = 8,
+        .min_steps = 2,
+        .blocks = 3,
+        .prompts = 5,
+        .prompt_len = 12,
+        .skew = 1.0,
+        .similarity = 0.9,
+        .drift = 0.5,
+        .seed = 3,
+    };
+    double rate;
+    CHECK_EQ_INT(tide_synth_calibrate(&sp, &rate), TIDE_OK);
+    CHECK_EQ_INT(tide_synth_write(tpath("five.trc"), true, &sp, rate), TIDE_OK);
+    CHECK_EQ_INT(tide_sim_trace_load(tpath("five.trc"), &t), TIDE_OK);
+    if (!t)
+        return;
+    for (int B = 1; B <= 6; B++) {
+        CHECK_EQ_INT(tide_sim_trace_batch(t, B, &b), TIDE_OK);
+        if (!b)
+            continue;
+        for (uint32_t l = 0; l < 3; l++) {
+            uint64_t tok_t = 0, tok_b = 0;
+            for (size_t j = 0; j < t->n_fwd[l]; j++)
+                tok_t += t->fwd[l][j].tokens;
+            for (size_t j = 0; j < b->n_fwd[l]; j++)
+                tok_b += b->fwd[l][j].tokens;
+            CHECK_EQ_INT(tok_b, tok_t);
+            CHECK(b->n_fwd[l] <= t->n_fwd[l] && b->n_fwd[l] * (size_t)B >= t->n_fwd[l]);
+        }
+        CHECK_EQ_INT(b->assignments, t->assignments);
+        CHECK(b->max_tokens <= (uint32_t)B * t->max_tokens);
+        CHECK_EQ_INT(b->prompts, 5);
+        tide_sim_trace_free(b);
+    }
+    tide_sim_trace_free(t);
+}
+
 int main(void)
 {
     if (!st_begin())
@@ -755,6 +905,7 @@ int main(void)
     TEST_RUN(test_oracle_exact_on_tiny);
     TEST_RUN(test_oracle_property);
     TEST_RUN(test_hindsight);
+    TEST_RUN(test_batch_tape);
     st_end();
     TEST_DONE();
 }
