@@ -79,7 +79,7 @@ static long bench_grid_configs(const struct bench_grid *g)
     long n = 0;
     for (int p = 0; p < g->n_policies; p++)
         n += (long)g->n_budgets * (strcmp(g->policy[p], "policy-tide") ? 1 : g->n_intervals);
-    return n;
+    return n * (g->n_batches > 0 ? g->n_batches : 1);
 }
 
 static json_t *bench_grid_json(const struct bench_grid *g)
@@ -93,6 +93,7 @@ static json_t *bench_grid_json(const struct bench_grid *g)
     json_object_set_new(j, "policies", pol);
     json_object_set_new(j, "budgets", bench_ints(g->budget, g->n_budgets));
     json_object_set_new(j, "intervals", bench_ints(g->interval, g->n_intervals));
+    json_object_set_new(j, "batches", bench_ints(g->batch, g->n_batches));
     json_object_set_new(j, "baseline", json_boolean(g->baseline));
     json_object_set_new(j, "configurations", json_integer(bench_grid_configs(g)));
     json_object_set_new(j, "prompts", json_integer(g->n_prompts));

@@ -40,6 +40,8 @@ struct bench_grid {
     int n_budgets;
     const int *interval; /* [n_intervals] */
     int n_intervals;
+    const int *batch; /* [n_batches] batch sizes, the innermost axis */
+    int n_batches;
     bool baseline;
     char *const *prompt; /* [n_prompts] */
     int n_prompts;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_shard.h"
 #include "cli.h"
@@ -21,52 +22,57 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
-               "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
-               "                  [--max-prompts N] [--repeats N] [--out DIR]\n"
-               "                  [--shard K/N] [--baseline DIR]\n"
-               "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
-               "       tide bench merge DIR... --out DIR\n\n"
-               "Runs the prompt set under every combination of policy, budget and (for\n"
-               "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
-               "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
-               "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
-               "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
-               "Every configuration must generate the same tokens as the no-offload baseline\n"
-               "(placement is lossless); the 'same' column says so. When one backend plugin\n"
-               "computes both device and host experts a mismatch fails the run; across two\n"
-               "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
-               "The sweep comes from the [bench] section; the flags override it:\n"
-               "  --policies tide,lru,static   plugin names (x means policy-x)\n"
-               "  --budgets 8,16,all           experts per MoE layer on the device\n"
-               "  --intervals 1,4,32           policy-tide refresh intervals\n"
-               "  --prompts FILE               one prompt per line, '#' comments\n"
-               "  --max-prompts N, --repeats N, --out DIR\n\n"
-               "Splitting the sweep over processes or machines (docs/cluster.md):\n"
-               "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
-               "                     from 0 in the order above (policy, then budget, then\n"
-               "                     interval; the baseline is not numbered: every shard runs\n"
-               "                     it for its token check). Writes DIR/YYYYmmdd-HHMMSS-shard-\n"
-               "                     K-of-N; only shard 0 records [output] trace.\n"
-               "  --baseline DIR     take the baseline (its row, metrics and tokens) from an\n"
-               "                     earlier result folder of the same code, checkpoint,\n"
-               "                     prompts and settings instead of running it\n"
-               "  --emit-slurm N     do not run: write a folder under DIR with submit.sh, a\n"
-               "                     job array running this command as N shards\n"
-               "                     (shards.sbatch) and a merge job that runs after them\n"
-               "                     (merge.sbatch); --partition, --gres (e.g. gpu:1) and\n"
-               "                     --time (e.g. 2:00:00) go into the shard jobs' #SBATCH\n"
-               "                     lines\n"
-               "  merge DIR... --out DIR\n"
-               "                     join shards (result folders, or folders holding them)\n"
-               "                     into DIR exactly as one run would have written it; refuses\n"
-               "                     shards of another grid, configuration, checkpoint or\n"
-               "                     revision (naming the field), and reports missing shards\n\n"
-               "examples:\n"
-               "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n"
-               "  tide bench -c my.ini --shard 1/4 --out runs/shards   # one of 4 processes\n"
-               "  tide bench merge runs/shards --out runs/merged\n"
-               "  tide bench -c my.ini --emit-slurm 8 --gres gpu:1 --time 4:00:00 --out runs\n");
+    fprintf(f,
+            "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
+            "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
+            "                  [--max-prompts N] [--repeats N] [--batch LIST] [--out DIR]\n"
+            "                  [--shard K/N] [--baseline DIR]\n"
+            "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
+            "       tide bench merge DIR... --out DIR\n\n"
+            "Runs the prompt set under every combination of policy, budget and (for\n"
+            "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
+            "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
+            "config.ini (the effective configuration), manifest.json (git revision, CPU,\n"
+            "devices, library versions, date) and metrics-*.jsonl (per step and layer).\n"
+            "Every configuration must generate the same tokens as the no-offload baseline\n"
+            "(placement is lossless); the 'same' column says so. When one backend plugin\n"
+            "computes both device and host experts a mismatch fails the run; across two\n"
+            "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
+            "The sweep comes from the [bench] section; the flags override it:\n"
+            "  --policies tide,lru,static   plugin names (x means policy-x)\n"
+            "  --budgets 8,16,all           experts per MoE layer on the device\n"
+            "  --intervals 1,4,32           policy-tide refresh intervals\n"
+            "  --batch 1,2,4,8              batch sizes: decode the prompts (x repeats) up to N\n"
+            "                               at a time, each forward serving every running\n"
+            "                               prompt (continuous batching; docs/batching.md);\n"
+            "                               time is then the wall time of the whole set\n"
+            "  --prompts FILE               one prompt per line, '#' comments\n"
+            "  --max-prompts N, --repeats N, --out DIR\n\n"
+            "Splitting the sweep over processes or machines (docs/cluster.md):\n"
+            "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
+            "                     from 0 in the order above (policy, then budget, then\n"
+            "                     interval; the baseline is not numbered: every shard runs\n"
+            "                     it for its token check). Writes DIR/YYYYmmdd-HHMMSS-shard-\n"
+            "                     K-of-N; only shard 0 records [output] trace.\n"
+            "  --baseline DIR     take the baseline (its row, metrics and tokens) from an\n"
+            "                     earlier result folder of the same code, checkpoint,\n"
+            "                     prompts and settings instead of running it\n"
+            "  --emit-slurm N     do not run: write a folder under DIR with submit.sh, a\n"
+            "                     job array running this command as N shards\n"
+            "                     (shards.sbatch) and a merge job that runs after them\n"
+            "                     (merge.sbatch); --partition, --gres (e.g. gpu:1) and\n"
+            "                     --time (e.g. 2:00:00) go into the shard jobs' #SBATCH\n"
+            "                     lines\n"
+            "  merge DIR... --out DIR\n"
+            "                     join shards (result folders, or folders holding them)\n"
+            "                     into DIR exactly as one run would have written it; refuses\n"
+            "                     shards of another grid, configuration, checkpoint or\n"
+            "                     revision (naming the field), and reports missing shards\n\n"
+            "examples:\n"
+            "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n"
+            "  tide bench -c my.ini --shard 1/4 --out runs/shards   # one of 4 processes\n"
+            "  tide bench merge runs/shards --out runs/merged\n"
+            "  tide bench -c my.ini --emit-slurm 8 --gres gpu:1 --time 4:00:00 --out runs\n");
 }
 
 /* Split "a,b,c" into at most max trimmed items (pointers into buf). */
@@ -133,6 +139,7 @@ struct bench_row {
     double seconds;
     struct tide_moe_counters c;
     bool same; /* generated the baseline's tokens */
+    int batch; /* sequences decoded at once */
 };
 
 static uint64_t bench_hash(const int32_t *ids, int64_t n)
@@ -185,16 +192,18 @@ static void bench_print_row(FILE *f, const struct bench_row *r, bool csv)
     char iv[16];
     snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
     if (csv)
-        fprintf(f, "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s\n",
+        fprintf(f,
+                "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d\n",
                 r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds,
                 hit, (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
                 (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
                 (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
                 r->c.host_seconds, r->c.device_seconds,
-                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO");
+                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO",
+                r->batch);
     else
-        fprintf(f, "%-16s %8s %6d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s\n",
-                r->policy, iv, r->budget, 100.0 * hit, (unsigned long long)r->c.miss_rows,
+        fprintf(f, "%-16s %8s %6d %5d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s\n",
+                r->policy, iv, r->budget, r->batch, 100.0 * hit, (unsigned long long)r->c.miss_rows,
                 (unsigned long long)r->c.promotions, (double)r->c.weight_bytes / 1e9,
                 (double)r->c.act_bytes / 1e9, (long long)r->tokens, r->seconds,
                 r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO");
@@ -212,8 +221,99 @@ struct bench {
     char dir[4200];
 };
 
-/* Run every prompt once (times repeats) under the engine's current placement. */
-static int bench_run_config(struct bench *b, struct bench_row *r, const char *tag)
+/* Compare a generation's ids with the baseline's (the first run sets it). */
+static void bench_check(struct bench *b, struct bench_row *r, int prompt, const int32_t *ids,
+                        int64_t n)
+{
+    const uint64_t h = bench_hash(ids, n);
+    if (!b->want[prompt])
+        b->want[prompt] = h;
+    else if (b->want[prompt] != h)
+        r->same = false;
+}
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A batched configuration: every prompt x repeat as one request of a queue. */
+struct bench_queue {
+    struct bench *b;
+    struct bench_row *r;
+    struct tide_request *req; /* [n] */
+    int32_t **ids;            /* [prompts] encoded prompts */
+    size_t *n_ids;            /* [prompts] */
+    int n, next;
+    int rc; /* the first request's failure */
+};
+
+static const struct tide_request *bq_next(void *user, bool idle)
+{
+    (void)idle;
+    struct bench_queue *q = user;
+    return q->next < q->n && q->rc == TIDE_OK && !tide_stop_requested() ? &q->req[q->next++] : NULL;
+}
+
+static void bq_done(void *user, const struct tide_request *req, int status, struct tide_result *res)
+{
+    struct bench_queue *q = user;
+    const int i = (int)(req - q->req) / q->b->repeats;
+    if (status != TIDE_OK && q->rc == TIDE_OK)
+        q->rc = status;
+    if (status == TIDE_OK && res) {
+        q->r->tokens += res->n_ids;
+        q->r->steps += res->steps;
+        bench_check(q->b, q->r, i, res->ids, res->n_ids);
+    }
+    tide_result_free(res);
+}
+
+/* Every prompt (times repeats) decoded up to batch at a time: one wall time
+ * for the whole set. */
+static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics, int batch)
+{
+    const int P = b->prompts.n;
+    struct bench_queue q = {.b = b, .r = r, .n = P * b->repeats};
+    q.req = calloc((size_t)q.n, sizeof *q.req);
+    q.ids = calloc((size_t)P, sizeof *q.ids);
+    q.n_ids = calloc((size_t)P, sizeof *q.n_ids);
+    int rc = q.req && q.ids && q.n_ids ? TIDE_OK : TIDE_E_NOMEM;
+    for (int i = 0; rc == TIDE_OK && i < P; i++)
+        rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &q.ids[i], &q.n_ids[i]);
+    for (int k = 0; rc == TIDE_OK && k < q.n; k++) {
+        tide_request_init(&q.req[k]);
+        q.req[k].prompt_ids = q.ids[k / b->repeats];
+        q.req[k].n_prompt_ids = q.n_ids[k / b->repeats];
+        q.req[k].chat = 0;
+    }
+    if (rc == TIDE_OK) {
+        const struct tide_engine_outputs outs = {.metrics = metrics};
+        const struct tide_batch_queue bq = {
+            .size = sizeof bq, .user = &q, .next = bq_next, .done = bq_done};
+        tide_engine_set_outputs(b->e, &outs);
+        const double t0 = bench_now();
+        rc = tide_engine_run_batch(b->e, batch, &bq);
+        r->seconds = bench_now() - t0;
+        tide_engine_set_outputs(b->e, NULL);
+        if (rc == TIDE_OK)
+            rc = q.rc;
+        if (rc == TIDE_OK && tide_stop_requested())
+            rc = TIDE_E_INTERRUPTED;
+    }
+    for (int i = 0; q.ids && i < P; i++)
+        free(q.ids[i]);
+    free(q.ids);
+    free(q.n_ids);
+    free(q.req);
+    return rc;
+}
+
+/* Run every prompt once (times repeats) under the engine's current placement,
+ * batch at a time. */
+static int bench_run_config(struct bench *b, struct bench_row *r, const char *tag, int batch)
 {
     char path[4600];
     snprintf(path, sizeof path, "%s/metrics-%s.jsonl", b->dir, tag);
@@ -224,8 +324,11 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
     }
     tide_moe_reset_totals(b->e->moe);
     r->same = true;
+    r->batch = batch;
     int rc = TIDE_OK;
-    for (int i = 0; i < b->prompts.n && rc == TIDE_OK; i++) {
+    if (batch > 1)
+        rc = bench_run_batched(b, r, metrics, batch);
+    for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
         rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
@@ -243,11 +346,7 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
                 r->tokens += res.n;
                 r->steps += res.steps;
                 r->seconds += res.seconds;
-                uint64_t h = bench_hash(res.ids, res.n);
-                if (!b->want[i])
-                    b->want[i] = h;
-                else if (b->want[i] != h)
-                    r->same = false;
+                bench_check(b, r, i, res.ids, res.n);
             }
             free(res.ids);
         }
@@ -294,13 +393,10 @@ int cmd_bench(int argc, char **argv)
     struct cli_ctx c = {0};
     struct bench_shard_args sa = {0};
     static const char *flags[][2] = {
-        {"--policies", "bench.policies="},
-        {"--budgets", "bench.budgets="},
-        {"--intervals", "bench.intervals="},
-        {"--prompts", "bench.prompts="},
-        {"--max-prompts", "bench.max_prompts="},
-        {"--repeats", "bench.repeats="},
-        {"--out", "bench.out="},
+        {"--policies", "bench.policies="},   {"--budgets", "bench.budgets="},
+        {"--intervals", "bench.intervals="}, {"--batch", "bench.batch="},
+        {"--prompts", "bench.prompts="},     {"--max-prompts", "bench.max_prompts="},
+        {"--repeats", "bench.repeats="},     {"--out", "bench.out="},
     };
     char *owned[16];
     int n_owned = 0;
@@ -344,7 +440,7 @@ int cmd_bench(int argc, char **argv)
     struct bench b = {.c = &c};
     struct bench_shard_run run = {0};
     struct bench_row *rows = NULL;
-    char *lists[3] = {NULL, NULL, NULL};
+    char *lists[4] = {NULL, NULL, NULL, NULL};
     int n_rows = 0;
     int rc = cli_setup(&c);
     if (rc == TIDE_OK && sa.emit_slurm)
@@ -364,18 +460,33 @@ int cmd_bench(int argc, char **argv)
         rc = TIDE_E_CONFIG;
         goto done;
     }
-    char *pol[BENCH_MAX_LIST], *bud[BENCH_MAX_LIST], *itv[BENCH_MAX_LIST];
+    char *pol[BENCH_MAX_LIST], *bud[BENCH_MAX_LIST], *itv[BENCH_MAX_LIST], *bat[BENCH_MAX_LIST];
     lists[0] = strdup(tide_opts_str(bo, "policies"));
     lists[1] = strdup(tide_opts_str(bo, "budgets"));
     lists[2] = strdup(tide_opts_str(bo, "intervals"));
-    if (!lists[0] || !lists[1] || !lists[2]) {
+    lists[3] = strdup(tide_opts_str(bo, "batch"));
+    if (!lists[0] || !lists[1] || !lists[2] || !lists[3]) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
     int np = bench_split(lists[0], pol, BENCH_MAX_LIST);
     int nb = bench_split(lists[1], bud, BENCH_MAX_LIST);
     int ni = bench_split(lists[2], itv, BENCH_MAX_LIST);
-    int budgets[BENCH_MAX_LIST], intervals[BENCH_MAX_LIST];
+    int nt = bench_split(lists[3], bat, BENCH_MAX_LIST);
+    int budgets[BENCH_MAX_LIST], intervals[BENCH_MAX_LIST], batches[BENCH_MAX_LIST];
+    if (!nt) {
+        batches[0] = 1;
+        nt = 1;
+    } else if ((rc = bench_parse_ints(bat, nt, sh->n_experts, "batch", batches)) != TIDE_OK) {
+        goto done;
+    }
+    for (int t = 0; t < nt; t++) {
+        if (batches[t] < 1 || batches[t] > 256) {
+            tide_error("[bench] batch: %d is not a batch size from 1 to 256", batches[t]);
+            rc = TIDE_E_CONFIG;
+            goto done;
+        }
+    }
     if (!nb) {
         if ((rc = tide_engine_config_budget(b.e, &budgets[0])) != TIDE_OK)
             goto done;
@@ -400,14 +511,26 @@ int cmd_bench(int argc, char **argv)
         }
     }
     b.want = calloc((size_t)b.prompts.n, sizeof *b.want);
-    rows = calloc((size_t)(np * nb * ni + 1), sizeof *rows);
+    rows = calloc((size_t)(np * nb * ni * nt + 1), sizeof *rows);
     if (!b.want || !rows) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
     const bool baseline = tide_opts_bool(bo, "baseline");
-    const struct bench_grid grid = {names, np,       budgets,        nb,          intervals,
-                                    ni,    baseline, b.prompts.line, b.prompts.n, b.repeats};
+    const struct bench_grid grid = {
+        .policy = names,
+        .n_policies = np,
+        .budget = budgets,
+        .n_budgets = nb,
+        .interval = intervals,
+        .n_intervals = ni,
+        .batch = batches,
+        .n_batches = nt,
+        .baseline = baseline,
+        .prompt = b.prompts.line,
+        .n_prompts = b.prompts.n,
+        .repeats = b.repeats,
+    };
     char suffix[64];
     bench_shard_suffix(&sa, suffix, sizeof suffix);
     if ((rc = bench_shard_begin(&run, &sa, c.cfg, b.e, &grid, b.want)) != TIDE_OK ||
@@ -430,18 +553,19 @@ int cmd_bench(int argc, char **argv)
         goto done;
     cli_catch_interrupt();
     tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "
-              "policy-tide); results in %s",
-              b.prompts.n, b.repeats, np, nb, ni, b.dir);
-    printf("%-16s %8s %6s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval", "budget",
-           "hit rate", "host rows", "promoted", "weights GB", "acts GB", "tokens", "time s",
-           "tok/s", "same");
+              "policy-tide) x %d batch sizes; results in %s",
+              b.prompts.n, b.repeats, np, nb, ni, nt, b.dir);
+    printf("%-16s %8s %6s %5s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
+           "budget", "batch", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
+           "tokens", "time s", "tok/s", "same");
     long config = 0; /* index in the grid, for --shard */
     for (int p = -1; p < np && rc == TIDE_OK; p++) {
         if (p < 0 && (!baseline || run.baseline_line))
             continue;
         bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
         for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
-            for (int ii = 0; ii < (tide_pol ? ni : 1) && rc == TIDE_OK; ii++) {
+            for (int k = 0; k < (tide_pol ? ni : 1) * (p < 0 ? 1 : nt) && rc == TIDE_OK; k++) {
+                const int ii = k / (p < 0 ? 1 : nt), batch = p < 0 ? 1 : batches[k % nt];
                 if (p >= 0 && !cli_shard_mine(&sa.shard, config++))
                     continue;
                 struct bench_row *r = &rows[n_rows];
@@ -461,9 +585,9 @@ int cmd_bench(int argc, char **argv)
                     TIDE_OK)
                     break;
                 char tag[128];
-                snprintf(tag, sizeof tag, "%s-b%d-i%d", p < 0 ? "baseline" : names[p], budget,
-                         r->interval);
-                rc = bench_run_config(&b, r, tag);
+                snprintf(tag, sizeof tag, batch > 1 ? "%s-b%d-i%d-n%d" : "%s-b%d-i%d",
+                         p < 0 ? "baseline" : names[p], budget, r->interval, batch);
+                rc = bench_run_config(&b, r, tag, batch);
                 if (b.trace) {
                     /* Routing does not depend on placement: one configuration suffices. */
                     int trc = tide_trace_writer_close(b.trace, rc == TIDE_OK);
@@ -489,7 +613,7 @@ int cmd_bench(int argc, char **argv)
     } else {
         fprintf(csv, "policy,interval,budget,tokens,steps,seconds,hit_rate,hit_rows,miss_rows,"
                      "promotions,evictions,weight_bytes,act_bytes,host_seconds,device_seconds,"
-                     "tokens_per_second,same_tokens\n");
+                     "tokens_per_second,same_tokens,batch\n");
         if (run.baseline_line)
             fputs(run.baseline_line, csv);
         for (int i = 0; i < n_rows; i++)
@@ -524,7 +648,7 @@ done:
     tide_trace_writer_close(b.trace, false);
     for (int k = 0; k < n_owned; k++)
         free(owned[k]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         free(lists[k]);
     free(rows);
     free(b.want);

@@ -177,7 +177,6 @@ int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **o
         tide_engine_close(e);
         return api_end(NULL, TIDE_E_CONFIG);
     }
-    e->block = (int)tide_opts_int(tide_config_section(cfg, "generation"), "block_length");
     if ((rc = tide_engine_load(e, set)) != TIDE_OK) {
         tide_engine_close(e);
         return api_end(NULL, rc);

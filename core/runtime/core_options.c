@@ -163,6 +163,10 @@ static const struct tide_option bench_options[] = {
     {"prompts", TIDE_OPT_STRING, "bench/prompts/prompts.txt",
      "prompt file: one prompt per line, '#' starts a comment", NULL, NULL},
     {"max_prompts", TIDE_OPT_INT, "0", "use only the first N prompts; 0 = all", NULL, "[0,]"},
+    {"batch", TIDE_OPT_STRING, "1",
+     "batch sizes to sweep (comma list, 1-256): each configuration decodes the prompts with up "
+     "to N at once (continuous batching, docs/batching.md); 1 = one at a time",
+     NULL, NULL},
     {"repeats", TIDE_OPT_INT, "1", "runs of each prompt per configuration", NULL, "[1,1000]"},
     {"out", TIDE_OPT_STRING, "bench-results",
      "results folder; each run writes a new timestamped subfolder (results.csv, config.ini, "

@@ -272,6 +272,7 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
     };
     if ((rc = e->mops->open(&ma, &e->model)) != TIDE_OK)
         return rc;
+    e->block = ma.block;
     if (tide_opts_bool(mo, "check_weights") &&
         (rc = tide_weights_check(e->model_dir, tide_opts_bool(mo, "remember_check"))) != TIDE_OK)
         return rc;

@@ -36,10 +36,10 @@ struct tide_engine {
     struct tide_tokenizer *tok;
     struct tide_gen_tokens ids; /* mask, eos, [generation] stop_tokens */
     char model_dir[4096];
+    int block; /* [generation] block_length the model opened with (tide_engine_load) */
     /* Set by tide_engine_open (engine_api.c) only. */
     struct tide_config *own_cfg;               /* owned; cfg points to it */
     struct tide_plugin_set *own_set;           /* owned; freed after the model and backends */
-    int block;                                 /* [generation] block_length the model opened with */
     const struct tide_engine_outputs *outputs; /* borrowed, for tide_engine_generate */
     atomic_int cancel;                         /* tide_engine_cancel: stop before the next step */
     struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
