@@ -14,13 +14,19 @@
 #     policy (policy-tide at intervals 1..32) plus the hindsight rows and the
 #     oracle bound, with its SVG plots;
 #  4. one table (study.md, study.csv): per trace, profile and budget, the
-#     oracle bound and each policy's modelled time over it.
+#     oracle bound and each policy's modelled time over it;
+#  5. the batch axis: each recorded trace replayed as the engine decodes its
+#     prompts in batches of 1, 2, 4, 8 and 16 (`tide sim --batch`: exact, as
+#     a sequence's routing does not depend on its companions) under tide,
+#     lru, cost and static: batch.md, batch.csv and one SVG per trace and
+#     profile (plots/batch--TRACE--PROFILE.svg): modelled ms per sequence-step
+#     against batch size at a quarter of the experts, and TIDE's best interval.
 #
 # usage: bench/policy-study/run.sh [-o OUT] [-t TIDE] [-p MAX_PROMPTS] [--quick] [--reuse]
 #                                  [CHECKPOINT_DIR ...]
 #   -o OUT        output folder (default: study-out); existing files are replaced
 #   -t TIDE       the tide binary (default: build/tide)
-#   -p N          prompts per recorded trace (default 8)
+#   -p N          prompts per recorded trace (default 16: batches up to 16)
 #   --quick       synthetic traces at skew 1.0 only, the small preset only,
 #                 intervals 1,2,4,8,16,32 (minutes instead of an hour)
 #   --reuse       keep the traces already in OUT/traces (only replay)
@@ -33,7 +39,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=study-out
 tide="$root/build/tide"
-max_prompts=8
+max_prompts=16
 quick=0
 reuse=0
 ckpts=()
@@ -184,3 +190,25 @@ print("study: %d rows in %s/study.md and study.csv; the best new policy is at mo
           len(rows), out, worst[worst["best_new"]], worst["trace"], worst["profile"],
           worst["budget"], max(r["best_new_vs_tide"] for r in rows)))
 EOF
+
+# 5. The batch axis (recorded traces: their prompts are real sequences).
+batch_sizes=(1 2 4 8 16)
+mkdir -p "$out/sim-batch"
+for t in "${traces[@]}"; do
+    name="$(basename "$t" .trc)"
+    case "$name" in rec-*) ;; *) continue ;; esac
+    experts="$("$tide" trace info "$t" | sed -n "s/^shape: [0-9]* MoE layers x \([0-9]*\) experts.*/\1/p")"
+    budgets="$((experts / 8)),$((experts / 4)),$((experts / 2))"
+    for prof in "${profiles[@]}"; do
+        for b in "${batch_sizes[@]}"; do
+            [ "$b" -le "$max_prompts" ] || continue
+            echo "sim $name on $prof, batches of $b"
+            "$tide" --quiet sim --trace "$t" --profile "$root/config/profiles/$prof.ini" \
+                --scale-profile --policy tide,lru,cost,static --budget "$budgets" \
+                --interval "$intervals" --batch "$b" --no-hindsight \
+                --csv "$out/sim-batch/$name--$prof--b$b.csv" --force \
+                >"$out/sim-batch/$name--$prof--b$b.txt"
+        done
+    done
+done
+python3 "$root/bench/policy-study/batch_table.py" "$out"
