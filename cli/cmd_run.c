@@ -43,7 +43,8 @@ static void run_usage(FILE *f)
                "                      vocab}, then float32 [rows, vocab]; the output layer\n"
                "                      then runs for every row); refuses to replace F\n"
                "  -c, --config FILE   configuration (default: built-in defaults; see\n"
-               "                      `tide config doc`); --set overrides one value\n\n"
+               "                      `tide config doc`); repeat it to layer files, the\n"
+               "                      later winning; --set overrides one value\n\n"
                "Sampling, lengths, the decoder and its mode, and the KV-cache debug switch\n"
                "live in [generation]; a decoder's own keys in [decoder-NAME] (`tide config\n"
                "doc`, docs/decoding.md). [model] path names the checkpoint, and [model]\n"
@@ -235,7 +236,8 @@ int cmd_run(int argc, char **argv)
         goto done;
     const struct tide_engine_args args = {
         .size = sizeof args,
-        .config_path = c.config_path,
+        .config_paths = c.configs,
+        .n_config_paths = c.n_configs,
         .sets = c.sets,
         .n_sets = c.n_sets,
         .policy_costs = costs,

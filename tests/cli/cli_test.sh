@@ -229,6 +229,49 @@ config-check-bad)
     expect_status 2
     expect_in err "cannot open $work/no-such.ini"
     ;;
+config-layers)
+    # Several -c files layer in order, the later winning; config check shows
+    # the file and line of each value.
+    printf '[generation]\nsteps = 16\nthreshold = 0.9\n' >"$work/base.ini"
+    printf '[generation]\nsteps = 24\n' >"$work/over.ini"
+    run -- config check -c "$work/base.ini" -c "$work/over.ini"
+    expect_status 0
+    expect_in out "; effective configuration of $work/base.ini, then $work/over.ini"
+    expect_line out "^steps = 24 +; over\\.ini:2$"
+    expect_line out "^threshold = 0\\.9 +; base\\.ini:3$"
+    run -- config check "$work/base.ini" "$work/over.ini" --set generation.steps=8
+    expect_status 0
+    expect_line out "^steps = 8 +; --set$"
+    expect_line out "^threshold = 0\\.9 +; base\\.ini:3$"
+    # tide run reads every file: a bad value in the first one is reported.
+    printf '[generation]\nsteps = 0\n' >"$work/bad-base.ini"
+    run -- run -c "$work/bad-base.ini" -c "$work/over.ini" -p hi
+    expect_status 2
+    expect_in err "bad-base.ini:2: [generation] steps = '0'"
+    # include = FILE: relative to the including file (not the current
+    # directory), at the top or in a section; the includer's later lines win.
+    mkdir -p "$work/inc/parts"
+    printf 'include = parts/gen.ini\n[generation]\nthreshold = 0.7\n[policy]\ninclude = parts/pol.ini\n' \
+        >"$work/inc/main.ini"
+    printf '[generation]\nsteps = 20\nthreshold = 0.8\n' >"$work/inc/parts/gen.ini"
+    printf '[policy]\nbudget = 3\n' >"$work/inc/parts/pol.ini"
+    run -- config check "$work/inc/main.ini"
+    expect_status 0
+    expect_line out "^steps = 20 +; gen\\.ini:2$"
+    expect_line out "^threshold = 0\\.7 +; main\\.ini:3$"
+    expect_line out "^budget = 3 +; pol\\.ini:2$"
+    # A missing file and a cycle name both files.
+    printf '[model]\ninclude = nope.ini\n' >"$work/inc/missing.ini"
+    run -- config check "$work/inc/missing.ini"
+    expect_status 2
+    expect_in err "missing.ini:2: include = nope.ini: cannot open $work/inc/nope.ini"
+    printf 'include = b.ini\n' >"$work/inc/a.ini"
+    printf 'include = a.ini\n' >"$work/inc/b.ini"
+    run -- config check "$work/inc/a.ini"
+    expect_status 2
+    expect_in err "b.ini:1: include = a.ini: $work/inc/a.ini is already being read" \
+        "include cycles are refused"
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
