@@ -46,7 +46,8 @@ struct tide_config {
     struct tide_opts *sec; /* [n_sec] */
     int n_sec;
     char *path;
-    int n_sources; /* files and texts read so far (included ones too) */
+    int n_sources;     /* files and texts read so far (included ones too) */
+    char *plugin_dirs; /* where plugins were searched, for messages, or NULL */
 };
 
 /* Nested include files at most (a chain this deep is surely a mistake). */
@@ -96,6 +97,7 @@ void tide_config_destroy(struct tide_config *cfg)
     }
     free(cfg->sec);
     free(cfg->path);
+    free(cfg->plugin_dirs);
     free(cfg);
 }
 
@@ -451,14 +453,31 @@ static void cfg_suggest_section(const struct tide_config *cfg, const char *name,
 
 /* Set section.key from a source (a file or text's id with the line, or
  * TIDE_CONFIG_SRC_CMDLINE with line 0). where prefixes messages. */
+/* An unknown section at where. A name with a '-' names a plugin (the core's
+ * sections have none): say that no such plugin was found, and where. */
+static void cfg_unknown_section(const struct tide_config *cfg, const char *where, const char *name)
+{
+    char hint[512];
+    cfg_suggest_section(cfg, name, hint, sizeof hint);
+    if (!strchr(name, '-')) {
+        tide_error("%s: unknown section [%s]%s", where, name, hint);
+        return;
+    }
+    if (strncmp(hint, "; did you mean", 14))
+        hint[0] = 0;
+    tide_error("%s: [%s]: plugin not found: no plugin named '%s' in %s%s (TIDE_PLUGIN_PATH "
+               "adds folders; `tide plugins` lists what was found)%s",
+               where, name, name, cfg->plugin_dirs ? "the folders searched: " : "",
+               cfg->plugin_dirs ? cfg->plugin_dirs : "the plugin folders", hint);
+}
+
 static int cfg_assign(struct tide_config *cfg, const char *where, int line, int source,
                       const char *section, const char *key, const char *value, const char *origin)
 {
     struct tide_opts *o = cfg_find(cfg, section);
     char hint[512] = "";
     if (!o) {
-        cfg_suggest_section(cfg, section, hint, sizeof hint);
-        tide_error("%s: unknown section [%s]%s", where, section, hint);
+        cfg_unknown_section(cfg, where, section);
         return TIDE_E_CONFIG;
     }
     int i = cfg_key_index(o, key);
@@ -639,9 +658,9 @@ static int cfg_read_stream(struct cfg_parse *ps, FILE *f)
             memcpy(name, h + 1, (size_t)(close - h - 1));
             name[close - h - 1] = 0;
             if (!cfg_find(ps->cfg, name)) {
-                char hint[512];
-                cfg_suggest_section(ps->cfg, name, hint, sizeof hint);
-                tide_error("%s:%d: unknown section [%s]%s", ps->path, ps->n_lines + 1, name, hint);
+                char where[4200];
+                snprintf(where, sizeof where, "%s:%d", ps->path, ps->n_lines + 1);
+                cfg_unknown_section(ps->cfg, where, name);
                 ps->errors++;
             }
         }
@@ -773,7 +792,8 @@ struct tide_config *tide_config_clone(const struct tide_config *cfg)
     if (!c)
         return NULL;
     c->sec = calloc((size_t)(cfg->n_sec ? cfg->n_sec : 1), sizeof *c->sec);
-    if (!c->sec || (cfg->path && !(c->path = cfg_strdup(cfg->path))))
+    if (!c->sec || (cfg->path && !(c->path = cfg_strdup(cfg->path))) ||
+        (cfg->plugin_dirs && !(c->plugin_dirs = cfg_strdup(cfg->plugin_dirs))))
         goto fail;
     c->n_sources = cfg->n_sources;
     for (int s = 0; s < cfg->n_sec; s++) {
@@ -890,6 +910,16 @@ int tide_config_source(const struct tide_config *cfg, const char *section, const
     const struct tide_opts *o = cfg_find(cfg, section);
     int i = o ? cfg_key_index(o, key) : -1;
     return i >= 0 ? o->vals[i].source : TIDE_CONFIG_SRC_DEFAULT;
+}
+
+int tide_config_set_plugin_dirs(struct tide_config *cfg, const char *dirs)
+{
+    char *d = cfg_strdup(dirs);
+    if (!d)
+        return TIDE_E_NOMEM;
+    free(cfg->plugin_dirs);
+    cfg->plugin_dirs = d;
+    return TIDE_OK;
 }
 
 /* ---- typed getters ------------------------------------------------------ */

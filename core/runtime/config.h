@@ -65,6 +65,11 @@ const char *tide_config_path(const struct tide_config *cfg);
 enum { TIDE_CONFIG_SRC_DEFAULT = 0, TIDE_CONFIG_SRC_CMDLINE = -1 };
 int tide_config_source(const struct tide_config *cfg, const char *section, const char *key);
 
+/* The plugin folders that were searched (text, e.g. ':'-separated), named by
+ * the message about a section whose plugin was not found. Copied. Returns
+ * TIDE_OK or TIDE_E_NOMEM. */
+int tide_config_set_plugin_dirs(struct tide_config *cfg, const char *dirs);
+
 /* Print the effective configuration as INI, each value annotated with its
  * origin. With only_sections (NULL-terminated), restrict to those. */
 void tide_config_print(const struct tide_config *cfg, FILE *out, const char *const *only_sections);

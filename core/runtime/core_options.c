@@ -1,3 +1,5 @@
+#include <stdio.h>
+
 #include "core_options.h"
 #include "tide/status.h"
 
@@ -222,6 +224,15 @@ int tide_core_register_sections(struct tide_config *cfg)
 
 int tide_config_add_plugins(struct tide_config *cfg, const struct tide_plugin_set *set)
 {
+    /* The folders searched, for the message about a plugin's section whose
+     * plugin is not among them. */
+    char dirs[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < set->n_dirs && used < sizeof dirs; i++)
+        used +=
+            (size_t)snprintf(dirs + used, sizeof dirs - used, "%s%s", i ? ", " : "", set->dirs[i]);
+    if (tide_config_set_plugin_dirs(cfg, set->n_dirs ? dirs : "(none)") != TIDE_OK)
+        return TIDE_E_NOMEM;
     for (int i = 0; i < set->n; i++) {
         const struct tide_plugin_desc *d = set->items[i].desc;
         int rc = tide_config_add_section(cfg, d->name, d->options, d->name, d->summary);

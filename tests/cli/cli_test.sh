@@ -214,10 +214,18 @@ config-check-bad)
         "bad.ini:4: unknown key 'stepz' in [generation]; did you mean 'steps'?" \
         "bad.ini: configuration is not valid"
     [ -s "$work/out" ] && { fail "expected nothing on stdout"; show; }
-    # A plugin section is unknown while its plugin is not found.
-    run -- config check "$fixtures/good.ini"
+    # A plugin's section while its plugin is not found: the plugin and the
+    # folders searched are named (a wrong TIDE_PLUGIN_PATH).
+    run TIDE_PLUGIN_PATH="$work/no-plugins-here" -- config check "$fixtures/good.ini"
     expect_status 2
-    expect_in err "good.ini:11: unknown section [test-good-policy]"
+    expect_in err "good.ini:11: [test-good-policy]: plugin not found: no plugin named" \
+        "'test-good-policy'" "$work/no-plugins-here" "TIDE_PLUGIN_PATH"
+    not_in err "unknown section"
+    # A section that names no plugin keeps its "did you mean".
+    printf '[generaton]\nsteps = 3\n' >"$work/typo.ini"
+    run -- config check "$work/typo.ini"
+    expect_status 2
+    expect_in err "typo.ini:1: unknown section [generaton]; did you mean [generation]?"
     # A bad --set on a good file.
     run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set generation.steps=0
     expect_status 2

@@ -516,6 +516,25 @@ static void test_include(void)
     rmdir(dir);
 }
 
+/* A plugin's section whose plugin is not found says so, and where it looked. */
+static void test_plugin_section_not_found(void)
+{
+    struct tide_config *cfg = make_cfg();
+    if (!cfg)
+        return;
+    CHECK_EQ_INT(tide_config_set_plugin_dirs(cfg, "/a/plugins, /b/plugins"), TIDE_OK);
+    log_clear();
+    CHECK_EQ_INT(tide_config_load_text(cfg, "t.ini", "[policy-window]\nsize = 3\n"), TIDE_E_CONFIG);
+    CHECK_CONTAINS(log_buf, "t.ini:1: [policy-window]: plugin not found");
+    CHECK_CONTAINS(log_buf, "no plugin named 'policy-window'");
+    CHECK_CONTAINS(log_buf, "/a/plugins, /b/plugins");
+    CHECK_CONTAINS(log_buf, "TIDE_PLUGIN_PATH");
+    log_clear();
+    CHECK_EQ_INT(tide_config_set(cfg, "policy-window.size=3"), TIDE_E_CONFIG);
+    CHECK_CONTAINS(log_buf, "[policy-window]: plugin not found");
+    tide_config_destroy(cfg);
+}
+
 static void test_missing_file(void)
 {
     struct tide_config *cfg = load_expect("no-such-file.ini", TIDE_E_CONFIG, "config: cannot open",
@@ -730,6 +749,7 @@ int main(void)
     TEST_RUN(test_missing_file);
     TEST_RUN(test_layers);
     TEST_RUN(test_include);
+    TEST_RUN(test_plugin_section_not_found);
     TEST_RUN(test_set_errors);
     TEST_RUN(test_getter_misuse);
     TEST_RUN(test_schema_errors);
