@@ -12,7 +12,9 @@ static const struct tide_option model_options[] = {
      NULL, NULL},
     {"create", TIDE_OPT_STRING, "",
      "if path does not exist, generate a synthetic checkpoint there with this preset (e.g. "
-     "tiny); empty: fail instead",
+     "tiny): only at the path set by the same file (or the default path), or when create "
+     "itself is given on the command line (--set model.create=tiny); any other missing path "
+     "is an error naming it. Empty: fail instead",
      NULL, NULL},
     {"create_layers", TIDE_OPT_INT, "0", "layers of the generated checkpoint; 0 = the preset's",
      NULL, "[0,]"},

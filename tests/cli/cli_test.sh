@@ -280,6 +280,34 @@ config-layers)
     expect_in err "b.ini:1: include = a.ini: $work/inc/a.ini is already being read" \
         "include cycles are refused"
     ;;
+model-create)
+    # [model] create generates a checkpoint only at the path its own file
+    # names (or when the command line asks); a typo'd path is an error.
+    src=$(cd "$fixtures/../../.." && pwd)
+    printf '[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        >"$work/short.ini"
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/short.ini" --set "model.path=$work/typo" \
+        --ids 1,2,3
+    expect_status 1
+    expect_in err "[model] path = $work/typo (--set)" "--set model.create=tiny"
+    [ ! -e "$work/typo" ] || fail "a checkpoint was generated at the typo'd path"
+    # A later file's path is not the path the file declaring create names.
+    printf '[model]\npath = %s/typo2\n' "$work" >"$work/path.ini"
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/path.ini" -c "$work/short.ini" --ids 1,2,3
+    expect_status 1
+    expect_in err "[model] path = $work/typo2 (path.ini:2)" "llada2-tiny.ini:8"
+    [ ! -e "$work/typo2" ] || fail "a checkpoint was generated at the other file's path"
+    # Asked on the command line: generated there.
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/short.ini" --set "model.path=$work/asked" \
+        --set model.create=tiny --ids 1,2,3 --print-ids
+    expect_status 0
+    [ -f "$work/asked/config.json" ] || fail "no checkpoint at $work/asked"
+    # The path named by the file that declares create.
+    printf '[model]\npath = %s/own\ncreate = tiny\n' "$work" >"$work/own.ini"
+    run -- run -c "$work/own.ini" -c "$work/short.ini" --ids 1,2,3 --print-ids
+    expect_status 0
+    [ -f "$work/own/config.json" ] || fail "no checkpoint at $work/own"
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
