@@ -277,9 +277,19 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
             out[i] = n_experts;
             continue;
         }
+        const bool budgets = !strcmp(what, "budgets");
         long v = strtol(items[i], &end, 10);
-        if (*end || v < (strcmp(what, "intervals") ? 0 : 1) || v > 1000000) {
-            tide_error("[bench] %s: '%s' is not a valid value", what, items[i]);
+        if (*end || v < (budgets ? 0 : 1) || v > 1000000) {
+            tide_error("[bench] %s: '%s' is not a valid value (%s)", what, items[i],
+                       budgets ? "expected experts per MoE layer: a number from 0 to the model's "
+                                 "experts per layer, or 'all' for no offload"
+                               : "expected a refresh interval in steps: a number >= 1");
+            return TIDE_E_CONFIG;
+        }
+        if (budgets && v > n_experts) {
+            tide_error("[bench] budgets: %ld is more than the model's %d experts per MoE layer; "
+                       "a budget is at most %d; for no offload use 'all'",
+                       v, n_experts, n_experts);
             return TIDE_E_CONFIG;
         }
         out[i] = (int)v;

@@ -53,7 +53,8 @@ static const struct tide_option policy_options[] = {
     {"plugin", TIDE_OPT_STRING, "policy-tide", "expert-placement policy plugin", NULL, NULL},
     {"budget", TIDE_OPT_INT, "-1",
      "routed experts per MoE layer kept in device slots; -1 = all (no offload) unless "
-     "expert_memory is set; 0 = every expert runs on the host",
+     "expert_memory is set; 0 = every expert runs on the host; more than the model's experts "
+     "per layer is an error (tide run, bench and sim alike)",
      NULL, "[-1,]"},
     {"expert_memory", TIDE_OPT_SIZE, "0",
      "device memory for routed experts across all MoE layers (e.g. 12GiB); the per-layer "

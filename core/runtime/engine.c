@@ -227,6 +227,13 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget)
                   (unsigned long long)info->expert_bytes);
     } else if (b < 0) {
         b = info->n_experts;
+    } else if (b > info->n_experts) {
+        /* Clamping it would run without offload under a label that claims
+         * a policy and a budget the model cannot have. */
+        tide_error("[policy] budget = %lld (%s): the model has %d experts per MoE layer, so a "
+                   "budget is at most %d; for no offload set budget = -1 (all)",
+                   (long long)b, tide_opts_origin(po, "budget"), info->n_experts, info->n_experts);
+        return TIDE_E_CONFIG;
     }
     *budget = b > info->n_experts ? info->n_experts : (int)b;
     return TIDE_OK;

@@ -308,6 +308,34 @@ model-create)
     expect_status 0
     [ -f "$work/own/config.json" ] || fail "no checkpoint at $work/own"
     ;;
+budget)
+    # A budget above the experts per layer (32 in the tiny model) is an
+    # error naming both and the way to ask for no offload, in run and bench.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- run -c "$work/t.ini" --set policy.budget=64 --ids 1,2,3
+    expect_status 2
+    expect_in err "[policy] budget = 64 (--set): the model has 32 experts per MoE layer" \
+        "budget = -1"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets 4,64 \
+        --out "$work/b"
+    expect_status 2
+    expect_in err "[bench] budgets: 64 is more than the model's 32 experts per MoE layer" \
+        "for no offload use 'all'"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets eight \
+        --out "$work/b"
+    expect_status 2
+    expect_in err "'eight' is not a valid value (expected experts per MoE layer" "'all'"
+    # No offload as before: budget -1, 'all', and the experts per layer.
+    run -- run -c "$work/t.ini" --set policy.budget=-1 --ids 1,2,3 --print-ids
+    expect_status 0
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets all,32 \
+        --set bench.baseline=false --out "$work/b"
+    expect_status 0
+    expect_line out "^\\(no offload\\) +- +32 "
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
