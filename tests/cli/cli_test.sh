@@ -336,6 +336,20 @@ budget)
     expect_status 0
     expect_line out "^\\(no offload\\) +- +32 "
     ;;
+mkmodel)
+    # The checkpoints tide writes hold every key their reader looks for, so
+    # loading them logs no "is missing" (the demo's own checkpoint).
+    for preset in "model-llada2 tiny" "model-llada-moe tiny-moe"; do
+        set -- $preset
+        run -- mkmodel "$work/$2" --plugin "$1" --preset "$2"
+        expect_status 0
+        run -- run --set "model.plugin=$1" --set "model.path=$work/$2" --set generation.gen_length=32 \
+            --set output.progress=false --ids 1,2,3 --print-ids
+        expect_status 0
+        not_in err "is missing"
+    done
+    grep -q '"use_qk_norm": true' "$work/tiny/config.json" || fail "no use_qk_norm in config.json"
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
