@@ -350,6 +350,20 @@ mkmodel)
     done
     grep -q '"use_qk_norm": true' "$work/tiny/config.json" || fail "no use_qk_norm in config.json"
     ;;
+trace-tokens)
+    # tide trace info (and so sim's tok/s) counts generated tokens as tide
+    # run does: up to gen_length, not the tail of the last block past it.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    for len in 40 64; do
+        run -- run --set "model.path=$work/tiny" --set generation.gen_length=$len \
+            --set output.progress=false --set "output.trace=$work/t$len.trc" --ids 5,6,7,8,9
+        expect_status 0
+        want=$(sed -n 's/.*done: \([0-9]*\) tokens.*/\1/p' "$work/err")
+        run -- trace info "$work/t$len.trc"
+        expect_status 0
+        expect_line out "tokens generated $want \\(up to gen_length"
+    done
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
