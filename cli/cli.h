@@ -100,6 +100,11 @@ void cli_cpu_model(char *buf, size_t len);
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
 
+/* "; did you mean '--X'?" into buf when one of flags (NULL-terminated) is
+ * close to arg by edit distance, else "". The common -c, --config and --set
+ * are always candidates. */
+void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len);
+
 /* True when any of argv[from..argc) is -h or --help (commands with
  * subcommands answer it wherever it appears). */
 bool cli_wants_help(int argc, char **argv, int from);

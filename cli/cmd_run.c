@@ -201,7 +201,12 @@ int cmd_run(int argc, char **argv)
         } else if (!strcmp(a, "--dump-logits") && has_val) {
             dump_path = argv[++i];
         } else {
-            fprintf(stderr, "tide run: unexpected argument '%s'\n\n", a);
+            static const char *const flags[] = {"--prompt",      "--prompt-file", "--ids",
+                                                "--chat",        "--help",        "--print-ids",
+                                                "--logits-hash", "--dump-logits", NULL};
+            char hint[128];
+            cli_suggest_flag(a, flags, hint, sizeof hint);
+            fprintf(stderr, "tide run: unexpected argument '%s'%s\n\n", a, hint);
             run_usage(stderr);
             return CLI_EXIT_USAGE;
         }

@@ -371,3 +371,26 @@ bool cli_wants_help(int argc, char **argv, int from)
             return true;
     return false;
 }
+
+void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len)
+{
+    static const char *const common[] = {"--config", "--set", NULL};
+    const char *best = NULL;
+    int bd = 99;
+    if (*arg != '-') {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    for (const char *const *list = flags; list; list = list == common ? NULL : common)
+        for (const char *const *f = list; *f; f++) {
+            int d = tide_edit_distance(arg, *f);
+            if (d < bd) {
+                bd = d;
+                best = *f;
+            }
+        }
+    if (best && bd <= 1 + (int)strlen(best) / 4)
+        snprintf(buf, len, "; did you mean '%s'?", best);
+    else
+        snprintf(buf, len, "%s", "");
+}

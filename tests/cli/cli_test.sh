@@ -364,6 +364,35 @@ trace-tokens)
         expect_line out "tokens generated $want \\(up to gen_length"
     done
     ;;
+flags)
+    # Unknown flags get a "did you mean"; bench and sim take each other's
+    # spellings of the sweep flags.
+    run -- run --promt hi
+    expect_status 2
+    expect_in err "unexpected argument '--promt'; did you mean '--prompt'?"
+    run -- bench --polices lru
+    expect_status 2
+    expect_in err "unexpected argument '--polices'; did you mean '--policies'?"
+    run -- sim --trace x.trc --intervl 4
+    expect_status 2
+    expect_in err "unknown argument '--intervl'; did you mean '--interval'?"
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    # bench: the singular spellings reach [bench] (the budget check shows it).
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policy lru --budget 33 \
+        --interval 2 --out "$work/b"
+    expect_status 2
+    expect_in err "[bench] budgets: 33 is more than"
+    # sim: the plural spellings.
+    run -- sim --trace "$work/t.trc" --policies lru,tide --budgets 4,8 --intervals 1,2 --no-hindsight
+    expect_status 0
+    expect_line out "^policy-lru +- +8 "
+    expect_line out "^policy-tide +2 +4 "
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
