@@ -18,11 +18,13 @@ enum {
     CLI_EXIT_INTERRUPTED = 130,
 };
 
-#define CLI_MAX_SETS 128
+#define CLI_MAX_SETS    128
+#define CLI_MAX_CONFIGS 16
 
 /* What most subcommands need: the plugins found and the effective config. */
 struct cli_ctx {
-    const char *config_path;        /* -c FILE, or NULL */
+    const char *configs[CLI_MAX_CONFIGS]; /* -c FILE, in order: a later file wins */
+    int n_configs;
     const char *sets[CLI_MAX_SETS]; /* --set section.key=value, in order */
     int n_sets;
     struct tide_plugin_set *plugins;
@@ -34,8 +36,9 @@ struct cli_ctx {
  * argument was consumed, 0 when it is not one of these, -1 on a usage error. */
 int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i);
 
-/* Scan plugins, register every section, load the file, apply --set.
- * Returns TIDE_OK or a status (logged). */
+/* Scan plugins, register every section, load the files in order (a later
+ * one overrides an earlier one), apply --set. Returns TIDE_OK or a status
+ * (logged). */
 int cli_setup(struct cli_ctx *c);
 void cli_teardown(struct cli_ctx *c);
 
@@ -96,6 +99,11 @@ void cli_cpu_model(char *buf, size_t len);
 
 /* Map a status to an exit code: config and usage problems exit 2. */
 int cli_exit_code(int status);
+
+/* "; did you mean '--X'?" into buf when one of flags (NULL-terminated) is
+ * close to arg by edit distance, else "". The common -c, --config and --set
+ * are always candidates. */
+void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len);
 
 /* True when any of argv[from..argc) is -h or --help (commands with
  * subcommands answer it wherever it appears). */

@@ -38,7 +38,8 @@ static void bench_usage(FILE *f)
             "(placement is lossless); the 'same' column says so. When one backend plugin\n"
             "computes both device and host experts a mismatch fails the run; across two\n"
             "backends (GPU and CPU) their float summation orders differ, so it is reported.\n\n"
-            "The sweep comes from the [bench] section; the flags override it:\n"
+            "The sweep comes from the [bench] section; the flags override it (each also\n"
+            "in tide sim's singular spelling: --policy, --budget, --interval):\n"
             "  --policies tide,lru,static   plugin names (x means policy-x)\n"
             "  --budgets 8,16,all           experts per MoE layer on the device\n"
             "  --intervals 1,4,32           policy-tide refresh intervals\n"
@@ -376,9 +377,21 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
             out[i] = n_experts;
             continue;
         }
+        const bool budgets = !strcmp(what, "budgets");
         long v = strtol(items[i], &end, 10);
-        if (*end || v < (strcmp(what, "intervals") ? 0 : 1) || v > 1000000) {
-            tide_error("[bench] %s: '%s' is not a valid value", what, items[i]);
+        if (*end || v < (budgets ? 0 : 1) || v > 1000000) {
+            tide_error("[bench] %s: '%s' is not a valid value (%s)", what, items[i],
+                       budgets ? "expected experts per MoE layer: a number from 0 to the model's "
+                                 "experts per layer, or 'all' for no offload"
+                       : strcmp(what, "batch")
+                           ? "expected a refresh interval in steps: a number >= 1"
+                           : "expected a batch size: a number from 1 to 256");
+            return TIDE_E_CONFIG;
+        }
+        if (budgets && v > n_experts) {
+            tide_error("[bench] budgets: %ld is more than the model's %d experts per MoE layer; "
+                       "a budget is at most %d; for no offload use 'all'",
+                       v, n_experts, n_experts);
             return TIDE_E_CONFIG;
         }
         out[i] = (int)v;
@@ -392,11 +405,14 @@ int cmd_bench(int argc, char **argv)
         return cmd_bench_merge(argc - 1, argv + 1);
     struct cli_ctx c = {0};
     struct bench_shard_args sa = {0};
+    /* tide sim's spellings too: the two commands take the same flags. */
     static const char *flags[][2] = {
-        {"--policies", "bench.policies="},   {"--budgets", "bench.budgets="},
-        {"--intervals", "bench.intervals="}, {"--batch", "bench.batch="},
-        {"--prompts", "bench.prompts="},     {"--max-prompts", "bench.max_prompts="},
-        {"--repeats", "bench.repeats="},     {"--out", "bench.out="},
+        {"--policies", "bench.policies="},   {"--policy", "bench.policies="},
+        {"--budgets", "bench.budgets="},     {"--budget", "bench.budgets="},
+        {"--intervals", "bench.intervals="}, {"--interval", "bench.intervals="},
+        {"--batch", "bench.batch="},         {"--prompts", "bench.prompts="},
+        {"--max-prompts", "bench.max_prompts="}, {"--repeats", "bench.repeats="},
+        {"--out", "bench.out="},
     };
     char *owned[16];
     int n_owned = 0;
@@ -430,7 +446,18 @@ int cmd_bench(int argc, char **argv)
             known = true;
         }
         if (!known) {
-            fprintf(stderr, "tide bench: unexpected argument '%s'\n\n", argv[i]);
+            const char *names[sizeof flags / sizeof flags[0] + 8];
+            size_t n = 0;
+            for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++)
+                names[n++] = flags[f][0];
+            static const char *const more[] = {"--shard",     "--baseline", "--emit-slurm",
+                                               "--partition", "--gres",     "--time"};
+            for (size_t f = 0; f < sizeof more / sizeof more[0]; f++)
+                names[n++] = more[f];
+            names[n] = NULL;
+            char hint[128];
+            cli_suggest_flag(argv[i], names, hint, sizeof hint);
+            fprintf(stderr, "tide bench: unexpected argument '%s'%s\n\n", argv[i], hint);
             bench_usage(stderr);
             for (int k = 0; k < n_owned; k++)
                 free(owned[k]);

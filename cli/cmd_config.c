@@ -8,11 +8,13 @@
 
 static void config_usage(FILE *f)
 {
-    fprintf(f, "usage: tide config check FILE [--set section.key=value ...]\n"
+    fprintf(f, "usage: tide config check FILE... [--set section.key=value ...]\n"
                "       tide config doc\n\n"
-               "check  validates FILE against the option tables of the core and of every\n"
-               "       plugin found, then prints the effective configuration with the origin\n"
-               "       of each value: default, FILE:LINE or --set. Exit 2 on any error.\n"
+               "check  validates the FILEs (layered in order: a later one wins, as several\n"
+               "       -c do) against the option tables of the core and of every plugin\n"
+               "       found, then prints the effective configuration with the origin of\n"
+               "       each value: default, FILE:LINE (the file that set it, included files\n"
+               "       too) or --set. Exit 2 on any error.\n"
                "doc    prints the Markdown reference of every option (docs/config.md).\n");
 }
 
@@ -36,33 +38,38 @@ int cmd_config(int argc, char **argv)
             return CLI_EXIT_USAGE;
         if (r > 0)
             continue;
-        if (check && argv[i][0] != '-' && !c.config_path) {
-            c.config_path = argv[i];
+        if (check && argv[i][0] != '-' && c.n_configs < CLI_MAX_CONFIGS) {
+            c.configs[c.n_configs++] = argv[i];
             continue;
         }
         fprintf(stderr, "tide config %s: unexpected argument '%s'\n", sub, argv[i]);
         config_usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    if (check && !c.config_path) {
+    if (check && !c.n_configs) {
         fprintf(stderr, "tide config check: which FILE?\n");
         config_usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    if (doc && (c.config_path || c.n_sets)) {
+    if (doc && (c.n_configs || c.n_sets)) {
         fprintf(stderr, "tide config doc takes no file or --set\n");
         return CLI_EXIT_USAGE;
     }
+    char files[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < c.n_configs && used < sizeof files; i++)
+        used += (size_t)snprintf(files + used, sizeof files - used, "%s%s", i ? ", then " : "",
+                                 c.configs[i]);
     int rc = cli_setup(&c);
     if (rc == TIDE_OK) {
         if (check) {
-            printf("; effective configuration of %s\n", c.config_path);
+            printf("; effective configuration of %s\n", files);
             tide_config_print(c.cfg, stdout, NULL);
         } else {
             tide_config_doc(c.cfg, stdout);
         }
     } else if (check) {
-        tide_error("%s: configuration is not valid", c.config_path);
+        tide_error("%s: configuration is not valid", files);
     }
     cli_teardown(&c);
     return cli_exit_code(rc);

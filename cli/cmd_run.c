@@ -43,11 +43,14 @@ static void run_usage(FILE *f)
                "                      vocab}, then float32 [rows, vocab]; the output layer\n"
                "                      then runs for every row); refuses to replace F\n"
                "  -c, --config FILE   configuration (default: built-in defaults; see\n"
-               "                      `tide config doc`); --set overrides one value\n\n"
+               "                      `tide config doc`); repeat it to layer files, the\n"
+               "                      later winning; --set overrides one value\n\n"
                "Sampling, lengths, the decoder and its mode, and the KV-cache debug switch\n"
                "live in [generation]; a decoder's own keys in [decoder-NAME] (`tide config\n"
                "doc`, docs/decoding.md). [model] path names the checkpoint, and [model]\n"
-               "create = tiny generates a synthetic one there on first use.\n\n"
+               "create = tiny generates a synthetic one there on first use: at the path\n"
+               "its own file names, or where --set model.create=tiny asks; any other\n"
+               "missing path is an error.\n\n"
                "examples:\n"
                "  tide run -c config/llada2-tiny.ini -p \"Write a haiku about tides\"\n"
                "  tide run -c config/llada2-tiny.ini --chat -p \"Hello\" --set "
@@ -198,7 +201,12 @@ int cmd_run(int argc, char **argv)
         } else if (!strcmp(a, "--dump-logits") && has_val) {
             dump_path = argv[++i];
         } else {
-            fprintf(stderr, "tide run: unexpected argument '%s'\n\n", a);
+            static const char *const flags[] = {"--prompt",      "--prompt-file", "--ids",
+                                                "--chat",        "--help",        "--print-ids",
+                                                "--logits-hash", "--dump-logits", NULL};
+            char hint[128];
+            cli_suggest_flag(a, flags, hint, sizeof hint);
+            fprintf(stderr, "tide run: unexpected argument '%s'%s\n\n", a, hint);
             run_usage(stderr);
             return CLI_EXIT_USAGE;
         }
@@ -235,7 +243,8 @@ int cmd_run(int argc, char **argv)
         goto done;
     const struct tide_engine_args args = {
         .size = sizeof args,
-        .config_path = c.config_path,
+        .config_paths = c.configs,
+        .n_config_paths = c.n_configs,
         .sets = c.sets,
         .n_sets = c.n_sets,
         .policy_costs = costs,

@@ -180,7 +180,8 @@ int cmd_serve(int argc, char **argv)
     if (rc == TIDE_OK)
         rc = cli_policy_costs(&args, &costs);
     if (rc == TIDE_OK)
-        rc = serve_engine_open(args.config_path, args.sets, args.n_sets, costs, &st, &e);
+        rc =
+            serve_engine_open(args.configs, args.n_configs, args.sets, args.n_sets, costs, &st, &e);
     if (rc != TIDE_OK)
         goto done;
     const struct serve_engine_info *info = serve_engine_info(e);

@@ -35,7 +35,9 @@ static void sim_usage(FILE *f)
            "(policy-tide) interval, and prints per configuration: promotions, GB moved\n"
            "(weights and activations), host rows, hit rate and, with a hardware profile\n"
            "(config/profiles/), the modelled ms per denoising step and tokens/s.\n\n"
-           "  --policy tide,lru,static   policies (plugin names; x means policy-x)\n"
+           "  --policy tide,lru,static   policies (plugin names; x means policy-x); --policy,\n"
+           "                             --budget and --interval also take tide bench's\n"
+           "                             plural spellings (--policies, ...)\n"
            "  --budget 32,64,128         experts per MoE layer on the device (default: 1/4)\n"
            "  --interval 1-32,auto       policy-tide intervals; auto = the policy's online\n"
            "                             solver with this profile (default: 1 to the longest\n"
@@ -206,17 +208,33 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             i++;
             continue;
         }
-        static const char *const vals[] = {"--trace",  "--profile", "--csv",
-                                           "--plot",   "--metrics", "--model",
-                                           "--policy", "--budget",  "--interval"};
+        /* tide bench's plural spellings too: the two take the same flags. */
+        static const char *const vals[] = {
+            "--trace",   "--profile",   "--csv",    "--plot",     "--metrics",
+            "--model",   "--policy",    "--budget", "--interval", "--policies",
+            "--budgets", "--intervals", NULL,
+        };
         const char **val_dst[] = {&s->trace_path, &s->profile_path, &s->csv,
                                   &s->plot,       &s->metrics,      &s->model_dir};
         char *list_dst[] = {s->policies, s->budgets, s->intervals};
+        const size_t n_vals = sizeof vals / sizeof vals[0] - 1;
         size_t k = 0;
-        while (k < sizeof vals / sizeof vals[0] && strcmp(a, vals[k]))
+        while (k < n_vals && strcmp(a, vals[k]))
             k++;
-        if (k == sizeof vals / sizeof vals[0]) {
-            tide_error("sim: unknown argument '%s' (see tide sim --help)", a);
+        if (k == n_vals) {
+            const char *names[32];
+            size_t n = 0;
+            for (size_t j = 0; j < n_vals; j++)
+                names[n++] = vals[j];
+            for (size_t j = 0; j < sizeof flags / sizeof flags[0]; j++)
+                names[n++] = flags[j];
+            names[n++] = "--out";
+            names[n++] = "--shard";
+            names[n++] = "--batch";
+            names[n] = NULL;
+            char hint[128];
+            cli_suggest_flag(a, names, hint, sizeof hint);
+            tide_error("sim: unknown argument '%s'%s (see tide sim --help)", a, hint);
             return TIDE_E_CONFIG;
         }
         if (i + 1 >= argc) {
@@ -226,7 +244,7 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
         if (k < 6)
             *val_dst[k] = argv[++i];
         else
-            snprintf(list_dst[k - 6], 512, "%s", argv[++i]);
+            snprintf(list_dst[(k - 6) % 3], 512, "%s", argv[++i]);
     }
     if (!s->trace_path) {
         tide_error("sim: name the routing trace with --trace FILE");

@@ -157,7 +157,7 @@ static int trace_info(const char *path, int max_d)
     printf("generation: block %u, at most %u steps, threshold %g\n", h->block_length, h->steps,
            h->threshold);
     printf("prompts %llu, blocks %llu, denoising steps %llu (%.2f per block), tokens generated "
-           "%llu\n",
+           "%llu (up to gen_length per prompt, as tide run counts them)\n",
            (unsigned long long)t->prompts, (unsigned long long)t->blocks,
            (unsigned long long)t->steps, t->blocks ? (double)t->steps / (double)t->blocks : 0,
            (unsigned long long)t->tokens_generated);

@@ -40,7 +40,11 @@ int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i)
         val = argv[++*i];
     }
     if (is_cfg) {
-        c->config_path = val;
+        if (c->n_configs == CLI_MAX_CONFIGS) {
+            tide_error("too many -c files (at most %d)", CLI_MAX_CONFIGS);
+            return -1;
+        }
+        c->configs[c->n_configs++] = val;
         return 1;
     }
     if (c->n_sets == CLI_MAX_SETS) {
@@ -62,8 +66,9 @@ int cli_setup(struct cli_ctx *c)
     if ((rc = tide_core_register_sections(c->cfg)) != TIDE_OK ||
         (rc = tide_config_add_plugins(c->cfg, c->plugins)) != TIDE_OK)
         return rc;
-    if (c->config_path && (rc = tide_config_load_file(c->cfg, c->config_path)) != TIDE_OK)
-        return rc;
+    for (int i = 0; i < c->n_configs; i++)
+        if ((rc = tide_config_load_file(c->cfg, c->configs[i])) != TIDE_OK)
+            return rc;
     int bad = 0;
     for (int i = 0; i < c->n_sets; i++)
         if (tide_config_set(c->cfg, c->sets[i]) != TIDE_OK)
@@ -365,4 +370,27 @@ bool cli_wants_help(int argc, char **argv, int from)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
             return true;
     return false;
+}
+
+void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len)
+{
+    static const char *const common[] = {"--config", "--set", NULL};
+    const char *best = NULL;
+    int bd = 99;
+    if (*arg != '-') {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    for (const char *const *list = flags; list; list = list == common ? NULL : common)
+        for (const char *const *f = list; *f; f++) {
+            int d = tide_edit_distance(arg, *f);
+            if (d < bd) {
+                bd = d;
+                best = *f;
+            }
+        }
+    if (best && bd <= 1 + (int)strlen(best) / 4)
+        snprintf(buf, len, "; did you mean '%s'?", best);
+    else
+        snprintf(buf, len, "%s", "");
 }

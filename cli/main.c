@@ -46,7 +46,8 @@ static void usage(FILE *f)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`tide COMMAND --help` describes each command.\n\n"
                "common options:\n"
-               "  -c, --config FILE           INI configuration (see docs/config.md)\n"
+               "  -c, --config FILE           INI configuration (see docs/config.md); repeat\n"
+               "                              it to layer files, the later winning\n"
                "  --set section.key=value     override one option; may repeat; wins over FILE\n"
                "  --quiet / --verbose         log level warn / debug (or TIDE_LOG_LEVEL)\n\n"
                "environment:\n"

@@ -74,9 +74,9 @@ static int se_end_tokens(struct serve_engine *s)
     return TIDE_OK;
 }
 
-int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
-                      const struct tide_policy_costs *costs, struct serve_settings *settings,
-                      struct serve_engine **out)
+int serve_engine_open(const char *const *configs, int n_configs, const char *const *sets,
+                      int n_sets, const struct tide_policy_costs *costs,
+                      struct serve_settings *settings, struct serve_engine **out)
 {
     *out = NULL;
     struct serve_engine *s = calloc(1, sizeof *s);
@@ -84,7 +84,8 @@ int serve_engine_open(const char *config_path, const char *const *sets, int n_se
         return TIDE_E_NOMEM;
     const struct tide_engine_args args = {
         .size = sizeof args,
-        .config_path = config_path,
+        .config_paths = configs,
+        .n_config_paths = n_configs,
         .sets = sets,
         .n_sets = n_sets,
         .policy_costs = costs,

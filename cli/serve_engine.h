@@ -40,14 +40,14 @@ struct serve_settings {
     double shutdown_timeout;
 };
 
-/* Open: plugins, configuration (file, then "section.key=value" overrides),
+/* Open: plugins, configuration (the files in order, then "section.key=value" overrides),
  * model; costs are those of [policy] profile (NULL: none; borrowed, must
  * outlive the engine). *settings receives the [serve] section (strings owned
  * by the engine). Errors are logged. Returns TIDE_OK or a status. */
 struct tide_policy_costs;
-int serve_engine_open(const char *config_path, const char *const *sets, int n_sets,
-                      const struct tide_policy_costs *costs, struct serve_settings *settings,
-                      struct serve_engine **out);
+int serve_engine_open(const char *const *configs, int n_configs, const char *const *sets,
+                      int n_sets, const struct tide_policy_costs *costs,
+                      struct serve_settings *settings, struct serve_engine **out);
 void serve_engine_close(struct serve_engine *e); /* NULL is a no-op; flushes telemetry */
 const struct serve_engine_info *serve_engine_info(const struct serve_engine *e);
 

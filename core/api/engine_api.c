@@ -99,7 +99,7 @@ static int api_scan(const char *plugin_path, struct tide_plugin_set **set)
     return rc;
 }
 
-/* Defaults, then the file, the text and the overrides; every bad override
+/* Defaults, then the files, the text and the overrides; every bad override
  * is reported. */
 static int api_config(const struct tide_engine_args *a, const struct tide_plugin_set *set,
                       struct tide_config **out)
@@ -110,9 +110,24 @@ static int api_config(const struct tide_engine_args *a, const struct tide_plugin
     int rc;
     if ((rc = tide_core_register_sections(cfg)) != TIDE_OK ||
         (rc = tide_config_add_plugins(cfg, set)) != TIDE_OK ||
-        (a->config_path && (rc = tide_config_load_file(cfg, a->config_path)) != TIDE_OK) ||
-        (a->config_text &&
-         (rc = tide_config_load_text(cfg, "<config text>", a->config_text)) != TIDE_OK)) {
+        (a->config_path && (rc = tide_config_load_file(cfg, a->config_path)) != TIDE_OK)) {
+        tide_config_destroy(cfg);
+        return rc;
+    }
+    for (int i = 0; i < a->n_config_paths; i++) {
+        if (!a->config_paths || !a->config_paths[i]) {
+            tide_error("tide_engine_open: config_paths[%d] is NULL", i);
+            rc = TIDE_E_INVAL;
+        } else {
+            rc = tide_config_load_file(cfg, a->config_paths[i]);
+        }
+        if (rc != TIDE_OK) {
+            tide_config_destroy(cfg);
+            return rc;
+        }
+    }
+    if (a->config_text &&
+        (rc = tide_config_load_text(cfg, "<config text>", a->config_text)) != TIDE_OK) {
         tide_config_destroy(cfg);
         return rc;
     }

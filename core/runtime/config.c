@@ -22,7 +22,8 @@
 struct cfg_value {
     char *text;      /* as written */
     char origin[64]; /* "default", "FILE:LINE", "--set" */
-    int line;        /* line in the loaded file, 0 if not from the file */
+    int line;        /* line in the file or text that set it, 0 if not from one */
+    int source;      /* TIDE_CONFIG_SRC_DEFAULT, _CMDLINE, or the id of that file or text */
     union {
         int64_t i;
         double f;
@@ -45,7 +46,12 @@ struct tide_config {
     struct tide_opts *sec; /* [n_sec] */
     int n_sec;
     char *path;
+    int n_sources;     /* files and texts read so far (included ones too) */
+    char *plugin_dirs; /* where plugins were searched, for messages, or NULL */
 };
+
+/* Nested include files at most (a chain this deep is surely a mistake). */
+#define CFG_MAX_INCLUDE_DEPTH 16
 
 /* State of one ini_parse call. */
 struct cfg_parse {
@@ -55,6 +61,11 @@ struct cfg_parse {
     int n_lines;
     int cursor; /* 0-based index of the line after the last match */
     int errors;
+    int source;                    /* this file's or text's id (tide_config_source) */
+    bool is_text;                  /* INI text: includes are taken from the current directory */
+    char *real;                    /* realpath of the file, or NULL (text) */
+    const struct cfg_parse *outer; /* the file that included this one, or NULL */
+    int depth;                     /* includes between this file and the one loaded */
 };
 
 static char *cfg_strdup(const char *s)
@@ -86,6 +97,7 @@ void tide_config_destroy(struct tide_config *cfg)
     }
     free(cfg->sec);
     free(cfg->path);
+    free(cfg->plugin_dirs);
     free(cfg);
 }
 
@@ -439,14 +451,33 @@ static void cfg_suggest_section(const struct tide_config *cfg, const char *name,
                  "[output] and one per plugin found; see `tide config doc`)");
 }
 
-static int cfg_assign(struct tide_config *cfg, const char *where, int line, const char *section,
-                      const char *key, const char *value, const char *origin)
+/* Set section.key from a source (a file or text's id with the line, or
+ * TIDE_CONFIG_SRC_CMDLINE with line 0). where prefixes messages. */
+/* An unknown section at where. A name with a '-' names a plugin (the core's
+ * sections have none): say that no such plugin was found, and where. */
+static void cfg_unknown_section(const struct tide_config *cfg, const char *where, const char *name)
+{
+    char hint[512];
+    cfg_suggest_section(cfg, name, hint, sizeof hint);
+    if (!strchr(name, '-')) {
+        tide_error("%s: unknown section [%s]%s", where, name, hint);
+        return;
+    }
+    if (strncmp(hint, "; did you mean", 14))
+        hint[0] = 0;
+    tide_error("%s: [%s]: plugin not found: no plugin named '%s' in %s%s (TIDE_PLUGIN_PATH "
+               "adds folders; `tide plugins` lists what was found)%s",
+               where, name, name, cfg->plugin_dirs ? "the folders searched: " : "",
+               cfg->plugin_dirs ? cfg->plugin_dirs : "the plugin folders", hint);
+}
+
+static int cfg_assign(struct tide_config *cfg, const char *where, int line, int source,
+                      const char *section, const char *key, const char *value, const char *origin)
 {
     struct tide_opts *o = cfg_find(cfg, section);
     char hint[512] = "";
     if (!o) {
-        cfg_suggest_section(cfg, section, hint, sizeof hint);
-        tide_error("%s: unknown section [%s]%s", where, section, hint);
+        cfg_unknown_section(cfg, where, section);
         return TIDE_E_CONFIG;
     }
     int i = cfg_key_index(o, key);
@@ -456,7 +487,7 @@ static int cfg_assign(struct tide_config *cfg, const char *where, int line, cons
         return TIDE_E_CONFIG;
     }
     struct cfg_value *v = &o->vals[i];
-    if (line > 0 && v->line > 0) {
+    if (line > 0 && v->line > 0 && v->source == source) {
         tide_error("%s: [%s] %s is set twice (first at line %d; indented lines continue the "
                    "previous value in INI)",
                    where, section, key, v->line);
@@ -474,8 +505,8 @@ static int cfg_assign(struct tide_config *cfg, const char *where, int line, cons
     free(v->text);
     *v = nv;
     v->text = text;
-    if (line > 0)
-        v->line = line;
+    v->line = line;
+    v->source = source;
     snprintf(v->origin, sizeof v->origin, "%s", origin);
     return TIDE_OK;
 }
@@ -508,12 +539,67 @@ static int cfg_locate(struct cfg_parse *ps, const char *name)
     return ps->cursor;
 }
 
+static int cfg_load_path(struct tide_config *cfg, const char *path, const struct cfg_parse *outer);
+
+/* include = FILE at line of ps: read FILE there (relative to the including
+ * file's folder; to the current directory from INI text). Missing files and
+ * cycles are refused, naming both files. */
+static void cfg_include(struct cfg_parse *ps, int line, const char *value)
+{
+    char path[4096], chain[1024];
+    const char *slash = ps->is_text ? NULL : strrchr(ps->path, '/');
+    if (!*value) {
+        tide_error("%s:%d: include needs a file name", ps->path, line);
+        ps->errors++;
+        return;
+    }
+    if (*value == '/' || !slash)
+        snprintf(path, sizeof path, "%s", value);
+    else
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - ps->path), ps->path, value);
+    char *real = realpath(path, NULL);
+    if (!real) {
+        tide_error("%s:%d: include = %s: cannot open %s: %s", ps->path, line, value, path,
+                   strerror(errno));
+        ps->errors++;
+        return;
+    }
+    const struct cfg_parse *p = ps;
+    while (p && !(p->real && !strcmp(p->real, real)))
+        p = p->outer;
+    if (p || ps->depth + 1 > CFG_MAX_INCLUDE_DEPTH) {
+        /* The chain of includes, innermost last: "a.ini -> b.ini -> a.ini". */
+        size_t used = (size_t)snprintf(chain, sizeof chain, "%s", path);
+        for (const struct cfg_parse *q = ps; q && used < sizeof chain; q = q->outer)
+            used += (size_t)snprintf(chain + used, sizeof chain - used, " <- %s", q->path);
+        if (p)
+            tide_error("%s:%d: include = %s: %s is already being read (%s); include cycles are "
+                       "refused",
+                       ps->path, line, value, path, chain);
+        else
+            tide_error("%s:%d: include = %s: more than %d nested includes (%s)", ps->path, line,
+                       value, CFG_MAX_INCLUDE_DEPTH, chain);
+        ps->errors++;
+        free(real);
+        return;
+    }
+    free(real);
+    if (cfg_load_path(ps->cfg, path, ps) != TIDE_OK) {
+        tide_error("%s:%d: included %s is not valid", ps->path, line, path);
+        ps->errors++;
+    }
+}
+
 static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value)
 {
     struct cfg_parse *ps = user;
     int line = cfg_locate(ps, name);
     char where[512];
     snprintf(where, sizeof where, "%s:%d", ps->path, line);
+    if (!strcmp(name, "include")) {
+        cfg_include(ps, line, value);
+        return 1;
+    }
     if (!*section) {
         tide_error("%s: '%s' is outside any section; put it under [model], [backend], [policy], "
                    "[generation], [output] or a plugin's section",
@@ -524,7 +610,7 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
     char origin[64];
     const char *base = strrchr(ps->path, '/');
     snprintf(origin, sizeof origin, "%s:%d", base ? base + 1 : ps->path, line);
-    if (cfg_assign(ps->cfg, where, line, section, name, value, origin) != TIDE_OK)
+    if (cfg_assign(ps->cfg, where, line, ps->source, section, name, value, origin) != TIDE_OK)
         ps->errors++;
     return 1; /* keep going: report every error in one pass */
 }
@@ -572,9 +658,9 @@ static int cfg_read_stream(struct cfg_parse *ps, FILE *f)
             memcpy(name, h + 1, (size_t)(close - h - 1));
             name[close - h - 1] = 0;
             if (!cfg_find(ps->cfg, name)) {
-                char hint[512];
-                cfg_suggest_section(ps->cfg, name, hint, sizeof hint);
-                tide_error("%s:%d: unknown section [%s]%s", ps->path, ps->n_lines + 1, name, hint);
+                char where[4200];
+                snprintf(where, sizeof where, "%s:%d", ps->path, ps->n_lines + 1);
+                cfg_unknown_section(ps->cfg, where, name);
                 ps->errors++;
             }
         }
@@ -619,15 +705,6 @@ static int cfg_read_lines(struct cfg_parse *ps)
     return rc;
 }
 
-/* A key may be set once per source: forget which lines set what, so a later
- * file or text may override an earlier one. */
-static void cfg_forget_lines(struct tide_config *cfg)
-{
-    for (int s = 0; s < cfg->n_sec; s++)
-        for (int i = 0; i < cfg->sec[s].n; i++)
-            cfg->sec[s].vals[i].line = 0;
-}
-
 /* After the lines were read: run inih (parse(), on the same text) and report
  * what it returned. Frees the lines. */
 static int cfg_parse_ini(struct cfg_parse *ps, int read_rc, int (*parse)(struct cfg_parse *ps))
@@ -656,11 +733,24 @@ static int cfg_ini_parse_path(struct cfg_parse *ps)
     return ini_parse(ps->path, cfg_ini_handler, ps);
 }
 
+/* Read one file as a new source (a key may be set once in it; a later
+ * source may override it), inside outer when it is included. */
+static int cfg_load_path(struct tide_config *cfg, const char *path, const struct cfg_parse *outer)
+{
+    struct cfg_parse ps = {.cfg = cfg,
+                           .path = path,
+                           .source = ++cfg->n_sources,
+                           .real = realpath(path, NULL),
+                           .outer = outer,
+                           .depth = outer ? outer->depth + 1 : 0};
+    int rc = cfg_parse_ini(&ps, cfg_read_lines(&ps), cfg_ini_parse_path);
+    free(ps.real);
+    return rc;
+}
+
 int tide_config_load_file(struct tide_config *cfg, const char *path)
 {
-    struct cfg_parse ps = {.cfg = cfg, .path = path};
-    cfg_forget_lines(cfg);
-    int rc = cfg_parse_ini(&ps, cfg_read_lines(&ps), cfg_ini_parse_path);
+    int rc = cfg_load_path(cfg, path, NULL);
     if (rc != TIDE_OK)
         return rc;
     free(cfg->path);
@@ -683,10 +773,11 @@ static int cfg_ini_parse_text(struct cfg_parse *ps)
 
 int tide_config_load_text(struct tide_config *cfg, const char *name, const char *text)
 {
-    struct cfg_text t = {.ps = {.cfg = cfg, .path = name}, .text = text, .len = strlen(text)};
+    struct cfg_text t = {
+        .ps = {.cfg = cfg, .path = name, .is_text = true}, .text = text, .len = strlen(text)};
     if (!t.len)
         return TIDE_OK; /* fmemopen refuses an empty buffer; there is nothing to parse */
-    cfg_forget_lines(cfg);
+    t.ps.source = ++cfg->n_sources;
     FILE *f = fmemopen((void *)text, t.len, "r");
     if (!f)
         return TIDE_E_NOMEM;
@@ -701,8 +792,10 @@ struct tide_config *tide_config_clone(const struct tide_config *cfg)
     if (!c)
         return NULL;
     c->sec = calloc((size_t)(cfg->n_sec ? cfg->n_sec : 1), sizeof *c->sec);
-    if (!c->sec || (cfg->path && !(c->path = cfg_strdup(cfg->path))))
+    if (!c->sec || (cfg->path && !(c->path = cfg_strdup(cfg->path))) ||
+        (cfg->plugin_dirs && !(c->plugin_dirs = cfg_strdup(cfg->plugin_dirs))))
         goto fail;
+    c->n_sources = cfg->n_sources;
     for (int s = 0; s < cfg->n_sec; s++) {
         const struct tide_opts *o = &cfg->sec[s];
         struct tide_opts *d = &c->sec[s];
@@ -791,7 +884,7 @@ int tide_config_set(struct tide_config *cfg, const char *assignment)
     key[lk] = 0;
     char where[300];
     snprintf(where, sizeof where, "--set %s", assignment);
-    return cfg_assign(cfg, where, 0, section, key, eq + 1, "--set");
+    return cfg_assign(cfg, where, 0, TIDE_CONFIG_SRC_CMDLINE, section, key, eq + 1, "--set");
 }
 
 int tide_config_set_value(struct tide_config *cfg, const char *section, const char *key,
@@ -799,7 +892,7 @@ int tide_config_set_value(struct tide_config *cfg, const char *section, const ch
 {
     char where[300];
     snprintf(where, sizeof where, "%s: %s.%s=%s", origin, section, key, value);
-    return cfg_assign(cfg, where, 0, section, key, value, origin);
+    return cfg_assign(cfg, where, 0, TIDE_CONFIG_SRC_CMDLINE, section, key, value, origin);
 }
 
 const struct tide_opts *tide_config_section(const struct tide_config *cfg, const char *name)
@@ -810,6 +903,23 @@ const struct tide_opts *tide_config_section(const struct tide_config *cfg, const
 const char *tide_config_path(const struct tide_config *cfg)
 {
     return cfg->path;
+}
+
+int tide_config_source(const struct tide_config *cfg, const char *section, const char *key)
+{
+    const struct tide_opts *o = cfg_find(cfg, section);
+    int i = o ? cfg_key_index(o, key) : -1;
+    return i >= 0 ? o->vals[i].source : TIDE_CONFIG_SRC_DEFAULT;
+}
+
+int tide_config_set_plugin_dirs(struct tide_config *cfg, const char *dirs)
+{
+    char *d = cfg_strdup(dirs);
+    if (!d)
+        return TIDE_E_NOMEM;
+    free(cfg->plugin_dirs);
+    cfg->plugin_dirs = d;
+    return TIDE_OK;
 }
 
 /* ---- typed getters ------------------------------------------------------ */
@@ -911,8 +1021,18 @@ void tide_config_doc(const struct tide_config *cfg, FILE *out)
     fprintf(out, "# TIDE configuration reference\n\n"
                  "Generated by `tide config doc` from the option tables of the core and of "
                  "every plugin found. Do not edit by hand.\n\n"
-                 "Values come from the defaults below, then the INI file given with `-c`, then "
-                 "`--set section.key=value` on the command line. Sizes take units: "
+                 "Values come from the defaults below, then the INI files given with `-c`, in "
+                 "order (`-c base.ini -c over.ini`: a later file overrides what an earlier one "
+                 "set; a key may be set once per file), then `--set section.key=value` on the "
+                 "command line. `tide config check FILE...` prints the effective values, each "
+                 "with the file and line that set it.\n\n"
+                 "A line `include = FILE`, at the top of a file or inside any section, reads "
+                 "FILE at that point as a file of its own: it starts outside any section, and "
+                 "the includer's later lines override it. A relative FILE is taken from the "
+                 "including file's folder (from the current directory in INI text given "
+                 "through the API). A missing file and a cycle of includes are errors that name "
+                 "both files.\n\n"
+                 "Sizes take units: "
                  "`4096`, `512MiB`, `12GiB`, `1.5GB`. Ranges use `[lo,hi]` (inclusive) and "
                  "`(lo,hi)` (exclusive) bounds.\n");
     for (int s = 0; s < cfg->n_sec; s++) {

@@ -22,7 +22,12 @@ int tide_config_add_section(struct tide_config *cfg, const char *name,
                             const char *summary);
 
 /* Parse an INI file into the registered sections. Every problem is logged as
- * "FILE:LINE: ..."; all are reported, then TIDE_E_CONFIG is returned. */
+ * "FILE:LINE: ..."; all are reported, then TIDE_E_CONFIG is returned. Files
+ * layer: each load may override what earlier ones set (a key may be set once
+ * per file). A line `include = FILE`, at the top or in any section, reads
+ * FILE at that point as a file of its own (its own sections; relative names
+ * are taken from the including file's folder); a missing file and a cycle are
+ * errors naming both files. */
 int tide_config_load_file(struct tide_config *cfg, const char *path);
 
 /* Parse INI text (NUL-terminated) like a file; name stands for the file in
@@ -51,6 +56,19 @@ const struct tide_opts *tide_config_section(const struct tide_config *cfg, const
 
 /* The file most recently loaded, or NULL. */
 const char *tide_config_path(const struct tide_config *cfg);
+
+/* Where the value of section.key came from: the built-in default, the
+ * command line (tide_config_set and tide_config_set_value), or the id (> 0)
+ * of the file or INI text that set it. Values from one file share its id;
+ * each load, and each included file, has its own. An unknown key answers
+ * TIDE_CONFIG_SRC_DEFAULT. */
+enum { TIDE_CONFIG_SRC_DEFAULT = 0, TIDE_CONFIG_SRC_CMDLINE = -1 };
+int tide_config_source(const struct tide_config *cfg, const char *section, const char *key);
+
+/* The plugin folders that were searched (text, e.g. ':'-separated), named by
+ * the message about a section whose plugin was not found. Copied. Returns
+ * TIDE_OK or TIDE_E_NOMEM. */
+int tide_config_set_plugin_dirs(struct tide_config *cfg, const char *dirs);
 
 /* Print the effective configuration as INI, each value annotated with its
  * origin. With only_sections (NULL-terminated), restrict to those. */

@@ -1,3 +1,5 @@
+#include <stdio.h>
+
 #include "core_options.h"
 #include "tide/status.h"
 
@@ -10,7 +12,9 @@ static const struct tide_option model_options[] = {
      NULL, NULL},
     {"create", TIDE_OPT_STRING, "",
      "if path does not exist, generate a synthetic checkpoint there with this preset (e.g. "
-     "tiny); empty: fail instead",
+     "tiny): only at the path set by the same file (or the default path), or when create "
+     "itself is given on the command line (--set model.create=tiny); any other missing path "
+     "is an error naming it. Empty: fail instead",
      NULL, NULL},
     {"create_layers", TIDE_OPT_INT, "0", "layers of the generated checkpoint; 0 = the preset's",
      NULL, "[0,]"},
@@ -49,7 +53,8 @@ static const struct tide_option policy_options[] = {
     {"plugin", TIDE_OPT_STRING, "policy-tide", "expert-placement policy plugin", NULL, NULL},
     {"budget", TIDE_OPT_INT, "-1",
      "routed experts per MoE layer kept in device slots; -1 = all (no offload) unless "
-     "expert_memory is set; 0 = every expert runs on the host",
+     "expert_memory is set; 0 = every expert runs on the host; more than the model's experts "
+     "per layer is an error (tide run, bench and sim alike)",
      NULL, "[-1,]"},
     {"expert_memory", TIDE_OPT_SIZE, "0",
      "device memory for routed experts across all MoE layers (e.g. 12GiB); the per-layer "
@@ -226,6 +231,15 @@ int tide_core_register_sections(struct tide_config *cfg)
 
 int tide_config_add_plugins(struct tide_config *cfg, const struct tide_plugin_set *set)
 {
+    /* The folders searched, for the message about a plugin's section whose
+     * plugin is not among them. */
+    char dirs[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < set->n_dirs && used < sizeof dirs; i++)
+        used +=
+            (size_t)snprintf(dirs + used, sizeof dirs - used, "%s%s", i ? ", " : "", set->dirs[i]);
+    if (tide_config_set_plugin_dirs(cfg, set->n_dirs ? dirs : "(none)") != TIDE_OK)
+        return TIDE_E_NOMEM;
     for (int i = 0; i < set->n; i++) {
         const struct tide_plugin_desc *d = set->items[i].desc;
         int rc = tide_config_add_section(cfg, d->name, d->options, d->name, d->summary);

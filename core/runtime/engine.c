@@ -12,6 +12,17 @@
 #include "tide/log.h"
 #include "tide/status.h"
 
+/* [model] create may generate a checkpoint at path only where it is meant
+ * to: at the path the file declaring create names (or the built-in default),
+ * or when the command line asks for it. A path given anywhere else (a typo in
+ * an override) must not silently become a fresh random model. */
+static bool engine_may_create(const struct tide_config *cfg)
+{
+    const int c = tide_config_source(cfg, "model", "create"),
+              p = tide_config_source(cfg, "model", "path");
+    return c == TIDE_CONFIG_SRC_CMDLINE || p == TIDE_CONFIG_SRC_DEFAULT || p == c;
+}
+
 static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
 {
     const char *path = tide_opts_str(mo, "path");
@@ -23,11 +34,20 @@ static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
     struct stat st;
     if (stat(path, &st) == 0)
         return TIDE_OK;
+    const int err = errno;
     const char *preset = tide_opts_str(mo, "create");
     if (!*preset) {
         tide_error("[model] path = %s (%s): %s; download a checkpoint there, or set [model] "
                    "create = tiny to generate a synthetic one",
-                   path, tide_opts_origin(mo, "path"), strerror(errno));
+                   path, tide_opts_origin(mo, "path"), strerror(err));
+        return TIDE_E_NOTFOUND;
+    }
+    if (!engine_may_create(e->cfg)) {
+        tide_error("[model] path = %s (%s): %s; [model] create = %s (%s) generates a checkpoint "
+                   "only at the path its own file names; to generate one here, add --set "
+                   "model.create=%s",
+                   path, tide_opts_origin(mo, "path"), strerror(err), preset,
+                   tide_opts_origin(mo, "create"), preset);
         return TIDE_E_NOTFOUND;
     }
     tide_info("%s does not exist: generating a synthetic '%s' checkpoint there ([model] create)",
@@ -207,6 +227,13 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget)
                   (unsigned long long)info->expert_bytes);
     } else if (b < 0) {
         b = info->n_experts;
+    } else if (b > info->n_experts) {
+        /* Clamping it would run without offload under a label that claims
+         * a policy and a budget the model cannot have. */
+        tide_error("[policy] budget = %lld (%s): the model has %d experts per MoE layer, so a "
+                   "budget is at most %d; for no offload set budget = -1 (all)",
+                   (long long)b, tide_opts_origin(po, "budget"), info->n_experts, info->n_experts);
+        return TIDE_E_CONFIG;
     }
     *budget = b > info->n_experts ? info->n_experts : (int)b;
     return TIDE_OK;

@@ -393,8 +393,15 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
         char hint[256] = "";
         if (best && bd <= 4)
             snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
-        tide_error("%s = %s: no %s plugin of that name was found%s (see `tide plugins`)", what,
-                   name, tide_plugin_kind_str(kind), hint);
+        /* A wrong TIDE_PLUGIN_PATH shows here: say where we looked. */
+        char dirs[2048] = "";
+        size_t used = 0;
+        for (int i = 0; i < set->n_dirs && used < sizeof dirs; i++)
+            used += (size_t)snprintf(dirs + used, sizeof dirs - used, "%s%s", i ? ", " : "",
+                                     set->dirs[i]);
+        tide_error("%s = %s: no %s plugin of that name was found%s (plugin not found in the "
+                   "folders searched: %s; TIDE_PLUGIN_PATH adds folders; see `tide plugins`)",
+                   what, name, tide_plugin_kind_str(kind), hint, set->n_dirs ? dirs : "none");
         for (int i = 0; i < set->n_refused; i++)
             if (strstr(set->refused[i].path, name))
                 tide_error("  %s was refused: %s", set->refused[i].path, set->refused[i].reason);

@@ -98,6 +98,15 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
            last_prompt = SIZE_MAX;
     uint32_t prompt_len = 0;
     bool first = false, in_block = false;
+    /* Tokens count as the engine counts them: a prompt's generated positions
+     * up to gen_length (the tail of the last block past it is decoded too,
+     * and never returned). Traces that do not record gen_length count whole
+     * blocks. */
+    const char *gl = strstr(t->decoder_settings, "gen_length=");
+    while (gl && gl != t->decoder_settings && gl[-1] != ' ')
+        gl = strstr(gl + 1, "gen_length=");
+    const uint64_t gen_length = gl ? strtoull(gl + 11, NULL, 10) : 0;
+    uint64_t prompt_tokens = 0;
     int32_t step = -1;
     struct tide_trace_record rec;
     int got;
@@ -137,6 +146,7 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             ev->a = (int32_t)rec.prompt_id;
             ev->b = rec.prompt_len;
             prompt_len = rec.prompt_len;
+            prompt_tokens = 0;
             first = false;
             in_block = false;
             step = -1;
@@ -159,7 +169,13 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             t->block_first[t->blocks] = first;
             t->blocks++;
             in_block = true;
-            t->tokens_generated += h->block_length - (first ? prompt_len % h->block_length : 0);
+            {
+                uint64_t n = h->block_length - (first ? prompt_len % h->block_length : 0);
+                if (gen_length && prompt_tokens + n > gen_length)
+                    n = gen_length > prompt_tokens ? gen_length - prompt_tokens : 0;
+                prompt_tokens += n;
+                t->tokens_generated += n;
+            }
             break;
         case TIDE_TREC_STEP:
             ev->type = SIM_EV_STEP;

@@ -58,7 +58,10 @@ struct tide_sim_trace {
     uint32_t max_tokens;          /* largest forward */
     uint64_t assignments;         /* token-expert assignments in all */
     uint64_t prompts, blocks, steps;
-    uint64_t tokens_generated; /* sum over blocks of block_length, less prompt tails */
+    uint64_t tokens_generated; /* per prompt, the positions its blocks generate (block_length
+                                  less the prompt's tail in the first), at most gen_length
+                                  when the trace records it: the tokens tide run counts,
+                                  but for the output cut at an end-of-text */
     float *vecs;               /* [n_vecs][vec_dim] prompt vectors (trace version 2) */
     size_t n_vecs;
     uint32_t vec_dim;

@@ -203,6 +203,9 @@ int llada2_cfg_write(const char *path, const struct llada2_cfg *c)
     json_object_set_new(o, "hidden_act", json_string("silu"));
     json_object_set_new(o, "use_qkv_bias", json_false());
     json_object_set_new(o, "use_bias", json_false());
+    /* Written, though the reader defaults it as the official class does:
+     * a missing key is logged on every load. */
+    json_object_set_new(o, "use_qk_norm", json_boolean(c->qk_norm));
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tied));
     json_object_set_new(o, "pad_token_id", json_null());
     json_object_set_new(o, "torch_dtype", json_string("bfloat16"));

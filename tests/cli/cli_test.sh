@@ -214,10 +214,18 @@ config-check-bad)
         "bad.ini:4: unknown key 'stepz' in [generation]; did you mean 'steps'?" \
         "bad.ini: configuration is not valid"
     [ -s "$work/out" ] && { fail "expected nothing on stdout"; show; }
-    # A plugin section is unknown while its plugin is not found.
-    run -- config check "$fixtures/good.ini"
+    # A plugin's section while its plugin is not found: the plugin and the
+    # folders searched are named (a wrong TIDE_PLUGIN_PATH).
+    run TIDE_PLUGIN_PATH="$work/no-plugins-here" -- config check "$fixtures/good.ini"
     expect_status 2
-    expect_in err "good.ini:11: unknown section [test-good-policy]"
+    expect_in err "good.ini:11: [test-good-policy]: plugin not found: no plugin named" \
+        "'test-good-policy'" "$work/no-plugins-here" "TIDE_PLUGIN_PATH"
+    not_in err "unknown section"
+    # A section that names no plugin keeps its "did you mean".
+    printf '[generaton]\nsteps = 3\n' >"$work/typo.ini"
+    run -- config check "$work/typo.ini"
+    expect_status 2
+    expect_in err "typo.ini:1: unknown section [generaton]; did you mean [generation]?"
     # A bad --set on a good file.
     run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set generation.steps=0
     expect_status 2
@@ -228,6 +236,162 @@ config-check-bad)
     run -- config check "$work/no-such.ini"
     expect_status 2
     expect_in err "cannot open $work/no-such.ini"
+    ;;
+config-layers)
+    # Several -c files layer in order, the later winning; config check shows
+    # the file and line of each value.
+    printf '[generation]\nsteps = 16\nthreshold = 0.9\n' >"$work/base.ini"
+    printf '[generation]\nsteps = 24\n' >"$work/over.ini"
+    run -- config check -c "$work/base.ini" -c "$work/over.ini"
+    expect_status 0
+    expect_in out "; effective configuration of $work/base.ini, then $work/over.ini"
+    expect_line out "^steps = 24 +; over\\.ini:2$"
+    expect_line out "^threshold = 0\\.9 +; base\\.ini:3$"
+    run -- config check "$work/base.ini" "$work/over.ini" --set generation.steps=8
+    expect_status 0
+    expect_line out "^steps = 8 +; --set$"
+    expect_line out "^threshold = 0\\.9 +; base\\.ini:3$"
+    # tide run reads every file: a bad value in the first one is reported.
+    printf '[generation]\nsteps = 0\n' >"$work/bad-base.ini"
+    run -- run -c "$work/bad-base.ini" -c "$work/over.ini" -p hi
+    expect_status 2
+    expect_in err "bad-base.ini:2: [generation] steps = '0'"
+    # include = FILE: relative to the including file (not the current
+    # directory), at the top or in a section; the includer's later lines win.
+    mkdir -p "$work/inc/parts"
+    printf 'include = parts/gen.ini\n[generation]\nthreshold = 0.7\n[policy]\ninclude = parts/pol.ini\n' \
+        >"$work/inc/main.ini"
+    printf '[generation]\nsteps = 20\nthreshold = 0.8\n' >"$work/inc/parts/gen.ini"
+    printf '[policy]\nbudget = 3\n' >"$work/inc/parts/pol.ini"
+    run -- config check "$work/inc/main.ini"
+    expect_status 0
+    expect_line out "^steps = 20 +; gen\\.ini:2$"
+    expect_line out "^threshold = 0\\.7 +; main\\.ini:3$"
+    expect_line out "^budget = 3 +; pol\\.ini:2$"
+    # A missing file and a cycle name both files.
+    printf '[model]\ninclude = nope.ini\n' >"$work/inc/missing.ini"
+    run -- config check "$work/inc/missing.ini"
+    expect_status 2
+    expect_in err "missing.ini:2: include = nope.ini: cannot open $work/inc/nope.ini"
+    printf 'include = b.ini\n' >"$work/inc/a.ini"
+    printf 'include = a.ini\n' >"$work/inc/b.ini"
+    run -- config check "$work/inc/a.ini"
+    expect_status 2
+    expect_in err "b.ini:1: include = a.ini: $work/inc/a.ini is already being read" \
+        "include cycles are refused"
+    ;;
+model-create)
+    # [model] create generates a checkpoint only at the path its own file
+    # names (or when the command line asks); a typo'd path is an error.
+    src=$(cd "$fixtures/../../.." && pwd)
+    printf '[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        >"$work/short.ini"
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/short.ini" --set "model.path=$work/typo" \
+        --ids 1,2,3
+    expect_status 1
+    expect_in err "[model] path = $work/typo (--set)" "--set model.create=tiny"
+    [ ! -e "$work/typo" ] || fail "a checkpoint was generated at the typo'd path"
+    # A later file's path is not the path the file declaring create names.
+    printf '[model]\npath = %s/typo2\n' "$work" >"$work/path.ini"
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/path.ini" -c "$work/short.ini" --ids 1,2,3
+    expect_status 1
+    expect_in err "[model] path = $work/typo2 (path.ini:2)" "llada2-tiny.ini:8"
+    [ ! -e "$work/typo2" ] || fail "a checkpoint was generated at the other file's path"
+    # Asked on the command line: generated there.
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/short.ini" --set "model.path=$work/asked" \
+        --set model.create=tiny --ids 1,2,3 --print-ids
+    expect_status 0
+    [ -f "$work/asked/config.json" ] || fail "no checkpoint at $work/asked"
+    # The path named by the file that declares create.
+    printf '[model]\npath = %s/own\ncreate = tiny\n' "$work" >"$work/own.ini"
+    run -- run -c "$work/own.ini" -c "$work/short.ini" --ids 1,2,3 --print-ids
+    expect_status 0
+    [ -f "$work/own/config.json" ] || fail "no checkpoint at $work/own"
+    ;;
+budget)
+    # A budget above the experts per layer (32 in the tiny model) is an
+    # error naming both and the way to ask for no offload, in run and bench.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- run -c "$work/t.ini" --set policy.budget=64 --ids 1,2,3
+    expect_status 2
+    expect_in err "[policy] budget = 64 (--set): the model has 32 experts per MoE layer" \
+        "budget = -1"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets 4,64 \
+        --out "$work/b"
+    expect_status 2
+    expect_in err "[bench] budgets: 64 is more than the model's 32 experts per MoE layer" \
+        "for no offload use 'all'"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets eight \
+        --out "$work/b"
+    expect_status 2
+    expect_in err "'eight' is not a valid value (expected experts per MoE layer" "'all'"
+    # No offload as before: budget -1, 'all', and the experts per layer.
+    run -- run -c "$work/t.ini" --set policy.budget=-1 --ids 1,2,3 --print-ids
+    expect_status 0
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets all,32 \
+        --set bench.baseline=false --out "$work/b"
+    expect_status 0
+    expect_line out "^\\(no offload\\) +- +32 "
+    ;;
+mkmodel)
+    # The checkpoints tide writes hold every key their reader looks for, so
+    # loading them logs no "is missing" (the demo's own checkpoint).
+    for preset in "model-llada2 tiny" "model-llada-moe tiny-moe"; do
+        set -- $preset
+        run -- mkmodel "$work/$2" --plugin "$1" --preset "$2"
+        expect_status 0
+        run -- run --set "model.plugin=$1" --set "model.path=$work/$2" --set generation.gen_length=32 \
+            --set output.progress=false --ids 1,2,3 --print-ids
+        expect_status 0
+        not_in err "is missing"
+    done
+    grep -q '"use_qk_norm": true' "$work/tiny/config.json" || fail "no use_qk_norm in config.json"
+    ;;
+trace-tokens)
+    # tide trace info (and so sim's tok/s) counts generated tokens as tide
+    # run does: up to gen_length, not the tail of the last block past it.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    for len in 40 64; do
+        run -- run --set "model.path=$work/tiny" --set generation.gen_length=$len \
+            --set output.progress=false --set "output.trace=$work/t$len.trc" --ids 5,6,7,8,9
+        expect_status 0
+        want=$(sed -n 's/.*done: \([0-9]*\) tokens.*/\1/p' "$work/err")
+        run -- trace info "$work/t$len.trc"
+        expect_status 0
+        expect_line out "tokens generated $want \\(up to gen_length"
+    done
+    ;;
+flags)
+    # Unknown flags get a "did you mean"; bench and sim take each other's
+    # spellings of the sweep flags.
+    run -- run --promt hi
+    expect_status 2
+    expect_in err "unexpected argument '--promt'; did you mean '--prompt'?"
+    run -- bench --polices lru
+    expect_status 2
+    expect_in err "unexpected argument '--polices'; did you mean '--policies'?"
+    run -- sim --trace x.trc --intervl 4
+    expect_status 2
+    expect_in err "unknown argument '--intervl'; did you mean '--interval'?"
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    # bench: the singular spellings reach [bench] (the budget check shows it).
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policy lru --budget 33 \
+        --interval 2 --out "$work/b"
+    expect_status 2
+    expect_in err "[bench] budgets: 33 is more than"
+    # sim: the plural spellings.
+    run -- sim --trace "$work/t.trc" --policies lru,tide --budgets 4,8 --intervals 1,2 --no-hindsight
+    expect_status 0
+    expect_line out "^policy-lru +- +8 "
+    expect_line out "^policy-tide +2 +4 "
     ;;
 config-doc)
     run -- config doc

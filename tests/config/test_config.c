@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -58,9 +59,12 @@ static struct tide_config *make_cfg(void)
 
 static const char *fixture(const char *name)
 {
-    static char path[4096];
+    static char path[4400];
     const char *dir = getenv("TIDE_TEST_DATA");
-    snprintf(path, sizeof path, "%s/fixtures/%s", dir ? dir : ".", name);
+    if (*name == '/') /* a file the test wrote */
+        snprintf(path, sizeof path, "%s", name);
+    else
+        snprintf(path, sizeof path, "%s/fixtures/%s", dir ? dir : ".", name);
     return path;
 }
 
@@ -393,6 +397,144 @@ static void test_long_and_nul_lines(void)
     unlink(path);
 }
 
+/* Write text to dir/name (a test's own folder); returns the path (static). */
+static const char *write_in(const char *dir, const char *name, const char *text)
+{
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return path;
+}
+
+/* Files layer in order, the later winning; a key may be set once per file
+ * but again by a later one. Each file's values share a source id. */
+static void test_layers(void)
+{
+    char dir[] = "/tmp/tide-layers-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char base[4200], over[4200];
+    snprintf(base, sizeof base, "%s",
+             write_in(dir, "base.ini", "[generation]\nsteps = 16\nthreshold = 0.9\n"));
+    snprintf(over, sizeof over, "%s", write_in(dir, "over.ini", "[generation]\nsteps = 24\n"));
+    struct tide_config *cfg = make_cfg();
+    if (!cfg)
+        return;
+    log_clear();
+    CHECK_EQ_INT(tide_config_load_file(cfg, base), TIDE_OK);
+    CHECK_EQ_INT(tide_config_load_file(cfg, over), TIDE_OK);
+    CHECK_EQ_INT(tide_config_set(cfg, "generation.block_length=8"), TIDE_OK);
+    CHECK_EQ_INT(log_count, 0);
+    const struct tide_opts *gen = tide_config_section(cfg, "generation");
+    CHECK_EQ_INT(tide_opts_int(gen, "steps"), 24);
+    CHECK_NEAR(tide_opts_float(gen, "threshold"), 0.9, 1e-12);
+    CHECK(!strcmp(tide_opts_origin(gen, "steps"), "over.ini:2"));
+    CHECK(!strcmp(tide_opts_origin(gen, "threshold"), "base.ini:3"));
+    const int s_steps = tide_config_source(cfg, "generation", "steps"),
+              s_thr = tide_config_source(cfg, "generation", "threshold");
+    CHECK(s_steps > 0 && s_thr > 0 && s_steps != s_thr);
+    CHECK_EQ_INT(tide_config_source(cfg, "generation", "seed"), TIDE_CONFIG_SRC_DEFAULT);
+    CHECK_EQ_INT(tide_config_source(cfg, "generation", "block_length"), TIDE_CONFIG_SRC_CMDLINE);
+    /* A clone keeps the sources. */
+    struct tide_config *c2 = tide_config_clone(cfg);
+    CHECK(c2 != NULL);
+    if (c2)
+        CHECK_EQ_INT(tide_config_source(c2, "generation", "steps"), s_steps);
+    tide_config_destroy(c2);
+    tide_config_destroy(cfg);
+    remove(base);
+    remove(over);
+    rmdir(dir);
+}
+
+/* include = FILE: at the top or in a section, relative to the including
+ * file; later lines win; missing files and cycles name both files. */
+static void test_include(void)
+{
+    char dir[] = "/tmp/tide-include-XXXXXX", sub[4200];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(sub, sizeof sub, "%s/parts", dir);
+    CHECK_EQ_INT(mkdir(sub, 0777), 0);
+    char paths[8][4200];
+    snprintf(paths[0], sizeof paths[0], "%s",
+             write_in(sub, "gen.ini", "[generation]\nsteps = 20\nthreshold = 0.8\n"));
+    snprintf(paths[1], sizeof paths[1], "%s", write_in(sub, "pol.ini", "[policy]\nbudget = 3\n"));
+    snprintf(paths[2], sizeof paths[2], "%s",
+             write_in(dir, "main.ini",
+                      "include = parts/gen.ini\n[generation]\nthreshold = 0.7\n[policy]\n"
+                      "include = parts/pol.ini\nplugin = policy-lru\n"));
+    struct tide_config *cfg = make_cfg();
+    if (!cfg)
+        return;
+    log_clear();
+    CHECK_EQ_INT(tide_config_load_file(cfg, paths[2]), TIDE_OK);
+    CHECK_EQ_INT(log_count, 0);
+    const struct tide_opts *gen = tide_config_section(cfg, "generation"),
+                           *pol = tide_config_section(cfg, "policy");
+    CHECK_EQ_INT(tide_opts_int(gen, "steps"), 20);
+    CHECK(!strcmp(tide_opts_origin(gen, "steps"), "gen.ini:2"));
+    CHECK_NEAR(tide_opts_float(gen, "threshold"), 0.7, 1e-12); /* the includer's later line */
+    CHECK(!strcmp(tide_opts_origin(gen, "threshold"), "main.ini:3"));
+    CHECK_EQ_INT(tide_opts_int(pol, "budget"), 3);
+    CHECK(!strcmp(tide_opts_origin(pol, "budget"), "pol.ini:2"));
+    CHECK(!strcmp(tide_opts_str(pol, "plugin"), "policy-lru"));
+    CHECK(tide_config_source(cfg, "generation", "steps") !=
+          tide_config_source(cfg, "generation", "threshold"));
+    CHECK(tide_config_path(cfg) && !strcmp(tide_config_path(cfg), paths[2]));
+    tide_config_destroy(cfg);
+
+    /* A missing file names the includer (and its line) and the file. */
+    snprintf(paths[3], sizeof paths[3], "%s",
+             write_in(dir, "missing.ini", "[model]\ninclude = nope.ini\n"));
+    tide_config_destroy(load_expect(paths[3], TIDE_E_CONFIG, "missing.ini:2: include = nope.ini",
+                                    "cannot open", "/nope.ini", NULL));
+    /* A cycle: a.ini -> b.ini -> a.ini, and a file including itself. */
+    snprintf(paths[4], sizeof paths[4], "%s", write_in(dir, "a.ini", "include = b.ini\n"));
+    snprintf(paths[5], sizeof paths[5], "%s",
+             write_in(dir, "b.ini", "[generation]\nsteps = 3\ninclude = a.ini\n"));
+    tide_config_destroy(load_expect(paths[4], TIDE_E_CONFIG, "b.ini:3: include = a.ini",
+                                    "a.ini is already being read", "include cycles are refused",
+                                    NULL));
+    snprintf(paths[6], sizeof paths[6], "%s", write_in(dir, "self.ini", "include = self.ini\n"));
+    tide_config_destroy(load_expect(paths[6], TIDE_E_CONFIG, "self.ini:1: include = self.ini",
+                                    "include cycles are refused", NULL));
+    /* An error inside the included file names that file's line. */
+    snprintf(paths[7], sizeof paths[7], "%s",
+             write_in(dir, "bad.ini", "[generation]\ninclude = b2.ini\n"));
+    char b2[4200];
+    snprintf(b2, sizeof b2, "%s", write_in(dir, "b2.ini", "[generation]\nsteps = 0\n"));
+    tide_config_destroy(load_expect(paths[7], TIDE_E_CONFIG, "b2.ini:2: [generation] steps = '0'",
+                                    "bad.ini:2: included", NULL));
+    for (int i = 0; i < 8; i++)
+        remove(paths[i]);
+    remove(b2);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+/* A plugin's section whose plugin is not found says so, and where it looked. */
+static void test_plugin_section_not_found(void)
+{
+    struct tide_config *cfg = make_cfg();
+    if (!cfg)
+        return;
+    CHECK_EQ_INT(tide_config_set_plugin_dirs(cfg, "/a/plugins, /b/plugins"), TIDE_OK);
+    log_clear();
+    CHECK_EQ_INT(tide_config_load_text(cfg, "t.ini", "[policy-window]\nsize = 3\n"), TIDE_E_CONFIG);
+    CHECK_CONTAINS(log_buf, "t.ini:1: [policy-window]: plugin not found");
+    CHECK_CONTAINS(log_buf, "no plugin named 'policy-window'");
+    CHECK_CONTAINS(log_buf, "/a/plugins, /b/plugins");
+    CHECK_CONTAINS(log_buf, "TIDE_PLUGIN_PATH");
+    log_clear();
+    CHECK_EQ_INT(tide_config_set(cfg, "policy-window.size=3"), TIDE_E_CONFIG);
+    CHECK_CONTAINS(log_buf, "[policy-window]: plugin not found");
+    tide_config_destroy(cfg);
+}
+
 static void test_missing_file(void)
 {
     struct tide_config *cfg = load_expect("no-such-file.ini", TIDE_E_CONFIG, "config: cannot open",
@@ -605,6 +747,9 @@ int main(void)
     TEST_RUN(test_continuation_line);
     TEST_RUN(test_long_and_nul_lines);
     TEST_RUN(test_missing_file);
+    TEST_RUN(test_layers);
+    TEST_RUN(test_include);
+    TEST_RUN(test_plugin_section_not_found);
     TEST_RUN(test_set_errors);
     TEST_RUN(test_getter_misuse);
     TEST_RUN(test_schema_errors);

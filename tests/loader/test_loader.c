@@ -218,6 +218,10 @@ static void test_get_errors(void)
     CHECK(tide_plugins_get(set, "zzzzzzzzzzzzzzzz", TIDE_PLUGIN_POLICY, "[policy] plugin") == NULL);
     CHECK_CONTAINS(log_buf, "no policy plugin of that name was found");
     CHECK(strstr(log_buf, "did you mean") == NULL);
+    /* And where it looked: a wrong TIDE_PLUGIN_PATH shows. */
+    CHECK_CONTAINS(log_buf, "plugin not found in the folders searched: ");
+    CHECK_CONTAINS(log_buf, set->n_dirs ? set->dirs[0] : "none");
+    CHECK_CONTAINS(log_buf, "TIDE_PLUGIN_PATH");
 
     /* A name whose file was refused: the refusal explains it. */
     log_clear();

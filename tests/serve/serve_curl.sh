@@ -34,7 +34,7 @@ fail() {
 start_server() {
     : >"$tmp/log"
     "$TIDE_BIN" serve -c "$TIDE_SOURCE_DIR/config/llada2-tiny.ini" --set "model.path=$tmp/tiny" \
-        --set output.progress=false --port 0 "$@" >"$tmp/log" 2>&1 &
+        --set model.create=tiny --set output.progress=false --port 0 "$@" >"$tmp/log" 2>&1 &
     pid=$!
     port=
     for _ in $(seq 1 600); do

@@ -25,6 +25,7 @@ class Server:
         args = [os.environ["TIDE_BIN"], "serve",
                 "-c", os.path.join(os.environ["TIDE_SOURCE_DIR"], "config", "llada2-tiny.ini"),
                 "--set", "model.path=" + os.path.join(self.tmp, "tiny"),
+                "--set", "model.create=tiny",  # generated at this path, not the config's
                 "--set", "output.progress=false", "--port", "0"]
         for s in sets:
             args += ["--set", s]

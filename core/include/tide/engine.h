@@ -78,6 +78,11 @@ struct tide_engine_args {
      * profiles; the tide command loads [policy] profile and passes it here. An
      * engine whose config sets [policy] profile without this is refused. */
     const struct tide_policy_costs *policy_costs;
+    /* --- appended (API version 3) --- */
+    const char *const *config_paths; /* [n_config_paths] more INI files, read after config_path
+                                        and before config_text, in order: each may override
+                                        what the earlier ones set; or NULL */
+    int n_config_paths;
 };
 
 /* Open an engine: find the plugins, build the configuration, resolve the
