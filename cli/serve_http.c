@@ -243,7 +243,8 @@ static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c
 
 static const struct serve_limits *sh_limits(struct serve_http *h, struct serve_limits *lim)
 {
-    *lim = (struct serve_limits){.max_ctx = h->a.info->max_ctx, .vocab = h->a.info->vocab};
+    *lim = (struct serve_limits){
+        .max_ctx = h->a.info->max_ctx, .vocab = h->a.info->vocab, .model = h->a.model};
     return lim;
 }
 
@@ -280,7 +281,7 @@ static enum MHD_Result sh_tokens(struct serve_http *h, struct MHD_Connection *c,
     struct serve_error err;
     const char *body = r->body ? r->body : "";
     if (detok ? !serve_detokenize_parse(body, r->len, sh_limits(h, &lim), &t, &err)
-              : !serve_tokenize_parse(body, r->len, &t, &err))
+              : !serve_tokenize_parse(body, r->len, sh_limits(h, &lim), &t, &err))
         return sh_error(h, c, label, &err, NULL, NULL);
     struct serve_job *j = serve_job_tokens(detok, &t);
     serve_tok_req_free(&t);
@@ -362,9 +363,7 @@ static enum MHD_Result sh_model_one(struct serve_http *h, struct MHD_Connection 
 {
     if (strcmp(name, h->a.model)) {
         struct serve_error err;
-        serve_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
-                        "the model '%.200s' is not served here (this server serves '%s')", name,
-                        h->a.model);
+        serve_error_model(&err, name, h->a.model);
         return sh_error(h, c, "models", &err, NULL, NULL);
     }
     return sh_json(h, c, "models", 200, serve_models_json(h->a.model, 0, true));

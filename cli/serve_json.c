@@ -23,6 +23,13 @@ int serve_error_set(struct serve_error *err, int http, const char *type, const c
     return http;
 }
 
+int serve_error_model(struct serve_error *err, const char *name, const char *served)
+{
+    return serve_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                           "the model '%.200s' is not served here (this server serves '%s')", name,
+                           served);
+}
+
 /* A 400 naming the field. */
 #define bad(err, param, ...)                                                                       \
     serve_error_set(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
@@ -365,14 +372,29 @@ static bool parse_stop(const json_t *o, struct serve_req *r, struct serve_error 
     return true;
 }
 
-static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct serve_limits *lim,
-                         struct serve_req *r, struct serve_error *err)
+/* "model": absent, null or the name served (lim->model; NULL: any). */
+static bool check_model(const json_t *o, const struct serve_limits *lim, struct serve_error *err)
 {
     const json_t *model = json_object_get(o, "model");
-    if (model && !json_is_null(model) && !json_is_string(model)) {
+    if (!model || json_is_null(model))
+        return true;
+    if (!json_is_string(model)) {
         bad(err, "model", "'model' must be a string, not %s", tide_json_kind(model));
         return false;
     }
+    if (lim->model && (json_string_length(model) != strlen(lim->model) ||
+                       memcmp(json_string_value(model), lim->model, strlen(lim->model)))) {
+        serve_error_model(err, json_string_value(model), lim->model);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct serve_limits *lim,
+                         struct serve_req *r, struct serve_error *err)
+{
+    if (!check_model(o, lim, err))
+        return false;
     if (ep == SERVE_EP_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, lim, r, err))
         return false;
     r->chat = ep == SERVE_EP_CHAT;
@@ -758,8 +780,8 @@ static json_t *load_object(const char *body, size_t len, struct serve_error *err
     return o;
 }
 
-bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *out,
-                          struct serve_error *err)
+bool serve_tokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
+                          struct serve_tok_req *out, struct serve_error *err)
 {
     *out = (struct serve_tok_req){0};
     json_t *o = load_object(body, len, err);
@@ -767,7 +789,7 @@ bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *ou
         return false;
     bool ok = false, special = false;
     const json_t *prompt = json_object_get(o, "prompt");
-    if (get_bool(o, "add_special_tokens", &special, err) < 0) {
+    if (!check_model(o, lim, err) || get_bool(o, "add_special_tokens", &special, err) < 0) {
         /* err set */
     } else if (prompt && !json_is_null(prompt)) {
         if (!json_is_string(prompt))
@@ -806,13 +828,16 @@ bool serve_detokenize_parse(const char *body, size_t len, const struct serve_lim
         return false;
     bool ok = false;
     const json_t *t = json_object_get(o, "tokens");
-    if (!t || !json_is_array(t))
+    if (!check_model(o, lim, err)) {
+        /* err set */
+    } else if (!t || !json_is_array(t)) {
         bad(err, "tokens", "'tokens' must be an array of token ids, not %s",
             t ? tide_json_kind(t) : "missing");
-    else if (!json_array_size(t))
+    } else if (!json_array_size(t)) {
         ok = (out->p.ids = malloc(sizeof *out->p.ids)) != NULL; /* "" */
-    else
+    } else {
         ok = parse_ids(t, "tokens", lim, &out->p, err);
+    }
     json_decref(o);
     if (!ok)
         serve_tok_req_free(out);

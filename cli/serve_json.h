@@ -54,6 +54,7 @@ struct serve_req {
 struct serve_limits {
     int64_t max_ctx; /* the model's context in positions; max_tokens beyond it is refused */
     int vocab;       /* token ids must be below it */
+    const char *model; /* the name served: another "model" gets 404; NULL: any */
 };
 
 /* An error answer: HTTP status, OpenAI error type and code, the field at
@@ -70,10 +71,15 @@ struct serve_error {
 int serve_error_set(struct serve_error *err, int http, const char *type, const char *code,
                     const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Set *err to the 404 model_not_found for a model other than the one served
+ * (GET /v1/models/NAME, and "model" in a request body). Returns 404. */
+int serve_error_model(struct serve_error *err, const char *name, const char *served);
+
 /* Parse body[0..len) as a request for ep. Returns true and fills *out (free
- * it with serve_req_free), or false with *err set (HTTP 400, naming the
- * field). Unknown fields are ignored; known ones that this server cannot
- * honour (n > 1, logprobs, echo, suffix, tools, penalties) are refused. */
+ * it with serve_req_free), or false with *err set (HTTP 400 naming the
+ * field; 404 for a model not served). Unknown fields are ignored; known ones
+ * that this server cannot honour (n > 1, logprobs, echo, suffix, tools,
+ * penalties) are refused. */
 bool serve_req_parse(enum serve_endpoint ep, const char *body, size_t len,
                      const struct serve_limits *lim, struct serve_req *out,
                      struct serve_error *err);
@@ -143,8 +149,8 @@ struct serve_tok_req {
     struct serve_prompt p; /* text (tokenize) or ids (detokenize) */
     bool chat;             /* tokenize: messages, in the chat template */
 };
-bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *out,
-                          struct serve_error *err);
+bool serve_tokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
+                          struct serve_tok_req *out, struct serve_error *err);
 bool serve_detokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
                             struct serve_tok_req *out, struct serve_error *err);
 void serve_tok_req_free(struct serve_tok_req *t);

@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_begin();
     if (!size)
         return 0;
-    const struct serve_limits lim = {.max_ctx = 4096, .vocab = 157184};
+    const struct serve_limits lim = {.max_ctx = 4096, .vocab = 157184, .model = "tiny"};
     const char *body = (const char *)data + 1;
     const size_t len = size - 1;
     struct serve_error err = {0};
@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     default: {
         struct serve_tok_req t;
-        const bool ok = data[0] % 4 == 2 ? serve_tokenize_parse(body, len, &t, &err)
+        const bool ok = data[0] % 4 == 2 ? serve_tokenize_parse(body, len, &lim, &t, &err)
                                          : serve_detokenize_parse(body, len, &lim, &t, &err);
         if (ok)
             serve_tok_req_free(&t);

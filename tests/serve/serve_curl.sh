@@ -153,6 +153,9 @@ case_errors() {
     expect_error chat_no_messages 400 messages "'messages' is required" $H '{"prompt":"a"}'
     expect_error chat_multi 400 messages "one user message" $H \
         '{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}'
+    expect_error unknown_model 404 model "the model 'gpt-4' is not served here (this server serves 'tiny')" \
+        $C '{"prompt":"a","model":"gpt-4"}'
+    grep -q '"code":"model_not_found"' "$tmp/body" || fail "unknown model: $(cat "$tmp/body")"
     expect_error chat_empty 400 "messages\[0\].content" "is empty" $H \
         '{"messages":[{"role":"user","content":""}]}'
     expect_error bad_utf8 400 null "malformed JSON" $C "$(printf '{"prompt":"\377"}')"

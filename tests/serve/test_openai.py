@@ -1,7 +1,8 @@
 """`tide serve` driven by the official `openai` Python client (loopback, tiny
 synthetic model, an API key): completions, chat, streaming (with usage),
 stop sequences, batches, token-id prompts, the tide object, models, and
-errors surfacing as the client's exceptions with the field named.
+errors surfacing as the client's exceptions with the field named (an
+unknown model: 404).
 
 Run by venv_run.sh with the venv's Python (environment: TIDE_BIN,
 TIDE_SOURCE_DIR).
@@ -121,6 +122,19 @@ def main():
                 param = (e.body or {}).get("param") if isinstance(e.body, dict) else None
                 check(param == field, "%r: param %r, want %r (%s)" % (bad, param, field, e),
                       failures)
+        # A model not served: 404 model_not_found, as GET /v1/models/NAME.
+        try:
+            c.completions.create(model="gpt-4", prompt="x", max_tokens=4)
+            check(False, "model gpt-4 was accepted", failures)
+        except openai.NotFoundError as e:
+            code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+            check(code == "model_not_found" and "'gpt-4'" in str(e) and "'tiny'" in str(e),
+                  "model gpt-4: %r (%s)" % (code, e), failures)
+        try:
+            c.models.retrieve("gpt-4")
+            check(False, "models.retrieve('gpt-4') found it", failures)
+        except openai.NotFoundError:
+            pass
         try:
             c.completions.create(model=model, prompt="", max_tokens=4)
             check(False, "an empty prompt was accepted", failures)

@@ -211,20 +211,59 @@ static void test_chat(void)
         "not supported");
 }
 
+/* "model" names the model served, or is absent or null; another name is a
+ * 404 model_not_found naming both, as GET /v1/models/NAME answers. */
+static void test_model(void)
+{
+    struct serve_limits l = lim;
+    l.model = "tiny";
+    struct serve_req r;
+    struct serve_tok_req t;
+    struct serve_error err = {0};
+    const char *ok[] = {"{\"prompt\":\"a\",\"model\":\"tiny\"}", "{\"prompt\":\"a\"}",
+                        "{\"prompt\":\"a\",\"model\":null}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        CHECK(serve_req_parse(SERVE_EP_COMPLETIONS, ok[i], strlen(ok[i]), &l, &r, &err));
+        serve_req_free(&r);
+    }
+    const char *b = "{\"prompt\":\"a\",\"model\":\"gpt-4\"}";
+    CHECK(!serve_req_parse(SERVE_EP_COMPLETIONS, b, strlen(b), &l, &r, &err));
+    CHECK_EQ_INT(err.http, 404);
+    CHECK(err.code && !strcmp(err.code, "model_not_found") && !strcmp(err.param, "model"));
+    CHECK_CONTAINS(err.message, "'gpt-4'");
+    CHECK_CONTAINS(err.message, "'tiny'");
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"model\":\"tin\"}";
+    CHECK(!serve_req_parse(SERVE_EP_CHAT, b, strlen(b), &l, &r, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"prompt\":\"a\",\"model\":\"tiny2\"}";
+    CHECK(!serve_tokenize_parse(b, strlen(b), &l, &t, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"tokens\":[1],\"model\":\"x\"}";
+    CHECK(!serve_detokenize_parse(b, strlen(b), &l, &t, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"tokens\":[1],\"model\":\"tiny\"}";
+    CHECK(serve_detokenize_parse(b, strlen(b), &l, &t, &err));
+    serve_tok_req_free(&t);
+    /* The 404 of GET /v1/models/NAME is the same error. */
+    struct serve_error get;
+    CHECK_EQ_INT(serve_error_model(&get, "gpt-4", "tiny"), 404);
+    CHECK(!strcmp(get.message, "the model 'gpt-4' is not served here (this server serves 'tiny')"));
+}
+
 static void test_tokenize(void)
 {
     struct serve_tok_req t;
     struct serve_error err;
     const char *b = "{\"prompt\":\"hello\",\"add_special_tokens\":false}";
-    CHECK(serve_tokenize_parse(b, strlen(b), &t, &err));
+    CHECK(serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
     CHECK(!strcmp(t.p.text, "hello") && !t.chat);
     serve_tok_req_free(&t);
     b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-    CHECK(serve_tokenize_parse(b, strlen(b), &t, &err));
+    CHECK(serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
     CHECK(!strcmp(t.p.text, "hi") && t.chat);
     serve_tok_req_free(&t);
     b = "{\"prompt\":3}";
-    CHECK(!serve_tokenize_parse(b, strlen(b), &t, &err));
+    CHECK(!serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
     CHECK(!strcmp(err.param, "prompt"));
     b = "{\"tokens\":[1,2,3]}";
     CHECK(serve_detokenize_parse(b, strlen(b), &lim, &t, &err));
@@ -417,6 +456,7 @@ int main(void)
     TEST_RUN(test_completions_fields);
     TEST_RUN(test_completions_errors);
     TEST_RUN(test_chat);
+    TEST_RUN(test_model);
     TEST_RUN(test_tokenize);
     TEST_RUN(test_utf8);
     TEST_RUN(test_stop);
