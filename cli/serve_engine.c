@@ -4,9 +4,10 @@
  *
  * What it takes from the internals is narrow and CLI-only, as `tide run`:
  * the [serve] and [output] sections of the engine's configuration,
- * tide_engine_set_outputs (the [output] metrics file), and the ids of the
+ * tide_engine_set_outputs (the [output] metrics file), the ids of the
  * end-of-text tokens, which the public API does not name and which answers
- * must not show as text. */
+ * must not show as text, and the model's chat template and end-of-turn
+ * token (split into roles for "messages"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ struct serve_engine {
     FILE *metrics; /* [output] metrics, or NULL */
     const char *metrics_path;
     struct tide_engine_outputs outs;
+    struct serve_chat chat;
 };
 
 static void se_settings(const struct tide_config *cfg, struct serve_settings *st)
@@ -99,6 +101,12 @@ int serve_engine_open(const char *config_path, const char *const *sets, int n_se
         (rc = tide_engine_get_option(s->e, "generation.gen_length", &gen_length)) != TIDE_OK ||
         (rc = se_end_tokens(s)) != TIDE_OK)
         goto fail;
+    /* The chat template, in roles for "messages" (struct serve_chat). */
+    const struct tide_model_info *mi = s->e->mops->info(s->e->model);
+    if (serve_chat_init(mi->chat_template, mi->stop_token, &s->chat)) {
+        rc = TIDE_E_NOMEM;
+        goto fail;
+    }
     snprintf(s->policy, sizeof s->policy, "%s", s->ei.policy);
     s->info = (struct serve_engine_info){
         .model_dir = s->ei.model,
@@ -111,7 +119,7 @@ int serve_engine_open(const char *config_path, const char *const *sets, int n_se
         .max_ctx = s->ei.max_ctx,
         .vocab = s->ei.vocab_size,
         .gen_length = strtoll(gen_length, NULL, 10),
-        .has_chat_template = s->ei.has_chat_template,
+        .chat = s->chat.pre ? &s->chat : NULL,
         .eos_text = s->eos_name[0] ? s->eos_name : NULL,
     };
     /* [output] metrics collects the telemetry of every request. */
@@ -137,6 +145,7 @@ void serve_engine_close(struct serve_engine *s)
         cli_output_close(s->metrics, s->metrics_path, true);
     for (int i = 0; i < s->n_end; i++)
         tide_free(s->end_text[i]);
+    serve_chat_free(&s->chat);
     tide_engine_close(s->e);
     free(s);
 }
@@ -285,14 +294,8 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t
         memcpy(*ids, pr->ids, sizeof **ids * pr->n_ids);
         *n = pr->n_ids;
     } else {
-        if (g->chat && !s->info.has_chat_template) {
-            serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
-                            "the model %s has no chat template; use /v1/completions",
-                            s->info.model_dir);
-            return TIDE_E_UNSUPPORTED;
-        }
         int32_t *t = NULL;
-        int rc = tide_engine_tokenize(s->e, pr->text, pr->len, g->chat, &t, n);
+        int rc = tide_engine_tokenize(s->e, pr->text, pr->len, 0, &t, n);
         if (rc != TIDE_OK) {
             serve_error_set(err, 500, "server_error", NULL, what, "cannot tokenize the %s: %s",
                             what, tide_engine_error(s->e));
@@ -434,16 +437,11 @@ void serve_result_free(struct serve_result *r)
     r->text = NULL;
 }
 
-int serve_engine_tokenize(struct serve_engine *s, const char *text, size_t len, bool chat,
-                          int32_t **ids, size_t *n, struct serve_error *err)
+int serve_engine_tokenize(struct serve_engine *s, const char *text, size_t len, int32_t **ids,
+                          size_t *n, struct serve_error *err)
 {
-    if (chat && !s->info.has_chat_template) {
-        serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
-                        "the model has no chat template");
-        return TIDE_E_UNSUPPORTED;
-    }
     int32_t *t = NULL;
-    int rc = tide_engine_tokenize(s->e, text, len, chat, &t, n);
+    int rc = tide_engine_tokenize(s->e, text, len, 0, &t, n);
     if (rc != TIDE_OK) {
         serve_error_set(err, 500, "server_error", NULL, "prompt", "cannot tokenize: %s",
                         tide_engine_error(s->e));

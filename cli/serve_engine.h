@@ -20,12 +20,12 @@ struct serve_engine_info {
     const char *policy; /* placement policy plugin, or "none" without offload */
     int budget;         /* experts per MoE layer on the device */
     int n_layers, n_moe_layers, n_experts;
-    int block_length;   /* fixed at open */
-    int64_t max_ctx;    /* positions the model takes */
-    int vocab;          /* the model's vocabulary (ids below it) */
-    int64_t gen_length; /* [generation] gen_length: max_tokens when a request has none */
-    bool has_chat_template;
-    const char *eos_text; /* the end-of-text token's text, or NULL */
+    int block_length;              /* fixed at open */
+    int64_t max_ctx;               /* positions the model takes */
+    int vocab;                     /* the model's vocabulary (ids below it) */
+    int64_t gen_length;            /* [generation] gen_length: max_tokens when a request has none */
+    const struct serve_chat *chat; /* the model's chat template in roles; NULL: none */
+    const char *eos_text;          /* the end-of-text token's text, or NULL */
 };
 
 /* The [serve] section. */
@@ -67,8 +67,8 @@ struct serve_block {
 
 /* One generation. Numeric parameters are negative for "as configured". */
 struct serve_gen {
-    const struct serve_prompt *prompt;
-    bool chat;
+    const struct serve_prompt *prompt; /* text (chat: already in the template) or ids */
+    bool chat;                         /* from "messages" (errors name it) */
     int64_t max_tokens;
     int block_length, steps, top_k;
     double threshold, temperature, top_p;
@@ -112,9 +112,10 @@ void serve_result_free(struct serve_result *r);
 int serve_engine_generate(struct serve_engine *e, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err);
 
-/* Tokens of text (chat: in the template). *ids is freed with free(). */
-int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, bool chat,
-                          int32_t **ids, size_t *n, struct serve_error *err);
+/* Tokens of text (as is: chat text is rendered by the parser). *ids is
+ * freed with free(). */
+int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, int32_t **ids,
+                          size_t *n, struct serve_error *err);
 /* Text of ids (unknown ids left out). *text is freed with free(). */
 int serve_engine_detokenize(struct serve_engine *e, const int32_t *ids, size_t n, char **text,
                             size_t *len, struct serve_error *err);

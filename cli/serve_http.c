@@ -243,8 +243,10 @@ static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c
 
 static const struct serve_limits *sh_limits(struct serve_http *h, struct serve_limits *lim)
 {
-    *lim = (struct serve_limits){
-        .max_ctx = h->a.info->max_ctx, .vocab = h->a.info->vocab, .model = h->a.model};
+    *lim = (struct serve_limits){.max_ctx = h->a.info->max_ctx,
+                                 .vocab = h->a.info->vocab,
+                                 .model = h->a.model,
+                                 .chat = h->a.info->chat};
     return lim;
 }
 

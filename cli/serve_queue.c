@@ -510,7 +510,7 @@ static void sq_run_tokens(struct serve_queue *q, struct serve_job *j)
     if (j->kind == JOB_TOKENIZE) {
         int32_t *ids = NULL;
         size_t n = 0;
-        if (serve_engine_tokenize(q->e, p->text, p->len, j->tok.chat, &ids, &n, &err) == TIDE_OK)
+        if (serve_engine_tokenize(q->e, p->text, p->len, &ids, &n, &err) == TIDE_OK)
             sq_answer(j, 200, serve_tokens_json(ids, n, serve_engine_info(q->e)->max_ctx));
         else
             sq_answer_error(j, &err);

@@ -151,8 +151,8 @@ case_errors() {
     expect_error logprobs 400 logprobs "not supported" $C '{"prompt":"a","logprobs":5}'
     expect_error n 400 n "not supported" $C '{"prompt":"a","n":3}'
     expect_error chat_no_messages 400 messages "'messages' is required" $H '{"prompt":"a"}'
-    expect_error chat_multi 400 messages "one user message" $H \
-        '{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}'
+    expect_error chat_role 400 "messages\[1\].role" "must be 'system', 'user' or 'assistant'" $H \
+        '{"messages":[{"role":"system","content":"s"},{"role":"tool","content":"u"}]}'
     expect_error unknown_model 404 model "the model 'gpt-4' is not served here (this server serves 'tiny')" \
         $C '{"prompt":"a","model":"gpt-4"}'
     grep -q '"code":"model_not_found"' "$tmp/body" || fail "unknown model: $(cat "$tmp/body")"
@@ -186,6 +186,11 @@ case_errors() {
     req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}'
     [ "$status" = 200 ] && grep -q '"role":"assistant"' "$tmp/body" ||
         fail "chat: $status $(cat "$tmp/body")"
+    req POST /v1/chat/completions -d '{"model":"tiny","max_tokens":4,"messages":[{"role":"system",
+        "content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},
+        {"role":"user","content":"More"}]}'
+    [ "$status" = 200 ] && grep -q '"role":"assistant"' "$tmp/body" ||
+        fail "chat with a system message and turns: $status $(cat "$tmp/body")"
     req POST /v1/completions -d '{"prompt":"Hello","max_tokens":40,"steps":2,"stream":true}'
     [ "$status" = 200 ] || fail "stream: $status"
     grep -qi '^Content-Type: text/event-stream' "$tmp/head" || fail "stream content type"

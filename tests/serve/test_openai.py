@@ -1,8 +1,9 @@
 """`tide serve` driven by the official `openai` Python client (loopback, tiny
-synthetic model, an API key): completions, chat, streaming (with usage),
-stop sequences, batches, token-id prompts, the tide object, models, and
-errors surfacing as the client's exceptions with the field named (an
-unknown model: 404).
+synthetic model, an API key): completions, chat (a system message and
+several turns in the model's template), streaming (with usage), stop
+sequences, batches, token-id prompts, the tide object, models, and errors
+surfacing as the client's exceptions with the field named (an unknown
+model: 404).
 
 Run by venv_run.sh with the venv's Python (environment: TIDE_BIN,
 TIDE_SOURCE_DIR).
@@ -17,6 +18,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import Server, check, finish  # noqa: E402
 
 KEY = "test-key-15"
+AUTH = {"Authorization": "Bearer " + KEY}
+
+
+def tokens(srv, body):
+    """The token count /tokenize gives for body."""
+    st, out = srv.post("/tokenize", body, headers=AUTH)
+    return json.loads(out)["count"] if st == 200 else "status %d: %r" % (st, out)
+
+
 
 
 def main():
@@ -88,8 +98,7 @@ def main():
                                   max_tokens=40, temperature=0, extra_body={"steps": 4})
         check([ch.index for ch in rb.choices] == [0, 1] and rb.choices[0].text == t,
               "batch: %r" % rb.choices, failures)
-        st, out = srv.post("/tokenize", {"prompt": "The tide comes in"},
-                           headers={"Authorization": "Bearer " + KEY})
+        st, out = srv.post("/tokenize", {"prompt": "The tide comes in"}, headers=AUTH)
         toks = json.loads(out)["tokens"]
         ri = c.completions.create(model=model, prompt=toks, max_tokens=40, temperature=0,
                                   extra_body={"steps": 4})
@@ -109,6 +118,29 @@ def main():
               failures)
         st_text = "".join(ch.choices[0].delta.content or "" for ch in sc if ch.choices)
         check(st_text == m.content, "streamed chat %r != %r" % (st_text, m.content), failures)
+
+        # The prompt is LLaDA2.0's official chat template, with roles: one
+        # user message after the default system one, or a system message and
+        # several turns (/tokenize of the text they stand for; of the
+        # messages themselves, the same).
+        one = ("<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>"
+               "Say something about tides<|role_end|><role>ASSISTANT</role>")
+        check(rc.usage.prompt_tokens == tokens(srv, {"prompt": one}),
+              "chat prompt: %d tokens, not those of %r" % (rc.usage.prompt_tokens, one), failures)
+        turns = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "Hello!"},
+                 {"role": "user", "content": "And you?"}]
+        rt = c.chat.completions.create(model=model, messages=turns, max_tokens=8, temperature=0)
+        many = ("<role>SYSTEM</role>Be brief.<|role_end|><role>HUMAN</role>Hi<|role_end|>"
+                "<role>ASSISTANT</role>Hello!<|role_end|><role>HUMAN</role>And you?<|role_end|>"
+                "<role>ASSISTANT</role>")
+        want = tokens(srv, {"prompt": many})
+        check(rt.choices[0].message.role == "assistant" and rt.usage.prompt_tokens == want,
+              "chat with turns: %r, prompt_tokens %d, want %r"
+              % (rt.choices[0].message, rt.usage.prompt_tokens, want), failures)
+        check(tokens(srv, {"messages": turns}) == want, "/tokenize of the messages", failures)
+
 
         # Errors reach the client as exceptions naming the field.
         for bad, field in [(dict(max_tokens=100000), "max_tokens"),
