@@ -6,13 +6,15 @@
  * the [serve] and [output] sections of the engine's configuration,
  * tide_engine_set_outputs (the [output] metrics file), the ids of the
  * end-of-text tokens, which the public API does not name and which answers
- * must not show as text, and the model's chat template and end-of-turn
- * token (split into roles for "messages"). */
+ * must not show as text, the model's chat template and end-of-turn token
+ * (split into roles for "messages"), and the decoder's plans (how it takes
+ * gen_length and steps, so that any max_tokens works). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "engine.h"
 #include "serve_engine.h"
 #include "tide/engine.h"
@@ -34,6 +36,10 @@ struct serve_engine {
     const char *metrics_path;
     struct tide_engine_outputs outs;
     struct serve_chat chat;
+    /* How the decoder takes gen_length and steps (se_decoder_shape). */
+    bool whole_blocks; /* gen_length in whole blocks: max_tokens is rounded up, then cut */
+    bool shared_steps; /* [generation] steps counts every block's: scaled by the blocks */
+    int block_steps;   /* steps per block as configured */
 };
 
 static void se_settings(const struct tide_config *cfg, struct serve_settings *st)
@@ -73,6 +79,59 @@ static int se_end_tokens(struct serve_engine *s)
     }
     const struct tide_model_info *mi = s->e->mops->info(s->e->model);
     snprintf(s->eos_name, sizeof s->eos_name, "%s", mi->eos_token ? mi->eos_token : "");
+    return TIDE_OK;
+}
+
+/* The decoder's plan for a one-token prompt with [generation] gen_length and
+ * steps set to these (everything else as configured). The values are
+ * labelled "default": they are not the user's, and a decoder that notes
+ * options it ignores (llada21: steps) says nothing of them. */
+static int se_plan(struct serve_engine *s, int64_t gen_length, int steps,
+                   struct tide_decoder_plan *out)
+{
+    struct tide_config *cfg = tide_config_clone(s->e->cfg);
+    if (!cfg)
+        return TIDE_E_NOMEM;
+    char g[32], st[32];
+    snprintf(g, sizeof g, "%lld", (long long)gen_length);
+    snprintf(st, sizeof st, "%d", steps);
+    struct tide_decode d = {0};
+    int rc = tide_config_set_value(cfg, "generation", "gen_length", g, "default");
+    if (rc == TIDE_OK)
+        rc = tide_config_set_value(cfg, "generation", "steps", st, "default");
+    if (rc == TIDE_OK)
+        rc = tide_engine_decode_open(s->e, cfg, &d);
+    if (rc == TIDE_OK)
+        rc = tide_decode_plan(&d, 1, INT64_MAX, out);
+    tide_decode_close(&d);
+    tide_config_destroy(cfg);
+    return rc;
+}
+
+/* How the decoder takes gen_length and steps, asked of its plans: blocks
+ * that start right after the prompt (one block after a one-token prompt
+ * spans 1 + block_length positions, not a whole number of blocks) need
+ * gen_length in whole blocks, as LLaDA's generate() asserts; steps are
+ * shared among the blocks when two blocks with 2 steps get 1 per block, as
+ * one block with 1 does. Only running out of memory is an error: a decoder
+ * that cannot plan these is taken as it is. */
+static int se_decoder_shape(struct serve_engine *s)
+{
+    const int L = s->info.block_length;
+    struct tide_decoder_plan one, two, conf;
+    int rc = se_plan(s, L, 1, &one);
+    if (rc == TIDE_OK)
+        rc = se_plan(s, 2 * (int64_t)L, 2, &two);
+    if (rc == TIDE_OK)
+        rc = tide_decode_plan(&s->e->dec, 1, INT64_MAX, &conf);
+    if (rc != TIDE_OK)
+        return rc == TIDE_E_NOMEM ? rc : TIDE_OK;
+    s->whole_blocks = one.n_ctx == 1 + L && L > 1;
+    s->shared_steps = one.nominal_steps == 1 && two.nominal_steps == 1;
+    s->block_steps = conf.nominal_steps;
+    tide_debug("serve: decoder %s: %s; steps %s", s->e->dec.name,
+               s->whole_blocks ? "gen_length in whole blocks" : "any gen_length",
+               s->shared_steps ? "shared among the blocks" : "per block");
     return TIDE_OK;
 }
 
@@ -122,6 +181,8 @@ int serve_engine_open(const char *config_path, const char *const *sets, int n_se
         .chat = s->chat.pre ? &s->chat : NULL,
         .eos_text = s->eos_name[0] ? s->eos_name : NULL,
     };
+    if ((rc = se_decoder_shape(s)) != TIDE_OK)
+        goto fail;
     /* [output] metrics collects the telemetry of every request. */
     if ((rc = cli_output_open(tide_config_section(s->e->cfg, "output"), "metrics", &s->metrics,
                               &s->metrics_path)) != TIDE_OK)
@@ -274,9 +335,10 @@ static int se_on_block(void *user, const struct tide_block_event *ev)
     return x->stop;
 }
 
-/* Prompt tokens, checked against the model: an error names the field. */
-static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t **ids, size_t *n,
-                      struct serve_error *err)
+/* Prompt tokens, checked against the model for gen_length tokens to
+ * generate: an error names the field. */
+static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t gen, int32_t **ids,
+                      size_t *n, struct serve_error *err)
 {
     const int L = s->info.block_length;
     if (g->block_length > 0 && g->block_length != L) {
@@ -309,10 +371,11 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t
         if (!*ids)
             return TIDE_E_NOMEM;
     }
-    /* Positions: the prompt plus max_tokens, rounded up to whole blocks. */
+    /* Positions: the prompt plus gen, rounded up to whole blocks (blocks
+     * from position 0, or, with whole_blocks, from the prompt's end). */
     const int64_t P = (int64_t)*n, max_ctx = s->info.max_ctx;
-    const int64_t gen = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length;
-    const int64_t one = (P + 1 + L - 1) / L * L, need = (P + gen + L - 1) / L * L;
+    const int64_t one = s->whole_blocks ? P + L : (P + 1 + L - 1) / L * L,
+                  need = s->whole_blocks ? P + gen : (P + gen + L - 1) / L * L;
     if (P < 1) {
         serve_error_set(err, 400, "invalid_request_error", NULL, what, "'%s' has no tokens", what);
         return TIDE_E_RANGE;
@@ -339,22 +402,28 @@ int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err)
 {
     memset(out, 0, sizeof *out);
+    struct se_gen x = {
+        .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
+    /* Whole blocks where the decoder wants them (the answer is cut at
+     * max_tokens), and the steps per block asked for in each. */
+    const int L = s->info.block_length;
+    const int64_t gen = s->whole_blocks ? (x.max_tokens + L - 1) / L * L : x.max_tokens;
+    const int64_t per_block = g->steps > 0 ? g->steps : s->block_steps;
+    const int64_t steps = s->shared_steps ? per_block * ((gen + L - 1) / L) : g->steps;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = se_prepare(s, g, &ids, &n, err);
+    int rc = se_prepare(s, g, gen, &ids, &n, err);
     if (rc != TIDE_OK) {
         free(ids);
         return rc;
     }
-    struct se_gen x = {
-        .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
     struct tide_request r;
     tide_request_init(&r);
     r.prompt_ids = ids;
     r.n_prompt_ids = n;
     r.chat = 0; /* the ids are final */
-    r.gen_length = x.max_tokens;
-    r.steps = g->steps;
+    r.gen_length = gen;
+    r.steps = steps < INT32_MAX ? (int)steps : INT32_MAX; /* the engine checks the range */
     r.threshold = g->threshold;
     r.temperature = g->temperature;
     r.top_k = g->top_k;

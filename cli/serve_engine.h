@@ -65,7 +65,10 @@ struct serve_block {
     int64_t steps; /* denoising steps so far */
 };
 
-/* One generation. Numeric parameters are negative for "as configured". */
+/* One generation. Numeric parameters are negative for "as configured".
+ * max_tokens may be any count the context takes: for a decoder that takes
+ * gen_length in whole blocks, the engine generates whole blocks and cuts
+ * the answer; steps are per block (docs/serving.md). */
 struct serve_gen {
     const struct serve_prompt *prompt; /* text (chat: already in the template) or ids */
     bool chat;                         /* from "messages" (errors name it) */

@@ -10,6 +10,9 @@
 #   shutdown    SIGTERM/SIGINT: waiting requests get 503, the running one is
 #               cancelled after shutdown_timeout, [output] metrics is written,
 #               exit 0
+#   llada_moe   LLaDA-MoE (decoder llada, whole blocks, steps shared among
+#               them): any max_tokens works, with the configured steps per
+#               block
 # Environment: TIDE_BIN (the tide binary), TIDE_SOURCE_DIR. Loopback only.
 set -u
 case=$1
@@ -30,10 +33,12 @@ fail() {
     fails=$((fails + 1))
 }
 
-# start_server [--set ...]: a server on a free port of 127.0.0.1 ($base).
+# start_server [--set ...]: a server on a free port of 127.0.0.1 ($base), of
+# config/$config.ini (default llada2-tiny: its model is "tiny").
 start_server() {
     : >"$tmp/log"
-    "$TIDE_BIN" serve -c "$TIDE_SOURCE_DIR/config/llada2-tiny.ini" --set "model.path=$tmp/tiny" \
+    "$TIDE_BIN" serve -c "$TIDE_SOURCE_DIR/config/${config:-llada2-tiny}.ini" \
+        --set "model.path=$tmp/${config:-tiny}" \
         --set output.progress=false --port 0 "$@" >"$tmp/log" 2>&1 &
     pid=$!
     port=
@@ -323,10 +328,31 @@ case_shutdown() {
     grep -q 'stopped after' "$tmp/log" || fail "no summary line"
 }
 
+case_llada_moe() {
+    # gen_length = 64, block_length = 32, steps = 32: 16 steps per block. The
+    # decoder runs every step of every block, so steps = 16 x blocks.
+    config=llada-moe-tiny start_server
+    for mt in 16 96 1 33 64; do
+        blocks=$(((mt + 31) / 32))
+        req POST /v1/completions -d "{\"prompt\":\"Hello\",\"max_tokens\":$mt}"
+        [ "$status" = 200 ] || fail "max_tokens $mt: $status $(cat "$tmp/body")"
+        grep -q "\"completion_tokens\":$mt," "$tmp/body" ||
+            grep -q '"finish_reason":"stop"' "$tmp/body" ||
+            fail "max_tokens $mt: not $mt tokens: $(cat "$tmp/body")"
+        grep -q "\"tide\":{\"steps\":$((16 * blocks)),\"forwards\":[0-9]*,\"blocks\":$blocks," \
+            "$tmp/body" || fail "max_tokens $mt: not $blocks blocks of 16 steps: $(cat "$tmp/body")"
+    done
+    # A request's steps are per block too.
+    req POST /v1/completions -d '{"prompt":"Hello","max_tokens":96,"steps":5}'
+    [ "$status" = 200 ] && grep -q '"tide":{"steps":15,' "$tmp/body" ||
+        fail "96 tokens, 5 steps per block: $status $(cat "$tmp/body")"
+    stop_server
+}
+
 case "$case" in
-errors | auth | body_limit | queue_full | disconnect | shutdown) "case_$case" ;;
+errors | auth | body_limit | queue_full | disconnect | shutdown | llada_moe) "case_$case" ;;
 *)
-    echo "usage: $0 errors|auth|body_limit|queue_full|disconnect|shutdown"
+    echo "usage: $0 errors|auth|body_limit|queue_full|disconnect|shutdown|llada_moe"
     exit 2
     ;;
 esac
