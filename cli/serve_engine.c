@@ -542,6 +542,39 @@ int serve_engine_detokenize(struct serve_engine *s, const int32_t *ids, size_t n
     return *text ? TIDE_OK : TIDE_E_NOMEM;
 }
 
+/* Bytes of the cleaned text of ids[0..k), an incomplete last character
+ * left out; -1 when out of memory. */
+static int64_t se_clean_len(struct serve_engine *s, const int32_t *ids, int64_t k)
+{
+    char *t = NULL;
+    size_t len = 0, n = 0;
+    if (tide_engine_detokenize(s->e, ids, (size_t)k, &t, &len) != TIDE_OK)
+        return -1;
+    char *c = serve_utf8_clean(t, len, false, &n);
+    tide_free(t);
+    const bool ok = c != NULL;
+    free(c);
+    return ok ? (int64_t)n : -1;
+}
+
+int serve_engine_count_tokens(struct serve_engine *s, const int32_t *ids, int64_t n, size_t len,
+                              int64_t *count)
+{
+    /* Text grows with the ids: the least k whose text holds len bytes. */
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2, got = se_clean_len(s, ids, mid);
+        if (got < 0)
+            return TIDE_E_NOMEM;
+        if (got >= (int64_t)len)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *count = lo;
+    return TIDE_OK;
+}
+
 int serve_engine_layer_stats(struct serve_engine *s, struct serve_offload *out, int cap)
 {
     const int n = s->info.n_moe_layers;

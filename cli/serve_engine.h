@@ -123,6 +123,13 @@ int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, 
 int serve_engine_detokenize(struct serve_engine *e, const int32_t *ids, size_t n, char **text,
                             size_t *len, struct serve_error *err);
 
+/* The tokens of an answer cut to len bytes (by a stop sequence): the fewest
+ * leading ids[0..n) whose text, cleaned as answers are (serve_utf8_clean,
+ * an incomplete last character left out), holds len bytes, in *count.
+ * Returns TIDE_OK or TIDE_E_NOMEM. */
+int serve_engine_count_tokens(struct serve_engine *e, const int32_t *ids, int64_t n, size_t len,
+                              int64_t *count);
+
 /* Cumulative per-MoE-layer counters since open: out[i] for the i-th MoE
  * layer, at most cap. Returns the number of MoE layers. */
 int serve_engine_layer_stats(struct serve_engine *e, struct serve_offload *out, int cap);

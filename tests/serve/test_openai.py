@@ -1,9 +1,9 @@
 """`tide serve` driven by the official `openai` Python client (loopback, tiny
 synthetic model, an API key): completions, chat (a system message and
 several turns in the model's template), streaming (with usage), stop
-sequences, batches, token-id prompts, the tide object, models, and errors
-surfacing as the client's exceptions with the field named (an unknown
-model: 404).
+sequences (and the usage of what they leave), batches, token-id prompts,
+the tide object, models, and errors surfacing as the client's exceptions
+with the field named (an unknown model: 404).
 
 Run by venv_run.sh with the venv's Python (environment: TIDE_BIN,
 TIDE_SOURCE_DIR).
@@ -25,8 +25,6 @@ def tokens(srv, body):
     """The token count /tokenize gives for body."""
     st, out = srv.post("/tokenize", body, headers=AUTH)
     return json.loads(out)["count"] if st == 200 else "status %d: %r" % (st, out)
-
-
 
 
 def main():
@@ -92,6 +90,19 @@ def main():
                                for ch in c.completions.create(stop=stop, stream=True, **kw)
                                if ch.choices)
             check(streamed == t[:k], "streamed stop %r: %r" % (stop, streamed), failures)
+            # usage counts the tokens of the text returned, not the ones the
+            # stop sequence cut off; streamed, the same.
+            n = rs.usage.completion_tokens
+            check(0 < n < u.completion_tokens,
+                  "stop %r: %d completion tokens for %r (%d without the stop)"
+                  % (stop, n, rs.choices[0].text, u.completion_tokens), failures)
+            last = list(c.completions.create(stop=stop, stream=True,
+                                              stream_options={"include_usage": True}, **kw))[-1]
+            check(last.usage and last.usage.completion_tokens == n,
+                  "streamed stop usage %r, want %d" % (last.usage, n), failures)
+        r0 = c.completions.create(stop=[t[:1]], **kw)
+        check(r0.choices[0].text == "" and r0.usage.completion_tokens == 0,
+              "a stop at the start: %r, %r" % (r0.choices[0].text, r0.usage), failures)
 
         # A batch of two prompts, and a prompt of token ids.
         rb = c.completions.create(model=model, prompt=["The tide comes in", "Hello"],
@@ -140,7 +151,6 @@ def main():
               "chat with turns: %r, prompt_tokens %d, want %r"
               % (rt.choices[0].message, rt.usage.prompt_tokens, want), failures)
         check(tokens(srv, {"messages": turns}) == want, "/tokenize of the messages", failures)
-
 
         # Errors reach the client as exceptions naming the field.
         for bad, field in [(dict(max_tokens=100000), "max_tokens"),
