@@ -43,7 +43,8 @@ static void serve_usage(FILE *f)
             "seconds). Unset fields take the [generation] values.\n\n"
             "  -c, --config FILE   configuration; [serve] holds the server's options\n"
             "                      (host, port, max_queue, max_body, api_key, model_name,\n"
-            "                      max_connections, shutdown_timeout; `tide config doc`)\n"
+            "                      max_connections, read_timeout, shutdown_timeout;\n"
+            "                      `tide config doc`)\n"
             "      --set S.K=V     override one option (may repeat)\n"
             "      --host ADDR     listen address (default 127.0.0.1: this machine only);\n"
             "                      same as --set serve.host=ADDR\n"
@@ -210,6 +211,7 @@ int cmd_serve(int argc, char **argv)
         .api_key = key,
         .model = model,
         .max_connections = st.max_connections,
+        .read_timeout = st.read_timeout,
         .max_queue = st.max_queue,
         .queue = q,
         .metrics = m,

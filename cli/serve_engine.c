@@ -54,6 +54,7 @@ static void se_settings(const struct tide_config *cfg, struct serve_settings *st
         .model_name = tide_opts_str(so, "model_name"),
         .max_connections = (int)tide_opts_int(so, "max_connections"),
         .shutdown_timeout = tide_opts_float(so, "shutdown_timeout"),
+        .read_timeout = tide_opts_float(so, "read_timeout"),
     };
 }
 

@@ -38,6 +38,7 @@ struct serve_settings {
     const char *model_name; /* "" = the checkpoint folder's name */
     int max_connections;
     double shutdown_timeout;
+    double read_timeout; /* seconds a client may take to send a request's headers, or its body */
 };
 
 /* Open: plugins, configuration (file, then "section.key=value" overrides),
