@@ -350,6 +350,16 @@ static void test_model(void)
     CHECK(!strcmp(get.message, "the model 'gpt-4' is not served here (this server serves 'tiny')"));
 }
 
+/* lm-evaluation-harness's loglikelihood request (local-completions) asks
+ * for echo and logprobs: it is refused naming echo (docs/serving.md). */
+static void test_lm_eval_loglikelihood(void)
+{
+    BAD(SERVE_EP_COMPLETIONS,
+        "{\"model\":\"tiny\",\"prompt\":[[1,2,3]],\"temperature\":0,\"max_tokens\":1,"
+        "\"logprobs\":1,\"seed\":1234,\"echo\":true}",
+        "echo", "not supported");
+}
+
 static void test_tokenize(void)
 {
     struct serve_tok_req t;
@@ -564,6 +574,7 @@ int main(void)
     TEST_RUN(test_chat_template);
     TEST_RUN(test_chat);
     TEST_RUN(test_model);
+    TEST_RUN(test_lm_eval_loglikelihood);
     TEST_RUN(test_tokenize);
     TEST_RUN(test_utf8);
     TEST_RUN(test_stop);
