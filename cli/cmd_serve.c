@@ -29,7 +29,8 @@ static void serve_usage(FILE *f)
             "Loads the model once and answers OpenAI-style HTTP requests, one generation at a\n"
             "time in arrival order (docs/serving.md):\n\n"
             "  POST /v1/completions        prompt (text, token ids, or a batch of them)\n"
-            "  POST /v1/chat/completions   one user message, in the model's chat template\n"
+            "  POST /v1/chat/completions   messages (system, user, assistant), in the model's\n"
+            "                              chat template\n"
             "  GET  /v1/models             the model served\n"
             "  GET  /health                liveness (needs no key)\n"
             "  GET  /metrics               Prometheus text: requests, tokens, step time,\n"
@@ -42,7 +43,8 @@ static void serve_usage(FILE *f)
             "seconds). Unset fields take the [generation] values.\n\n"
             "  -c, --config FILE   configuration; [serve] holds the server's options\n"
             "                      (host, port, max_queue, max_body, api_key, model_name,\n"
-            "                      max_connections, shutdown_timeout; `tide config doc`)\n"
+            "                      max_connections, read_timeout, shutdown_timeout;\n"
+            "                      `tide config doc`)\n"
             "      --set S.K=V     override one option (may repeat)\n"
             "      --host ADDR     listen address (default 127.0.0.1: this machine only);\n"
             "                      same as --set serve.host=ADDR\n"
@@ -210,6 +212,7 @@ int cmd_serve(int argc, char **argv)
         .api_key = key,
         .model = model,
         .max_connections = st.max_connections,
+        .read_timeout = st.read_timeout,
         .max_queue = st.max_queue,
         .queue = q,
         .metrics = m,

@@ -4,14 +4,17 @@
  *
  * What it takes from the internals is narrow and CLI-only, as `tide run`:
  * the [serve] and [output] sections of the engine's configuration,
- * tide_engine_set_outputs (the [output] metrics file), and the ids of the
+ * tide_engine_set_outputs (the [output] metrics file), the ids of the
  * end-of-text tokens, which the public API does not name and which answers
- * must not show as text. */
+ * must not show as text, the model's chat template and end-of-turn token
+ * (split into roles for "messages"), and the decoder's plans (how it takes
+ * gen_length and steps, so that any max_tokens works). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "engine.h"
 #include "serve_engine.h"
 #include "tide/engine.h"
@@ -32,6 +35,11 @@ struct serve_engine {
     FILE *metrics; /* [output] metrics, or NULL */
     const char *metrics_path;
     struct tide_engine_outputs outs;
+    struct serve_chat chat;
+    /* How the decoder takes gen_length and steps (se_decoder_shape). */
+    bool whole_blocks; /* gen_length in whole blocks: max_tokens is rounded up, then cut */
+    bool shared_steps; /* [generation] steps counts every block's: scaled by the blocks */
+    int block_steps;   /* steps per block as configured */
 };
 
 static void se_settings(const struct tide_config *cfg, struct serve_settings *st)
@@ -46,6 +54,7 @@ static void se_settings(const struct tide_config *cfg, struct serve_settings *st
         .model_name = tide_opts_str(so, "model_name"),
         .max_connections = (int)tide_opts_int(so, "max_connections"),
         .shutdown_timeout = tide_opts_float(so, "shutdown_timeout"),
+        .read_timeout = tide_opts_float(so, "read_timeout"),
     };
 }
 
@@ -71,6 +80,59 @@ static int se_end_tokens(struct serve_engine *s)
     }
     const struct tide_model_info *mi = s->e->mops->info(s->e->model);
     snprintf(s->eos_name, sizeof s->eos_name, "%s", mi->eos_token ? mi->eos_token : "");
+    return TIDE_OK;
+}
+
+/* The decoder's plan for a one-token prompt with [generation] gen_length and
+ * steps set to these (everything else as configured). The values are
+ * labelled "default": they are not the user's, and a decoder that notes
+ * options it ignores (llada21: steps) says nothing of them. */
+static int se_plan(struct serve_engine *s, int64_t gen_length, int steps,
+                   struct tide_decoder_plan *out)
+{
+    struct tide_config *cfg = tide_config_clone(s->e->cfg);
+    if (!cfg)
+        return TIDE_E_NOMEM;
+    char g[32], st[32];
+    snprintf(g, sizeof g, "%lld", (long long)gen_length);
+    snprintf(st, sizeof st, "%d", steps);
+    struct tide_decode d = {0};
+    int rc = tide_config_set_value(cfg, "generation", "gen_length", g, "default");
+    if (rc == TIDE_OK)
+        rc = tide_config_set_value(cfg, "generation", "steps", st, "default");
+    if (rc == TIDE_OK)
+        rc = tide_engine_decode_open(s->e, cfg, &d);
+    if (rc == TIDE_OK)
+        rc = tide_decode_plan(&d, 1, INT64_MAX, out);
+    tide_decode_close(&d);
+    tide_config_destroy(cfg);
+    return rc;
+}
+
+/* How the decoder takes gen_length and steps, asked of its plans: blocks
+ * that start right after the prompt (one block after a one-token prompt
+ * spans 1 + block_length positions, not a whole number of blocks) need
+ * gen_length in whole blocks, as LLaDA's generate() asserts; steps are
+ * shared among the blocks when two blocks with 2 steps get 1 per block, as
+ * one block with 1 does. Only running out of memory is an error: a decoder
+ * that cannot plan these is taken as it is. */
+static int se_decoder_shape(struct serve_engine *s)
+{
+    const int L = s->info.block_length;
+    struct tide_decoder_plan one, two, conf;
+    int rc = se_plan(s, L, 1, &one);
+    if (rc == TIDE_OK)
+        rc = se_plan(s, 2 * (int64_t)L, 2, &two);
+    if (rc == TIDE_OK)
+        rc = tide_decode_plan(&s->e->dec, 1, INT64_MAX, &conf);
+    if (rc != TIDE_OK)
+        return rc == TIDE_E_NOMEM ? rc : TIDE_OK;
+    s->whole_blocks = one.n_ctx == 1 + L && L > 1;
+    s->shared_steps = one.nominal_steps == 1 && two.nominal_steps == 1;
+    s->block_steps = conf.nominal_steps;
+    tide_debug("serve: decoder %s: %s; steps %s", s->e->dec.name,
+               s->whole_blocks ? "gen_length in whole blocks" : "any gen_length",
+               s->shared_steps ? "shared among the blocks" : "per block");
     return TIDE_OK;
 }
 
@@ -100,6 +162,12 @@ int serve_engine_open(const char *const *configs, int n_configs, const char *con
         (rc = tide_engine_get_option(s->e, "generation.gen_length", &gen_length)) != TIDE_OK ||
         (rc = se_end_tokens(s)) != TIDE_OK)
         goto fail;
+    /* The chat template, in roles for "messages" (struct serve_chat). */
+    const struct tide_model_info *mi = s->e->mops->info(s->e->model);
+    if (serve_chat_init(mi->chat_template, mi->stop_token, &s->chat)) {
+        rc = TIDE_E_NOMEM;
+        goto fail;
+    }
     snprintf(s->policy, sizeof s->policy, "%s", s->ei.policy);
     s->info = (struct serve_engine_info){
         .model_dir = s->ei.model,
@@ -112,9 +180,11 @@ int serve_engine_open(const char *const *configs, int n_configs, const char *con
         .max_ctx = s->ei.max_ctx,
         .vocab = s->ei.vocab_size,
         .gen_length = strtoll(gen_length, NULL, 10),
-        .has_chat_template = s->ei.has_chat_template,
+        .chat = s->chat.pre ? &s->chat : NULL,
         .eos_text = s->eos_name[0] ? s->eos_name : NULL,
     };
+    if ((rc = se_decoder_shape(s)) != TIDE_OK)
+        goto fail;
     /* [output] metrics collects the telemetry of every request. */
     if ((rc = cli_output_open(tide_config_section(s->e->cfg, "output"), "metrics", &s->metrics,
                               &s->metrics_path)) != TIDE_OK)
@@ -138,6 +208,7 @@ void serve_engine_close(struct serve_engine *s)
         cli_output_close(s->metrics, s->metrics_path, true);
     for (int i = 0; i < s->n_end; i++)
         tide_free(s->end_text[i]);
+    serve_chat_free(&s->chat);
     tide_engine_close(s->e);
     free(s);
 }
@@ -266,9 +337,10 @@ static int se_on_block(void *user, const struct tide_block_event *ev)
     return x->stop;
 }
 
-/* Prompt tokens, checked against the model: an error names the field. */
-static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t **ids, size_t *n,
-                      struct serve_error *err)
+/* Prompt tokens, checked against the model for gen_length tokens to
+ * generate: an error names the field. */
+static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t gen, int32_t **ids,
+                      size_t *n, struct serve_error *err)
 {
     const int L = s->info.block_length;
     if (g->block_length > 0 && g->block_length != L) {
@@ -286,14 +358,8 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t
         memcpy(*ids, pr->ids, sizeof **ids * pr->n_ids);
         *n = pr->n_ids;
     } else {
-        if (g->chat && !s->info.has_chat_template) {
-            serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
-                            "the model %s has no chat template; use /v1/completions",
-                            s->info.model_dir);
-            return TIDE_E_UNSUPPORTED;
-        }
         int32_t *t = NULL;
-        int rc = tide_engine_tokenize(s->e, pr->text, pr->len, g->chat, &t, n);
+        int rc = tide_engine_tokenize(s->e, pr->text, pr->len, 0, &t, n);
         if (rc != TIDE_OK) {
             serve_error_set(err, 500, "server_error", NULL, what, "cannot tokenize the %s: %s",
                             what, tide_engine_error(s->e));
@@ -307,10 +373,11 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int32_t
         if (!*ids)
             return TIDE_E_NOMEM;
     }
-    /* Positions: the prompt plus max_tokens, rounded up to whole blocks. */
+    /* Positions: the prompt plus gen, rounded up to whole blocks (blocks
+     * from position 0, or, with whole_blocks, from the prompt's end). */
     const int64_t P = (int64_t)*n, max_ctx = s->info.max_ctx;
-    const int64_t gen = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length;
-    const int64_t one = (P + 1 + L - 1) / L * L, need = (P + gen + L - 1) / L * L;
+    const int64_t one = s->whole_blocks ? P + L : (P + 1 + L - 1) / L * L,
+                  need = s->whole_blocks ? P + gen : (P + gen + L - 1) / L * L;
     if (P < 1) {
         serve_error_set(err, 400, "invalid_request_error", NULL, what, "'%s' has no tokens", what);
         return TIDE_E_RANGE;
@@ -337,22 +404,28 @@ int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err)
 {
     memset(out, 0, sizeof *out);
+    struct se_gen x = {
+        .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
+    /* Whole blocks where the decoder wants them (the answer is cut at
+     * max_tokens), and the steps per block asked for in each. */
+    const int L = s->info.block_length;
+    const int64_t gen = s->whole_blocks ? (x.max_tokens + L - 1) / L * L : x.max_tokens;
+    const int64_t per_block = g->steps > 0 ? g->steps : s->block_steps;
+    const int64_t steps = s->shared_steps ? per_block * ((gen + L - 1) / L) : g->steps;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = se_prepare(s, g, &ids, &n, err);
+    int rc = se_prepare(s, g, gen, &ids, &n, err);
     if (rc != TIDE_OK) {
         free(ids);
         return rc;
     }
-    struct se_gen x = {
-        .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
     struct tide_request r;
     tide_request_init(&r);
     r.prompt_ids = ids;
     r.n_prompt_ids = n;
     r.chat = 0; /* the ids are final */
-    r.gen_length = x.max_tokens;
-    r.steps = g->steps;
+    r.gen_length = gen;
+    r.steps = steps < INT32_MAX ? (int)steps : INT32_MAX; /* the engine checks the range */
     r.threshold = g->threshold;
     r.temperature = g->temperature;
     r.top_k = g->top_k;
@@ -435,16 +508,11 @@ void serve_result_free(struct serve_result *r)
     r->text = NULL;
 }
 
-int serve_engine_tokenize(struct serve_engine *s, const char *text, size_t len, bool chat,
-                          int32_t **ids, size_t *n, struct serve_error *err)
+int serve_engine_tokenize(struct serve_engine *s, const char *text, size_t len, int32_t **ids,
+                          size_t *n, struct serve_error *err)
 {
-    if (chat && !s->info.has_chat_template) {
-        serve_error_set(err, 400, "invalid_request_error", NULL, "messages",
-                        "the model has no chat template");
-        return TIDE_E_UNSUPPORTED;
-    }
     int32_t *t = NULL;
-    int rc = tide_engine_tokenize(s->e, text, len, chat, &t, n);
+    int rc = tide_engine_tokenize(s->e, text, len, 0, &t, n);
     if (rc != TIDE_OK) {
         serve_error_set(err, 500, "server_error", NULL, "prompt", "cannot tokenize: %s",
                         tide_engine_error(s->e));
@@ -474,6 +542,39 @@ int serve_engine_detokenize(struct serve_engine *s, const int32_t *ids, size_t n
     }
     tide_free(t);
     return *text ? TIDE_OK : TIDE_E_NOMEM;
+}
+
+/* Bytes of the cleaned text of ids[0..k), an incomplete last character
+ * left out; -1 when out of memory. */
+static int64_t se_clean_len(struct serve_engine *s, const int32_t *ids, int64_t k)
+{
+    char *t = NULL;
+    size_t len = 0, n = 0;
+    if (tide_engine_detokenize(s->e, ids, (size_t)k, &t, &len) != TIDE_OK)
+        return -1;
+    char *c = serve_utf8_clean(t, len, false, &n);
+    tide_free(t);
+    const bool ok = c != NULL;
+    free(c);
+    return ok ? (int64_t)n : -1;
+}
+
+int serve_engine_count_tokens(struct serve_engine *s, const int32_t *ids, int64_t n, size_t len,
+                              int64_t *count)
+{
+    /* Text grows with the ids: the least k whose text holds len bytes. */
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2, got = se_clean_len(s, ids, mid);
+        if (got < 0)
+            return TIDE_E_NOMEM;
+        if (got >= (int64_t)len)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *count = lo;
+    return TIDE_OK;
 }
 
 int serve_engine_layer_stats(struct serve_engine *s, struct serve_offload *out, int cap)

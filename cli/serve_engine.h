@@ -20,12 +20,12 @@ struct serve_engine_info {
     const char *policy; /* placement policy plugin, or "none" without offload */
     int budget;         /* experts per MoE layer on the device */
     int n_layers, n_moe_layers, n_experts;
-    int block_length;   /* fixed at open */
-    int64_t max_ctx;    /* positions the model takes */
-    int vocab;          /* the model's vocabulary (ids below it) */
-    int64_t gen_length; /* [generation] gen_length: max_tokens when a request has none */
-    bool has_chat_template;
-    const char *eos_text; /* the end-of-text token's text, or NULL */
+    int block_length;              /* fixed at open */
+    int64_t max_ctx;               /* positions the model takes */
+    int vocab;                     /* the model's vocabulary (ids below it) */
+    int64_t gen_length;            /* [generation] gen_length: max_tokens when a request has none */
+    const struct serve_chat *chat; /* the model's chat template in roles; NULL: none */
+    const char *eos_text;          /* the end-of-text token's text, or NULL */
 };
 
 /* The [serve] section. */
@@ -38,6 +38,7 @@ struct serve_settings {
     const char *model_name; /* "" = the checkpoint folder's name */
     int max_connections;
     double shutdown_timeout;
+    double read_timeout; /* seconds a client may take to send a request's headers, or its body */
 };
 
 /* Open: plugins, configuration (the files in order, then "section.key=value" overrides),
@@ -65,10 +66,13 @@ struct serve_block {
     int64_t steps; /* denoising steps so far */
 };
 
-/* One generation. Numeric parameters are negative for "as configured". */
+/* One generation. Numeric parameters are negative for "as configured".
+ * max_tokens may be any count the context takes: for a decoder that takes
+ * gen_length in whole blocks, the engine generates whole blocks and cuts
+ * the answer; steps are per block (docs/serving.md). */
 struct serve_gen {
-    const struct serve_prompt *prompt;
-    bool chat;
+    const struct serve_prompt *prompt; /* text (chat: already in the template) or ids */
+    bool chat;                         /* from "messages" (errors name it) */
     int64_t max_tokens;
     int block_length, steps, top_k;
     double threshold, temperature, top_p;
@@ -112,12 +116,20 @@ void serve_result_free(struct serve_result *r);
 int serve_engine_generate(struct serve_engine *e, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err);
 
-/* Tokens of text (chat: in the template). *ids is freed with free(). */
-int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, bool chat,
-                          int32_t **ids, size_t *n, struct serve_error *err);
+/* Tokens of text (as is: chat text is rendered by the parser). *ids is
+ * freed with free(). */
+int serve_engine_tokenize(struct serve_engine *e, const char *text, size_t len, int32_t **ids,
+                          size_t *n, struct serve_error *err);
 /* Text of ids (unknown ids left out). *text is freed with free(). */
 int serve_engine_detokenize(struct serve_engine *e, const int32_t *ids, size_t n, char **text,
                             size_t *len, struct serve_error *err);
+
+/* The tokens of an answer cut to len bytes (by a stop sequence): the fewest
+ * leading ids[0..n) whose text, cleaned as answers are (serve_utf8_clean,
+ * an incomplete last character left out), holds len bytes, in *count.
+ * Returns TIDE_OK or TIDE_E_NOMEM. */
+int serve_engine_count_tokens(struct serve_engine *e, const int32_t *ids, int64_t n, size_t len,
+                              int64_t *count);
 
 /* Cumulative per-MoE-layer counters since open: out[i] for the i-th MoE
  * layer, at most cap. Returns the number of MoE layers. */

@@ -1,7 +1,9 @@
 /* `tide serve`: routing, authentication, bodies and streams over
  * libmicrohttpd. */
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,13 +17,44 @@
 #include "tide/log.h"
 #include "tide/status.h"
 
-#define SH_IDLE_TIMEOUT 120 /* seconds an idle keep-alive connection is kept */
+/* Seconds libmicrohttpd lets a connection be silent (its own timeout: it
+ * closes without an answer). Requests are bounded by [serve] read_timeout
+ * (sh_watchdog); this bounds the rest, such as a client that stops reading
+ * its answer. */
+#define SH_IDLE_TIMEOUT 120
+#define SH_WATCH_MS     100 /* how often the watchdog looks at the connections */
+
+/* Where a connection is, for the read timeout (sh_watchdog). */
+enum sh_phase {
+    SH_HEADERS,  /* opened; the first request's headers are awaited */
+    SH_BODY,     /* the headers are in; the body is awaited */
+    SH_BUSY,     /* the request is in: it is being served */
+    SH_IDLE,     /* kept alive after an answer; the next request is awaited */
+    SH_TIMED_OUT /* the watchdog closed it */
+};
+
+/* One open connection (libmicrohttpd's socket context). */
+struct sh_conn {
+    struct sh_conn *prev, *next;
+    int fd;
+    enum sh_phase phase; /* under serve_http.mu */
+    double deadline;     /* CLOCK_MONOTONIC seconds: the phase must end by then */
+    const char *label;   /* the route's label once the headers are in, else "other" */
+};
 
 struct serve_http {
     struct serve_http_args a;
     struct MHD_Daemon *d;
     int port;
     atomic_bool closing;
+    /* The read timeout: the open connections and the watchdog. */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    struct sh_conn *conns;
+    bool stop;
+    pthread_t watchdog;
+    bool have_watchdog;
+    char *timeout_answer; /* the whole 408 answer, status line to body */
 };
 
 /* What one request gathers between calls of the access handler. */
@@ -243,7 +276,10 @@ static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c
 
 static const struct serve_limits *sh_limits(struct serve_http *h, struct serve_limits *lim)
 {
-    *lim = (struct serve_limits){.max_ctx = h->a.info->max_ctx, .vocab = h->a.info->vocab};
+    *lim = (struct serve_limits){.max_ctx = h->a.info->max_ctx,
+                                 .vocab = h->a.info->vocab,
+                                 .model = h->a.model,
+                                 .chat = h->a.info->chat};
     return lim;
 }
 
@@ -280,7 +316,7 @@ static enum MHD_Result sh_tokens(struct serve_http *h, struct MHD_Connection *c,
     struct serve_error err;
     const char *body = r->body ? r->body : "";
     if (detok ? !serve_detokenize_parse(body, r->len, sh_limits(h, &lim), &t, &err)
-              : !serve_tokenize_parse(body, r->len, &t, &err))
+              : !serve_tokenize_parse(body, r->len, sh_limits(h, &lim), &t, &err))
         return sh_error(h, c, label, &err, NULL, NULL);
     struct serve_job *j = serve_job_tokens(detok, &t);
     serve_tok_req_free(&t);
@@ -362,12 +398,140 @@ static enum MHD_Result sh_model_one(struct serve_http *h, struct MHD_Connection 
 {
     if (strcmp(name, h->a.model)) {
         struct serve_error err;
-        serve_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
-                        "the model '%.200s' is not served here (this server serves '%s')", name,
-                        h->a.model);
+        serve_error_model(&err, name, h->a.model);
         return sh_error(h, c, "models", &err, NULL, NULL);
     }
     return sh_json(h, c, "models", 200, serve_models_json(h->a.model, 0, true));
+}
+
+/* ---- the read timeout -------------------------------------------------- */
+
+static double sh_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static struct sh_conn *sh_conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Move c to phase p; restart: its deadline restarts, and label (when not
+ * NULL) names its route. False when the watchdog has closed it: the caller
+ * gives up on it (MHD_NO). */
+static bool sh_phase(struct serve_http *h, struct MHD_Connection *c, enum sh_phase p, bool restart,
+                     const char *label)
+{
+    struct sh_conn *k = sh_conn_of(c);
+    if (!k)
+        return true;
+    pthread_mutex_lock(&h->mu);
+    const bool live = k->phase != SH_TIMED_OUT;
+    if (live) {
+        k->phase = p;
+        if (restart)
+            k->deadline = sh_now() + h->a.read_timeout;
+        if (label)
+            k->label = label;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return live;
+}
+
+static void sh_notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                                 enum MHD_ConnectionNotificationCode toe)
+{
+    struct serve_http *h = cls;
+    struct sh_conn *k = *socket_context;
+    pthread_mutex_lock(&h->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED && (k = calloc(1, sizeof *k))) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *k = (struct sh_conn){.next = h->conns,
+                              .fd = ci ? ci->connect_fd : -1,
+                              .phase = SH_HEADERS,
+                              .deadline = sh_now() + h->a.read_timeout,
+                              .label = "other"};
+        if (h->conns)
+            h->conns->prev = k;
+        h->conns = k;
+        *socket_context = k;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && k) {
+        /* Before libmicrohttpd closes the socket: the watchdog, which
+         * holds mu while it uses fd, never sees a number reused. */
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            h->conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        free(k);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Answer 408 on the connections that did not send their request's headers,
+ * or then its body, within read_timeout, and close them; close idle
+ * keep-alive ones without an answer (a client would take it for the answer
+ * to the request it sends next). Closing is a shutdown of the socket:
+ * libmicrohttpd's thread sees the end, closes the connection and frees its
+ * slot. */
+static void *sh_watchdog(void *arg)
+{
+    struct serve_http *h = arg;
+    const size_t n = strlen(h->timeout_answer);
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const long ns = ts.tv_nsec + SH_WATCH_MS * 1000000L;
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&h->wake, &h->mu, &ts);
+        const double now = sh_now();
+        for (struct sh_conn *k = h->conns; k && !h->stop; k = k->next) {
+            if (k->fd < 0 || k->phase == SH_BUSY || k->phase == SH_TIMED_OUT || now < k->deadline)
+                continue;
+            if (k->phase != SH_IDLE) {
+                if (send(k->fd, h->timeout_answer, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                    /* the client is gone or not reading: closing is all */
+                }
+                serve_metrics_request(h->a.metrics, k->label, 408);
+                tide_debug("serve: a request was not received within %g s: 408", h->a.read_timeout);
+            }
+            shutdown(k->fd, SHUT_RDWR);
+            k->phase = SH_TIMED_OUT;
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* The 408 answer, written by the watchdog itself (libmicrohttpd cannot
+ * answer a request whose body has not arrived). */
+static char *sh_timeout_answer(double read_timeout)
+{
+    struct serve_error err;
+    serve_error_set(&err, 408, "invalid_request_error", "request_timeout", NULL,
+                    "the request was not received in time: its headers, and then its body, must "
+                    "arrive within %g s each ([serve] read_timeout)",
+                    read_timeout);
+    char *body = serve_error_json(&err);
+    if (!body)
+        return NULL;
+    const char *fmt = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s";
+    const int n = snprintf(NULL, 0, fmt, strlen(body), body);
+    char *out = n > 0 ? malloc((size_t)n + 1) : NULL;
+    if (out)
+        snprintf(out, (size_t)n + 1, fmt, strlen(body), body);
+    free(body);
+    return out;
 }
 
 static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char *url,
@@ -377,6 +541,8 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
     struct serve_http *h = cls;
     struct sh_req *r = *con_cls;
     struct serve_error err;
+    if (!sh_phase(h, c, SH_BUSY, false, NULL))
+        return MHD_NO; /* answered 408 meanwhile */
     if (!r) {
         /* The headers are in: route, authenticate, check the size. */
         if (!(r = calloc(1, sizeof *r)))
@@ -411,6 +577,7 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
         }
         if (!strcmp(r->route->method, "GET"))
             return r->route->fn(h, c, r);
+        sh_phase(h, c, SH_BODY, true, r->route->label);
         return MHD_YES; /* the body follows */
     }
     if (*upload_size) {
@@ -421,6 +588,7 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
              * give up on a client that keeps sending far past it. */
             r->too_large = true;
             r->discarded += n;
+            sh_phase(h, c, SH_BODY, false, NULL);
             return r->discarded > 4 * h->a.max_body + 65536 ? MHD_NO : MHD_YES;
         }
         if (r->len + n + 1 > r->cap) {
@@ -436,6 +604,7 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
         memcpy(r->body + r->len, upload, n);
         r->len += n;
         r->body[r->len] = 0;
+        sh_phase(h, c, SH_BODY, false, NULL);
         return MHD_YES;
     }
     if (r->too_large) {
@@ -455,6 +624,7 @@ unauthorized:
 static void sh_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    sh_phase(cls, c, SH_IDLE, true, NULL);
     struct sh_req *r = *con_cls;
     if (r) {
         free(r->body);
@@ -494,15 +664,23 @@ int serve_http_start(const struct serve_http_args *a, struct serve_http **out)
     }
     h->a = *a;
     atomic_init(&h->closing, false);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    if (!(h->timeout_answer = sh_timeout_answer(a->read_timeout))) {
+        freeaddrinfo(ai);
+        serve_http_stop(h);
+        return TIDE_E_NOMEM;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, (uint16_t)a->port, NULL, NULL, sh_access, h,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)a->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)SH_IDLE_TIMEOUT, MHD_OPTION_NOTIFY_COMPLETED, sh_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, sh_log, h, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)a->port, NULL, NULL, sh_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)a->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)fmax(SH_IDLE_TIMEOUT, ceil(a->read_timeout) + 1), MHD_OPTION_NOTIFY_COMPLETED,
+        sh_completed, h, MHD_OPTION_NOTIFY_CONNECTION, sh_notify_connection, h,
+        MHD_OPTION_EXTERNAL_LOGGER, sh_log, h, MHD_OPTION_END);
     char where[300];
     char addr[NI_MAXHOST] = "?";
     getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
@@ -511,9 +689,15 @@ int serve_http_start(const struct serve_http_args *a, struct serve_http **out)
     if (!h->d) {
         tide_error("serve: cannot listen on %s (is the port in use? see [serve] host and port)",
                    where);
-        free(h);
+        serve_http_stop(h);
         return TIDE_E_IO;
     }
+    if (pthread_create(&h->watchdog, NULL, sh_watchdog, h) != 0) {
+        tide_error("serve: cannot start the thread of [serve] read_timeout");
+        serve_http_stop(h);
+        return TIDE_E_NOMEM;
+    }
+    h->have_watchdog = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di && di->port ? di->port : a->port;
     *out = h;
@@ -549,6 +733,17 @@ void serve_http_stop(struct serve_http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);
+    if (h->have_watchdog) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = true;
+        pthread_cond_signal(&h->wake);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->watchdog, NULL);
+    }
+    if (h->d)
+        MHD_stop_daemon(h->d);
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->mu);
+    free(h->timeout_answer);
     free(h);
 }

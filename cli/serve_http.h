@@ -9,7 +9,9 @@
  *
  * With an API key every route but /health needs "Authorization: Bearer KEY".
  * Errors are OpenAI-style JSON: {"error": {"message", "type", "param",
- * "code"}}. */
+ * "code"}}. A request whose headers, or then whose body, do not arrive
+ * within [serve] read_timeout gets 408 and its connection is closed (a
+ * watchdog thread), so that stalled clients cannot hold every connection. */
 #ifndef TIDE_SERVE_HTTP_H
 #define TIDE_SERVE_HTTP_H
 
@@ -26,6 +28,7 @@ struct serve_http_args {
     const char *api_key; /* "" or NULL: no authentication */
     const char *model;   /* the name answers carry */
     int max_connections;
+    double read_timeout; /* seconds for a request's headers, and then for its body: else 408 */
     int max_queue;
     struct serve_queue *queue;
     struct serve_metrics *metrics;

@@ -23,6 +23,13 @@ int serve_error_set(struct serve_error *err, int http, const char *type, const c
     return http;
 }
 
+int serve_error_model(struct serve_error *err, const char *name, const char *served)
+{
+    return serve_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                           "the model '%.200s' is not served here (this server serves '%s')", name,
+                           served);
+}
+
 /* A 400 naming the field. */
 #define bad(err, param, ...)                                                                       \
     serve_error_set(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
@@ -134,6 +141,71 @@ static char *dup_n(const char *s, size_t n)
         d[n] = 0;
     }
     return d;
+}
+
+/* ---- chat templates (serve_json.h, struct serve_chat) ------------------- */
+
+int serve_chat_init(const char *tmpl, const char *end, struct serve_chat *out)
+{
+    *out = (struct serve_chat){0};
+    const char *ph = tmpl ? strstr(tmpl, "{prompt}") : NULL;
+    if (!ph)
+        return 0;
+    const char *post = ph + strlen("{prompt}");
+    const size_t ne = end ? strlen(end) : 0;
+    if (!(out->pre = dup_n(tmpl, (size_t)(ph - tmpl))) || !(out->post = strdup(post)))
+        goto nomem;
+    if (!ne || strncmp(post, end, ne))
+        return 0; /* one user message only */
+    const char *asst = post + ne, *user = out->pre, *last = NULL;
+    for (const char *p = strstr(out->pre, end); p; p = strstr(p + 1, end))
+        last = p;
+    if (last)
+        user = last + ne;
+    /* The heads' form: their common prefix and suffix, not overlapping. */
+    const size_t nu = strlen(user), na = strlen(asst);
+    size_t np = 0, nq = 0;
+    while (np < nu && np < na && user[np] == asst[np])
+        np++;
+    while (nq < nu - np && nq < na - np && user[nu - 1 - nq] == asst[na - 1 - nq])
+        nq++;
+    if (!np || !nq)
+        return 0;
+    if (last) {
+        /* The system turn: a head of that form, then the default text. */
+        const size_t ns = (size_t)(last - out->pre);
+        const char *q = ns >= np && !strncmp(out->pre, user, np)
+                            ? memmem(out->pre + np, ns - np, user + nu - nq, nq)
+                            : NULL;
+        if (!q)
+            return 0;
+        const size_t nh = (size_t)(q - out->pre) + nq;
+        if (!(out->system_head = dup_n(out->pre, nh)) ||
+            !(out->default_system = dup_n(out->pre + nh, ns - nh)))
+            goto nomem;
+    }
+    if (!(out->user_head = dup_n(user, nu)) || !(out->assistant_head = strdup(asst)) ||
+        !(out->end = strdup(end)))
+        goto nomem;
+    out->roles = true;
+    return 0;
+nomem:
+    serve_chat_free(out);
+    return -1;
+}
+
+void serve_chat_free(struct serve_chat *c)
+{
+    if (!c)
+        return;
+    free(c->pre);
+    free(c->post);
+    free(c->system_head);
+    free(c->default_system);
+    free(c->user_head);
+    free(c->assistant_head);
+    free(c->end);
+    *c = (struct serve_chat){0};
 }
 
 /* One prompt made of token ids: a non-empty array of integers below vocab. */
@@ -290,8 +362,25 @@ static bool message_text(const json_t *c, const char *param, struct serve_prompt
     return true;
 }
 
-/* messages: the model's chat template (one {prompt}) holds one user turn. */
-static bool parse_messages(const json_t *o, struct serve_req *r, struct serve_error *err)
+/* The head of a role in the chat template; NULL when it has none. */
+static const char *chat_head(const struct serve_chat *c, const char *role)
+{
+    return !strcmp(role, "system")      ? c->system_head
+           : !strcmp(role, "user")      ? c->user_head
+           : !strcmp(role, "assistant") ? c->assistant_head
+                                        : NULL;
+}
+
+static char *put(char *at, const char *s, size_t n)
+{
+    memcpy(at, s, n);
+    return at + n;
+}
+
+/* messages: the conversation, rendered in the model's chat template
+ * (struct serve_chat) as the one prompt. */
+static bool parse_messages(const json_t *o, const struct serve_chat *chat, struct serve_req *r,
+                           struct serve_error *err)
 {
     const json_t *m = json_object_get(o, "messages");
     if (!m || json_is_null(m)) {
@@ -303,7 +392,8 @@ static bool parse_messages(const json_t *o, struct serve_req *r, struct serve_er
             json_is_array(m) ? "an empty array" : tide_json_kind(m));
         return false;
     }
-    for (size_t i = 0; i < json_array_size(m); i++) {
+    const size_t n = json_array_size(m);
+    for (size_t i = 0; i < n; i++) {
         const json_t *msg = json_array_get(m, i);
         const json_t *role = json_is_object(msg) ? json_object_get(msg, "role") : NULL;
         if (!role || !json_is_string(role)) {
@@ -314,19 +404,81 @@ static bool parse_messages(const json_t *o, struct serve_req *r, struct serve_er
             return false;
         }
     }
-    const json_t *msg = json_array_get(m, 0);
-    if (json_array_size(m) != 1 ||
-        strcmp(json_string_value(json_object_get(msg, "role")), "user")) {
-        bad(err, "messages",
-            "this model's chat template takes one user message; the request has %zu message%s "
-            "starting with role '%s' (system prompts and multi-turn conversations are not "
-            "supported)",
-            json_array_size(m), json_array_size(m) == 1 ? "" : "s",
-            json_string_value(json_object_get(msg, "role")));
+    if (!chat || !chat->pre) {
+        bad(err, "messages", "this model has no chat template; use /v1/completions");
         return false;
     }
-    return add_prompts(r, 1, err) && message_text(json_object_get(msg, "content"),
-                                                  "messages[0].content", &r->prompts[0], err);
+    const char *first = json_string_value(json_object_get(json_array_get(m, 0), "role"));
+    if (!chat->roles && (n != 1 || strcmp(first, "user"))) {
+        bad(err, "messages",
+            "this model's chat template takes one user message (it does not split into roles: "
+            "docs/serving.md); the request has %zu message%s starting with role '%.40s'",
+            n, n == 1 ? "" : "s", first);
+        return false;
+    }
+    /* Each message: head, content, tail; then the generation prompt. */
+    const char *tail = chat->roles ? chat->end : chat->post;
+    const char *gen = chat->roles ? chat->assistant_head : "";
+    const bool dflt = chat->roles && chat->system_head && strcmp(first, "system");
+    struct serve_prompt *parts = calloc(n, sizeof *parts);
+    if (!parts) {
+        serve_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    size_t total =
+        strlen(gen) +
+        (dflt ? strlen(chat->system_head) + strlen(chat->default_system) + strlen(chat->end) : 0);
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        const json_t *msg = json_array_get(m, i);
+        const char *role = json_string_value(json_object_get(msg, "role"));
+        const char *head = chat->roles ? chat_head(chat, role) : chat->pre;
+        char param[48];
+        if (!head) {
+            snprintf(param, sizeof param, "messages[%zu].role", i);
+            if (!strcmp(role, "system"))
+                bad(err, param, "this model's chat template has no system turn");
+            else
+                bad(err, param, "'%s' must be 'system', 'user' or 'assistant' (got '%.40s')", param,
+                    role);
+            ok = false;
+            break;
+        }
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        ok = message_text(json_object_get(msg, "content"), param, &parts[i], err);
+        total += strlen(head) + parts[i].len + strlen(tail);
+    }
+    char *text = ok ? malloc(total + 1) : NULL;
+    if (ok && !text) {
+        serve_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        ok = false;
+    }
+    if (ok) {
+        char *at = text;
+        if (dflt) {
+            at = put(at, chat->system_head, strlen(chat->system_head));
+            at = put(at, chat->default_system, strlen(chat->default_system));
+            at = put(at, chat->end, strlen(chat->end));
+        }
+        for (size_t i = 0; i < n; i++) {
+            const char *role = json_string_value(json_object_get(json_array_get(m, i), "role"));
+            const char *head = chat->roles ? chat_head(chat, role) : chat->pre;
+            at = put(at, head, strlen(head));
+            at = put(at, parts[i].text, parts[i].len);
+            at = put(at, tail, strlen(tail));
+        }
+        at = put(at, gen, strlen(gen));
+        *at = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(parts[i].text);
+    free(parts);
+    if (!ok || !add_prompts(r, 1, err)) {
+        free(text);
+        return false;
+    }
+    r->prompts[0] = (struct serve_prompt){.text = text, .len = total};
+    return true;
 }
 
 static bool parse_stop(const json_t *o, struct serve_req *r, struct serve_error *err)
@@ -365,15 +517,30 @@ static bool parse_stop(const json_t *o, struct serve_req *r, struct serve_error 
     return true;
 }
 
-static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct serve_limits *lim,
-                         struct serve_req *r, struct serve_error *err)
+/* "model": absent, null or the name served (lim->model; NULL: any). */
+static bool check_model(const json_t *o, const struct serve_limits *lim, struct serve_error *err)
 {
     const json_t *model = json_object_get(o, "model");
-    if (model && !json_is_null(model) && !json_is_string(model)) {
+    if (!model || json_is_null(model))
+        return true;
+    if (!json_is_string(model)) {
         bad(err, "model", "'model' must be a string, not %s", tide_json_kind(model));
         return false;
     }
-    if (ep == SERVE_EP_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, lim, r, err))
+    if (lim->model && (json_string_length(model) != strlen(lim->model) ||
+                       memcmp(json_string_value(model), lim->model, strlen(lim->model)))) {
+        serve_error_model(err, json_string_value(model), lim->model);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_fields(const json_t *o, enum serve_endpoint ep, const struct serve_limits *lim,
+                         struct serve_req *r, struct serve_error *err)
+{
+    if (!check_model(o, lim, err))
+        return false;
+    if (ep == SERVE_EP_CHAT ? !parse_messages(o, lim->chat, r, err) : !parse_prompt(o, lim, r, err))
         return false;
     r->chat = ep == SERVE_EP_CHAT;
 
@@ -758,8 +925,8 @@ static json_t *load_object(const char *body, size_t len, struct serve_error *err
     return o;
 }
 
-bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *out,
-                          struct serve_error *err)
+bool serve_tokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
+                          struct serve_tok_req *out, struct serve_error *err)
 {
     *out = (struct serve_tok_req){0};
     json_t *o = load_object(body, len, err);
@@ -767,7 +934,7 @@ bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *ou
         return false;
     bool ok = false, special = false;
     const json_t *prompt = json_object_get(o, "prompt");
-    if (get_bool(o, "add_special_tokens", &special, err) < 0) {
+    if (!check_model(o, lim, err) || get_bool(o, "add_special_tokens", &special, err) < 0) {
         /* err set */
     } else if (prompt && !json_is_null(prompt)) {
         if (!json_is_string(prompt))
@@ -780,9 +947,8 @@ bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *ou
         }
     } else if (json_object_get(o, "messages")) {
         struct serve_req r = {0};
-        if (parse_messages(o, &r, err)) {
+        if (parse_messages(o, lim->chat, &r, err)) {
             out->p = r.prompts[0];
-            out->chat = true;
             free(r.prompts);
             ok = true;
         } else {
@@ -806,13 +972,16 @@ bool serve_detokenize_parse(const char *body, size_t len, const struct serve_lim
         return false;
     bool ok = false;
     const json_t *t = json_object_get(o, "tokens");
-    if (!t || !json_is_array(t))
+    if (!check_model(o, lim, err)) {
+        /* err set */
+    } else if (!t || !json_is_array(t)) {
         bad(err, "tokens", "'tokens' must be an array of token ids, not %s",
             t ? tide_json_kind(t) : "missing");
-    else if (!json_array_size(t))
+    } else if (!json_array_size(t)) {
         ok = (out->p.ids = malloc(sizeof *out->p.ids)) != NULL; /* "" */
-    else
+    } else {
         ok = parse_ids(t, "tokens", lim, &out->p, err);
+    }
     json_decref(o);
     if (!ok)
         serve_tok_req_free(out);

@@ -33,9 +33,10 @@ struct serve_prompt {
  * negative when the request leaves them to the configuration. */
 struct serve_req {
     enum serve_endpoint ep;
-    struct serve_prompt *prompts; /* [n_prompts]; chat: one, the user message */
+    struct serve_prompt *prompts; /* [n_prompts]; chat: one, the conversation in the chat
+                                     template (serve_chat) */
     int n_prompts;
-    bool chat;          /* wrap in the model's chat template (chat endpoint) */
+    bool chat;          /* the chat endpoint: prompts[0] came from "messages" */
     int64_t max_tokens; /* tokens to generate at most */
     int block_length;
     int steps;
@@ -50,10 +51,46 @@ struct serve_req {
     bool include_usage; /* stream_options.include_usage */
 };
 
+/* A model's chat template, split into roles (docs/serving.md, "Chat").
+ *
+ * The model gives a template for one prompt, PRE{prompt}POST, and the token
+ * that ends a turn, END ("<|role_end|>"). LLaDA2.0's and LLaDA-MoE's:
+ *   PRE  = <role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>
+ *   POST = <|role_end|><role>ASSISTANT</role>
+ * POST is END and the assistant's head (the generation prompt). What
+ * follows PRE's last END is the user's head; what precedes it is the system
+ * turn, none when PRE holds no END. The heads share a form, the longest
+ * prefix and suffix common to the user's and the assistant's ("<role>",
+ * "</role>"): the system turn is its head (up to the first such suffix) and
+ * the default system text (the rest). A conversation is rendered as
+ *   [system head, default text, END: unless the first message is a system one]
+ *   then head, content, END for each message, then the assistant's head;
+ * one user message gives PRE content POST, the template itself. A template
+ * that does not split so (no END after {prompt}, heads without a common
+ * form) takes one user message only, as PRE content POST. */
+struct serve_chat {
+    char *pre, *post;     /* around {prompt}; NULL: the model has no chat template */
+    bool roles;           /* split into roles: the fields below are set */
+    char *system_head;    /* "<role>SYSTEM</role>"; NULL: no system turn (refused) */
+    char *default_system; /* "detailed thinking off": when no system message is given */
+    char *user_head;      /* "<role>HUMAN</role>" */
+    char *assistant_head; /* "<role>ASSISTANT</role>" */
+    char *end;            /* "<|role_end|>" */
+};
+
+/* Split tmpl (with one "{prompt}"; NULL or without one: no chat) by the
+ * end-of-turn token end (NULL: none, one user message only). Returns 0, or
+ * -1 when out of memory; free *out with serve_chat_free (zeroed: no-op). */
+int serve_chat_init(const char *tmpl, const char *end, struct serve_chat *out);
+void serve_chat_free(struct serve_chat *c);
+
 /* What the parser checks requests against. */
 struct serve_limits {
     int64_t max_ctx; /* the model's context in positions; max_tokens beyond it is refused */
     int vocab;       /* token ids must be below it */
+    /* --- NULL: not checked (chat: refused) --- */
+    const char *model;             /* the name served: another "model" gets 404 */
+    const struct serve_chat *chat; /* renders "messages"; NULL: no chat template */
 };
 
 /* An error answer: HTTP status, OpenAI error type and code, the field at
@@ -70,10 +107,15 @@ struct serve_error {
 int serve_error_set(struct serve_error *err, int http, const char *type, const char *code,
                     const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Set *err to the 404 model_not_found for a model other than the one served
+ * (GET /v1/models/NAME, and "model" in a request body). Returns 404. */
+int serve_error_model(struct serve_error *err, const char *name, const char *served);
+
 /* Parse body[0..len) as a request for ep. Returns true and fills *out (free
- * it with serve_req_free), or false with *err set (HTTP 400, naming the
- * field). Unknown fields are ignored; known ones that this server cannot
- * honour (n > 1, logprobs, echo, suffix, tools, penalties) are refused. */
+ * it with serve_req_free), or false with *err set (HTTP 400 naming the
+ * field; 404 for a model not served). Unknown fields are ignored; known ones
+ * that this server cannot honour (n > 1, logprobs, echo, suffix, tools,
+ * penalties) are refused. */
 bool serve_req_parse(enum serve_endpoint ep, const char *body, size_t len,
                      const struct serve_limits *lim, struct serve_req *out,
                      struct serve_error *err);
@@ -136,15 +178,15 @@ char *serve_chunk_sse(enum serve_endpoint ep, const char *id, int64_t created, c
                       const char *finish_reason, int block, int64_t steps,
                       const struct serve_usage *usage);
 
-/* POST /tokenize ({"prompt": text} or {"messages": [one user message]}) and
- * POST /detokenize ({"tokens": [ids]}), as vLLM serves them (lm-evaluation-
- * harness's remote tokenizer uses both). */
+/* POST /tokenize ({"prompt": text} or {"messages": [...]}, rendered in the
+ * chat template as for chat completions) and POST /detokenize ({"tokens":
+ * [ids]}), as vLLM serves them (lm-evaluation-harness's remote tokenizer
+ * uses both). */
 struct serve_tok_req {
-    struct serve_prompt p; /* text (tokenize) or ids (detokenize) */
-    bool chat;             /* tokenize: messages, in the chat template */
+    struct serve_prompt p; /* text (tokenize; messages already rendered) or ids (detokenize) */
 };
-bool serve_tokenize_parse(const char *body, size_t len, struct serve_tok_req *out,
-                          struct serve_error *err);
+bool serve_tokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
+                          struct serve_tok_req *out, struct serve_error *err);
 bool serve_detokenize_parse(const char *body, size_t len, const struct serve_limits *lim,
                             struct serve_tok_req *out, struct serve_error *err);
 void serve_tok_req_free(struct serve_tok_req *t);

@@ -382,10 +382,12 @@ static int sq_on_block(void *user, const struct serve_block *b)
     return found || atomic_load(&g->j->cancel) != JOB_LIVE;
 }
 
-static void sq_usage_add(struct serve_usage *u, const struct serve_result *res)
+/* Add a result whose answer has completion_tokens tokens. */
+static void sq_usage_add(struct serve_usage *u, const struct serve_result *res,
+                         int64_t completion_tokens)
 {
     u->prompt_tokens += res->prompt_tokens;
-    u->completion_tokens += res->n_ids;
+    u->completion_tokens += completion_tokens;
     u->steps += res->steps;
     u->forwards += res->forwards;
     u->blocks += res->blocks;
@@ -444,7 +446,11 @@ static void sq_run_generate(struct serve_queue *q, struct serve_job *j, double t
         size_t len;
         bool found;
         char *t = sq_text(r, res.text, res.text_len, true, &len, &found);
-        if (!t) {
+        /* A stop sequence cut the text: count the tokens of what is left. */
+        int64_t n_tokens = res.n_ids;
+        if (!t || (found && serve_engine_count_tokens(q->e, res.ids, res.n_ids, len, &n_tokens) !=
+                                TIDE_OK)) {
+            free(t);
             serve_result_free(&res);
             serve_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
             failed = true;
@@ -452,9 +458,9 @@ static void sq_run_generate(struct serve_queue *q, struct serve_job *j, double t
         }
         const char *finish = found || res.eos ? "stop" : "length";
         struct serve_usage one = {.queue_seconds = i ? 0 : total.queue_seconds};
-        sq_usage_add(&one, &res);
+        sq_usage_add(&one, &res, n_tokens);
         serve_metrics_generation(q->m, &one);
-        sq_usage_add(&total, &res);
+        sq_usage_add(&total, &res, n_tokens);
         if (r->stream)
             sq_stream_delta(&g, t, len, finish, -1, 0);
         texts[i] = t;
@@ -510,7 +516,7 @@ static void sq_run_tokens(struct serve_queue *q, struct serve_job *j)
     if (j->kind == JOB_TOKENIZE) {
         int32_t *ids = NULL;
         size_t n = 0;
-        if (serve_engine_tokenize(q->e, p->text, p->len, j->tok.chat, &ids, &n, &err) == TIDE_OK)
+        if (serve_engine_tokenize(q->e, p->text, p->len, &ids, &n, &err) == TIDE_OK)
             sq_answer(j, 200, serve_tokens_json(ids, n, serve_engine_info(q->e)->max_ctx));
         else
             sq_answer_error(j, &err);

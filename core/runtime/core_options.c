@@ -200,6 +200,11 @@ static const struct tide_option serve_options[] = {
     {"model_name", TIDE_OPT_STRING, "",
      "model name in answers and /v1/models; empty = the checkpoint folder's name", NULL, NULL},
     {"max_connections", TIDE_OPT_INT, "256", "open HTTP connections at most", NULL, "[1,65536]"},
+    {"read_timeout", TIDE_OPT_FLOAT, "10",
+     "seconds a client may take to send a request's headers, and then its body; a slower one "
+     "gets 408 and its connection is closed (an idle keep-alive connection is closed after as "
+     "long)",
+     NULL, "(0,3600]"},
     {"shutdown_timeout", TIDE_OPT_FLOAT, "10",
      "on SIGINT/SIGTERM, seconds the running request may take to finish before it is cancelled",
      NULL, "[0,]"},

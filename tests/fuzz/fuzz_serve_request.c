@@ -60,7 +60,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_begin();
     if (!size)
         return 0;
-    const struct serve_limits lim = {.max_ctx = 4096, .vocab = 157184};
+    /* LLaDA's chat template (model-llada2, model-llada-moe), in roles. */
+    static struct serve_chat chat;
+    if (!chat.pre &&
+        serve_chat_init("<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>"
+                        "{prompt}<|role_end|><role>ASSISTANT</role>",
+                        "<|role_end|>", &chat))
+        return 0;
+    const struct serve_limits lim = {
+        .max_ctx = 4096, .vocab = 157184, .model = "tiny", .chat = &chat};
     const char *body = (const char *)data + 1;
     const size_t len = size - 1;
     struct serve_error err = {0};
@@ -87,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     default: {
         struct serve_tok_req t;
-        const bool ok = data[0] % 4 == 2 ? serve_tokenize_parse(body, len, &t, &err)
+        const bool ok = data[0] % 4 == 2 ? serve_tokenize_parse(body, len, &lim, &t, &err)
                                          : serve_detokenize_parse(body, len, &lim, &t, &err);
         if (ok)
             serve_tok_req_free(&t);

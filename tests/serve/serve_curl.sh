@@ -10,6 +10,9 @@
 #   shutdown    SIGTERM/SIGINT: waiting requests get 503, the running one is
 #               cancelled after shutdown_timeout, [output] metrics is written,
 #               exit 0
+#   llada_moe   LLaDA-MoE (decoder llada, whole blocks, steps shared among
+#               them): any max_tokens works, with the configured steps per
+#               block
 # Environment: TIDE_BIN (the tide binary), TIDE_SOURCE_DIR. Loopback only.
 set -u
 case=$1
@@ -30,11 +33,18 @@ fail() {
     fails=$((fails + 1))
 }
 
-# start_server [--set ...]: a server on a free port of 127.0.0.1 ($base).
+# start_server [--set ...]: a server on a free port of 127.0.0.1 ($base), of
+# config/$config.ini (default llada2-tiny: its model is "tiny").
 start_server() {
     : >"$tmp/log"
-    "$TIDE_BIN" serve -c "$TIDE_SOURCE_DIR/config/llada2-tiny.ini" --set "model.path=$tmp/tiny" \
-        --set model.create=tiny --set output.progress=false --port 0 "$@" >"$tmp/log" 2>&1 &
+    local cfg="$TIDE_SOURCE_DIR/config/${config:-llada2-tiny}.ini"
+    # [model] create makes a checkpoint only at its file's own path unless the
+    # command line asks: name the preset the configuration creates.
+    local preset
+    preset=$(sed -n 's/^create *= *\([A-Za-z0-9_-]*\).*/\1/p' "$cfg")
+    "$TIDE_BIN" serve -c "$cfg" --set "model.path=$tmp/${config:-tiny}" \
+        --set "model.create=${preset:-tiny}" --set output.progress=false --port 0 "$@" \
+        >"$tmp/log" 2>&1 &
     pid=$!
     port=
     for _ in $(seq 1 600); do
@@ -151,8 +161,11 @@ case_errors() {
     expect_error logprobs 400 logprobs "not supported" $C '{"prompt":"a","logprobs":5}'
     expect_error n 400 n "not supported" $C '{"prompt":"a","n":3}'
     expect_error chat_no_messages 400 messages "'messages' is required" $H '{"prompt":"a"}'
-    expect_error chat_multi 400 messages "one user message" $H \
-        '{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}'
+    expect_error chat_role 400 "messages\[1\].role" "must be 'system', 'user' or 'assistant'" $H \
+        '{"messages":[{"role":"system","content":"s"},{"role":"tool","content":"u"}]}'
+    expect_error unknown_model 404 model "the model 'gpt-4' is not served here (this server serves 'tiny')" \
+        $C '{"prompt":"a","model":"gpt-4"}'
+    grep -q '"code":"model_not_found"' "$tmp/body" || fail "unknown model: $(cat "$tmp/body")"
     expect_error chat_empty 400 "messages\[0\].content" "is empty" $H \
         '{"messages":[{"role":"user","content":""}]}'
     expect_error bad_utf8 400 null "malformed JSON" $C "$(printf '{"prompt":"\377"}')"
@@ -183,6 +196,11 @@ case_errors() {
     req POST /v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}'
     [ "$status" = 200 ] && grep -q '"role":"assistant"' "$tmp/body" ||
         fail "chat: $status $(cat "$tmp/body")"
+    req POST /v1/chat/completions -d '{"model":"tiny","max_tokens":4,"messages":[{"role":"system",
+        "content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},
+        {"role":"user","content":"More"}]}'
+    [ "$status" = 200 ] && grep -q '"role":"assistant"' "$tmp/body" ||
+        fail "chat with a system message and turns: $status $(cat "$tmp/body")"
     req POST /v1/completions -d '{"prompt":"Hello","max_tokens":40,"steps":2,"stream":true}'
     [ "$status" = 200 ] || fail "stream: $status"
     grep -qi '^Content-Type: text/event-stream' "$tmp/head" || fail "stream content type"
@@ -315,10 +333,31 @@ case_shutdown() {
     grep -q 'stopped after' "$tmp/log" || fail "no summary line"
 }
 
+case_llada_moe() {
+    # gen_length = 64, block_length = 32, steps = 32: 16 steps per block. The
+    # decoder runs every step of every block, so steps = 16 x blocks.
+    config=llada-moe-tiny start_server
+    for mt in 16 96 1 33 64; do
+        blocks=$(((mt + 31) / 32))
+        req POST /v1/completions -d "{\"prompt\":\"Hello\",\"max_tokens\":$mt}"
+        [ "$status" = 200 ] || fail "max_tokens $mt: $status $(cat "$tmp/body")"
+        grep -q "\"completion_tokens\":$mt," "$tmp/body" ||
+            grep -q '"finish_reason":"stop"' "$tmp/body" ||
+            fail "max_tokens $mt: not $mt tokens: $(cat "$tmp/body")"
+        grep -q "\"tide\":{\"steps\":$((16 * blocks)),\"forwards\":[0-9]*,\"blocks\":$blocks," \
+            "$tmp/body" || fail "max_tokens $mt: not $blocks blocks of 16 steps: $(cat "$tmp/body")"
+    done
+    # A request's steps are per block too.
+    req POST /v1/completions -d '{"prompt":"Hello","max_tokens":96,"steps":5}'
+    [ "$status" = 200 ] && grep -q '"tide":{"steps":15,' "$tmp/body" ||
+        fail "96 tokens, 5 steps per block: $status $(cat "$tmp/body")"
+    stop_server
+}
+
 case "$case" in
-errors | auth | body_limit | queue_full | disconnect | shutdown) "case_$case" ;;
+errors | auth | body_limit | queue_full | disconnect | shutdown | llada_moe) "case_$case" ;;
 *)
-    echo "usage: $0 errors|auth|body_limit|queue_full|disconnect|shutdown"
+    echo "usage: $0 errors|auth|body_limit|queue_full|disconnect|shutdown|llada_moe"
     exit 2
     ;;
 esac

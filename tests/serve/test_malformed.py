@@ -4,7 +4,9 @@ raw sockets to 127.0.0.1 (bounded: a fixed list plus 400 seeded random
 mutations of valid bodies). Every well-framed request must get an answer
 with a status below 500 and, for errors, an OpenAI-style JSON error; at the
 end the server still answers, and it exits 0 on SIGTERM with no sanitizer
-report (run under ASan by the sanitizer build of CI).
+report (run under ASan by the sanitizer build of CI). Then clients that
+stall in their headers or body, as many as [serve] max_connections, get 408
+after [serve] read_timeout, and others are served again.
 
 Usage: test_malformed.py [SEED]  (environment: TIDE_BIN, TIDE_SOURCE_DIR)
 """
@@ -114,6 +116,51 @@ def mutate(rng, data):
         else:  # swap a value's type
             data = data.replace(b"4", rng.choice([b"\"4\"", b"[4]", b"{}", b"4.5", b"-4"]), 1)
     return bytes(data)
+
+
+def stalled(failures):
+    """max_connections = 8 sockets that stall, four in their headers and four
+    in their body, hold every slot: each must get 408 once read_timeout (1 s)
+    has passed and free its slot, so that a normal request is served."""
+    srv = Server(sets=["serve.max_connections=8", "serve.read_timeout=1",
+                       "generation.gen_length=16"])
+    socks = []
+    try:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(head + (b'Content-Length: 100\r\n\r\n{"prompt":' if i % 2 else
+                              b"Content-Le"))
+            socks.append(s)
+        t0 = time.time()
+        try:
+            st, out = srv.post("/v1/completions", {"prompt": "Hello", "max_tokens": 4}, timeout=30)
+        except OSError as e:  # no slot, no answer
+            st, out = None, repr(e)
+        check(st == 200, "a request behind 8 stalled connections: %s %r" % (st, out), failures)
+        check(time.time() - t0 < 15, "served after %.1f s, with read_timeout = 1 s"
+              % (time.time() - t0), failures)
+        for i, s in enumerate(socks):
+            answer = b""
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+            except OSError:
+                pass
+            what = "stalled in the %s" % ("body" if i % 2 else "headers")
+            check(status_of(answer) == 408 and b'"code":"request_timeout"' in answer,
+                  "%s: %r" % (what, answer[:300]), failures)
+        m = srv.metrics()
+        for label in ("completions", "other"):
+            n = m.get('tide_http_requests_total{endpoint="%s",status="408"}' % label)
+            check(n == 4, "408s counted for %s: %s" % (label, n), failures)
+    finally:
+        for s in socks:
+            s.close()
+        failures += srv.stop()
 
 
 def main():
@@ -239,6 +286,7 @@ def main():
         time.sleep(0.2)
     finally:
         failures += srv.stop()
+    stalled(failures)
     finish(failures)
 
 

@@ -1,7 +1,9 @@
 """`tide serve` driven by the official `openai` Python client (loopback, tiny
-synthetic model, an API key): completions, chat, streaming (with usage),
-stop sequences, batches, token-id prompts, the tide object, models, and
-errors surfacing as the client's exceptions with the field named.
+synthetic model, an API key): completions, chat (a system message and
+several turns in the model's template), streaming (with usage), stop
+sequences (and the usage of what they leave), batches, token-id prompts,
+the tide object, models, and errors surfacing as the client's exceptions
+with the field named (an unknown model: 404).
 
 Run by venv_run.sh with the venv's Python (environment: TIDE_BIN,
 TIDE_SOURCE_DIR).
@@ -16,6 +18,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import Server, check, finish  # noqa: E402
 
 KEY = "test-key-15"
+AUTH = {"Authorization": "Bearer " + KEY}
+
+
+def tokens(srv, body):
+    """The token count /tokenize gives for body."""
+    st, out = srv.post("/tokenize", body, headers=AUTH)
+    return json.loads(out)["count"] if st == 200 else "status %d: %r" % (st, out)
 
 
 def main():
@@ -81,14 +90,26 @@ def main():
                                for ch in c.completions.create(stop=stop, stream=True, **kw)
                                if ch.choices)
             check(streamed == t[:k], "streamed stop %r: %r" % (stop, streamed), failures)
+            # usage counts the tokens of the text returned, not the ones the
+            # stop sequence cut off; streamed, the same.
+            n = rs.usage.completion_tokens
+            check(0 < n < u.completion_tokens,
+                  "stop %r: %d completion tokens for %r (%d without the stop)"
+                  % (stop, n, rs.choices[0].text, u.completion_tokens), failures)
+            last = list(c.completions.create(stop=stop, stream=True,
+                                              stream_options={"include_usage": True}, **kw))[-1]
+            check(last.usage and last.usage.completion_tokens == n,
+                  "streamed stop usage %r, want %d" % (last.usage, n), failures)
+        r0 = c.completions.create(stop=[t[:1]], **kw)
+        check(r0.choices[0].text == "" and r0.usage.completion_tokens == 0,
+              "a stop at the start: %r, %r" % (r0.choices[0].text, r0.usage), failures)
 
         # A batch of two prompts, and a prompt of token ids.
         rb = c.completions.create(model=model, prompt=["The tide comes in", "Hello"],
                                   max_tokens=40, temperature=0, extra_body={"steps": 4})
         check([ch.index for ch in rb.choices] == [0, 1] and rb.choices[0].text == t,
               "batch: %r" % rb.choices, failures)
-        st, out = srv.post("/tokenize", {"prompt": "The tide comes in"},
-                           headers={"Authorization": "Bearer " + KEY})
+        st, out = srv.post("/tokenize", {"prompt": "The tide comes in"}, headers=AUTH)
         toks = json.loads(out)["tokens"]
         ri = c.completions.create(model=model, prompt=toks, max_tokens=40, temperature=0,
                                   extra_body={"steps": 4})
@@ -109,6 +130,28 @@ def main():
         st_text = "".join(ch.choices[0].delta.content or "" for ch in sc if ch.choices)
         check(st_text == m.content, "streamed chat %r != %r" % (st_text, m.content), failures)
 
+        # The prompt is LLaDA2.0's official chat template, with roles: one
+        # user message after the default system one, or a system message and
+        # several turns (/tokenize of the text they stand for; of the
+        # messages themselves, the same).
+        one = ("<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>"
+               "Say something about tides<|role_end|><role>ASSISTANT</role>")
+        check(rc.usage.prompt_tokens == tokens(srv, {"prompt": one}),
+              "chat prompt: %d tokens, not those of %r" % (rc.usage.prompt_tokens, one), failures)
+        turns = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "Hello!"},
+                 {"role": "user", "content": "And you?"}]
+        rt = c.chat.completions.create(model=model, messages=turns, max_tokens=8, temperature=0)
+        many = ("<role>SYSTEM</role>Be brief.<|role_end|><role>HUMAN</role>Hi<|role_end|>"
+                "<role>ASSISTANT</role>Hello!<|role_end|><role>HUMAN</role>And you?<|role_end|>"
+                "<role>ASSISTANT</role>")
+        want = tokens(srv, {"prompt": many})
+        check(rt.choices[0].message.role == "assistant" and rt.usage.prompt_tokens == want,
+              "chat with turns: %r, prompt_tokens %d, want %r"
+              % (rt.choices[0].message, rt.usage.prompt_tokens, want), failures)
+        check(tokens(srv, {"messages": turns}) == want, "/tokenize of the messages", failures)
+
         # Errors reach the client as exceptions naming the field.
         for bad, field in [(dict(max_tokens=100000), "max_tokens"),
                            (dict(max_tokens=4, temperature=-1), "temperature"),
@@ -121,6 +164,19 @@ def main():
                 param = (e.body or {}).get("param") if isinstance(e.body, dict) else None
                 check(param == field, "%r: param %r, want %r (%s)" % (bad, param, field, e),
                       failures)
+        # A model not served: 404 model_not_found, as GET /v1/models/NAME.
+        try:
+            c.completions.create(model="gpt-4", prompt="x", max_tokens=4)
+            check(False, "model gpt-4 was accepted", failures)
+        except openai.NotFoundError as e:
+            code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+            check(code == "model_not_found" and "'gpt-4'" in str(e) and "'tiny'" in str(e),
+                  "model gpt-4: %r (%s)" % (code, e), failures)
+        try:
+            c.models.retrieve("gpt-4")
+            check(False, "models.retrieve('gpt-4') found it", failures)
+        except openai.NotFoundError:
+            pass
         try:
             c.completions.create(model=model, prompt="", max_tokens=4)
             check(False, "an empty prompt was accepted", failures)

@@ -7,7 +7,16 @@
 #include "serve_json.h"
 #include "serve_metrics.h"
 
-static const struct serve_limits lim = {.max_ctx = 4096, .vocab = 1000};
+/* The chat template of model-llada2 (LLaDA2.0) and model-llada-moe, as
+ * their plugins give it (llada2_chat_template, lmoe_chat_template), and
+ * their end-of-turn token. */
+#define LLADA_TEMPLATE                                                                             \
+    "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>{prompt}<|role_end|>"   \
+    "<role>ASSISTANT</role>"
+#define LLADA_END "<|role_end|>"
+
+static struct serve_chat llada_chat; /* LLADA_TEMPLATE in roles (main) */
+static struct serve_limits lim = {.max_ctx = 4096, .vocab = 1000, .chat = &llada_chat};
 
 /* Parse body for ep; expect success. */
 static bool parse_ok(enum serve_endpoint ep, const char *body, struct serve_req *r)
@@ -175,6 +184,101 @@ static void test_completions_errors(void)
     serve_req_free(&r);
 }
 
+/* The chat text of a request's messages (with the limits' template). */
+static void chat_is(const struct serve_limits *l, const char *messages, const char *want, int line)
+{
+    char body[2048];
+    snprintf(body, sizeof body, "{\"messages\":%s}", messages);
+    struct serve_req r;
+    struct serve_error err = {0};
+    test_checks++;
+    if (!serve_req_parse(SERVE_EP_CHAT, body, strlen(body), l, &r, &err)) {
+        test_failures++;
+        fprintf(stderr, "line %d: %s refused: %s\n", line, body, err.message);
+        return;
+    }
+    CHECK(r.chat && r.n_prompts == 1);
+    if (strcmp(r.prompts[0].text, want) || r.prompts[0].len != strlen(want)) {
+        test_failures++;
+        fprintf(stderr, "line %d: %s\n  gave %s\n  want %s\n", line, body, r.prompts[0].text, want);
+    }
+    serve_req_free(&r);
+}
+#define CHAT_IS(l, messages, want) chat_is(l, messages, want, __LINE__)
+
+static void test_chat_template(void)
+{
+    /* The roles of LLaDA's template (LLaDA2.0 and LLaDA-MoE). */
+    const struct serve_chat *c = &llada_chat;
+    CHECK(c->roles);
+    CHECK(!strcmp(c->system_head, "<role>SYSTEM</role>"));
+    CHECK(!strcmp(c->default_system, "detailed thinking off"));
+    CHECK(!strcmp(c->user_head, "<role>HUMAN</role>"));
+    CHECK(!strcmp(c->assistant_head, "<role>ASSISTANT</role>"));
+    CHECK(!strcmp(c->end, LLADA_END));
+
+    /* One user message is the model's template itself. */
+    CHAT_IS(&lim, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Hi<|role_end|>"
+            "<role>ASSISTANT</role>");
+    /* A system message replaces the default one; turns follow in order. */
+    CHAT_IS(&lim,
+            "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+            "\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello!\"},{\"role\":\"user\","
+            "\"content\":[{\"type\":\"text\",\"text\":\"And \"},{\"type\":\"text\",\"text\":"
+            "\"you?\"}]}]",
+            "<role>SYSTEM</role>Be brief.<|role_end|><role>HUMAN</role>Hi<|role_end|>"
+            "<role>ASSISTANT</role>Hello!<|role_end|><role>HUMAN</role>And you?<|role_end|>"
+            "<role>ASSISTANT</role>");
+    /* Several turns without a system message: the default one first. */
+    CHAT_IS(&lim,
+            "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"},"
+            "{\"role\":\"user\",\"content\":\"c\"}]",
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>a<|role_end|>"
+            "<role>ASSISTANT</role>b<|role_end|><role>HUMAN</role>c<|role_end|>"
+            "<role>ASSISTANT</role>");
+
+    /* A template without a system turn: no default, system refused. */
+    struct serve_chat plain;
+    CHECK(serve_chat_init("<u>{prompt}</t><a>", "</t>", &plain) == 0);
+    CHECK(plain.roles && !plain.system_head);
+    struct serve_limits l = lim;
+    l.chat = &plain;
+    CHAT_IS(&l,
+            "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"y\"},"
+            "{\"role\":\"user\",\"content\":\"z\"}]",
+            "<u>x</t><a>y</t><u>z</t><a>");
+    struct serve_req r;
+    struct serve_error err = {0};
+    const char *b = "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"}]}";
+    CHECK(!serve_req_parse(SERVE_EP_CHAT, b, strlen(b), &l, &r, &err));
+    CHECK(!strcmp(err.param, "messages[0].role"));
+    CHECK_CONTAINS(err.message, "no system turn");
+    serve_chat_free(&plain);
+
+    /* A template that does not split into roles (no end-of-turn token):
+     * one user message, as the template says; more are refused. */
+    CHECK(serve_chat_init(LLADA_TEMPLATE, NULL, &plain) == 0);
+    CHECK(!plain.roles);
+    CHAT_IS(&l, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Hi<|role_end|>"
+            "<role>ASSISTANT</role>");
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\","
+        "\"content\":\"b\"}]}";
+    CHECK(!serve_req_parse(SERVE_EP_CHAT, b, strlen(b), &l, &r, &err));
+    CHECK_CONTAINS(err.message, "takes one user message");
+    serve_chat_free(&plain);
+    serve_chat_free(&plain); /* a freed one is zeroed: no-op */
+
+    /* No template (or none with {prompt}): chat is refused. */
+    CHECK(serve_chat_init("no placeholder", LLADA_END, &plain) == 0 && !plain.pre);
+    l.chat = NULL;
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}";
+    CHECK(!serve_req_parse(SERVE_EP_CHAT, b, strlen(b), &l, &r, &err));
+    CHECK(err.http == 400 && !strcmp(err.param, "messages"));
+    CHECK_CONTAINS(err.message, "no chat template");
+}
+
 static void test_chat(void)
 {
     struct serve_req r;
@@ -184,14 +288,8 @@ static void test_chat(void)
                    &r));
     CHECK(r.chat);
     CHECK_EQ_INT(r.n_prompts, 1);
-    CHECK(!strcmp(r.prompts[0].text, "Hi there"));
+    CHECK_CONTAINS(r.prompts[0].text, "<role>HUMAN</role>Hi there<|role_end|>");
     CHECK_EQ_INT(r.max_tokens, 9);
-    serve_req_free(&r);
-    CHECK(parse_ok(SERVE_EP_CHAT,
-                   "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
-                   "\"ab\"},{\"type\":\"text\",\"text\":\"cd\"}]}]}",
-                   &r));
-    CHECK(!strcmp(r.prompts[0].text, "abcd"));
     serve_req_free(&r);
     const enum serve_endpoint H = SERVE_EP_CHAT;
     BAD(H, "{\"prompt\":\"a\"}", "messages", "'messages' is required");
@@ -204,11 +302,62 @@ static void test_chat(void)
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
         "messages[0].content", "text part");
     BAD(H,
-        "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"tool\",\"content\":"
         "\"u\"}]}",
-        "messages", "one user message");
+        "messages[1].role", "must be 'system', 'user' or 'assistant'");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\"}]}",
+        "messages[1].content", "missing");
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"tools\":[{}]}", "tools",
         "not supported");
+}
+
+/* "model" names the model served, or is absent or null; another name is a
+ * 404 model_not_found naming both, as GET /v1/models/NAME answers. */
+static void test_model(void)
+{
+    struct serve_limits l = lim;
+    l.model = "tiny";
+    struct serve_req r;
+    struct serve_tok_req t;
+    struct serve_error err = {0};
+    const char *ok[] = {"{\"prompt\":\"a\",\"model\":\"tiny\"}", "{\"prompt\":\"a\"}",
+                        "{\"prompt\":\"a\",\"model\":null}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        CHECK(serve_req_parse(SERVE_EP_COMPLETIONS, ok[i], strlen(ok[i]), &l, &r, &err));
+        serve_req_free(&r);
+    }
+    const char *b = "{\"prompt\":\"a\",\"model\":\"gpt-4\"}";
+    CHECK(!serve_req_parse(SERVE_EP_COMPLETIONS, b, strlen(b), &l, &r, &err));
+    CHECK_EQ_INT(err.http, 404);
+    CHECK(err.code && !strcmp(err.code, "model_not_found") && !strcmp(err.param, "model"));
+    CHECK_CONTAINS(err.message, "'gpt-4'");
+    CHECK_CONTAINS(err.message, "'tiny'");
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"model\":\"tin\"}";
+    CHECK(!serve_req_parse(SERVE_EP_CHAT, b, strlen(b), &l, &r, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"prompt\":\"a\",\"model\":\"tiny2\"}";
+    CHECK(!serve_tokenize_parse(b, strlen(b), &l, &t, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"tokens\":[1],\"model\":\"x\"}";
+    CHECK(!serve_detokenize_parse(b, strlen(b), &l, &t, &err));
+    CHECK_EQ_INT(err.http, 404);
+    b = "{\"tokens\":[1],\"model\":\"tiny\"}";
+    CHECK(serve_detokenize_parse(b, strlen(b), &l, &t, &err));
+    serve_tok_req_free(&t);
+    /* The 404 of GET /v1/models/NAME is the same error. */
+    struct serve_error get;
+    CHECK_EQ_INT(serve_error_model(&get, "gpt-4", "tiny"), 404);
+    CHECK(!strcmp(get.message, "the model 'gpt-4' is not served here (this server serves 'tiny')"));
+}
+
+/* lm-evaluation-harness's loglikelihood request (local-completions) asks
+ * for echo and logprobs: it is refused naming echo (docs/serving.md). */
+static void test_lm_eval_loglikelihood(void)
+{
+    BAD(SERVE_EP_COMPLETIONS,
+        "{\"model\":\"tiny\",\"prompt\":[[1,2,3]],\"temperature\":0,\"max_tokens\":1,"
+        "\"logprobs\":1,\"seed\":1234,\"echo\":true}",
+        "echo", "not supported");
 }
 
 static void test_tokenize(void)
@@ -216,15 +365,17 @@ static void test_tokenize(void)
     struct serve_tok_req t;
     struct serve_error err;
     const char *b = "{\"prompt\":\"hello\",\"add_special_tokens\":false}";
-    CHECK(serve_tokenize_parse(b, strlen(b), &t, &err));
-    CHECK(!strcmp(t.p.text, "hello") && !t.chat);
+    CHECK(serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
+    CHECK(!strcmp(t.p.text, "hello"));
     serve_tok_req_free(&t);
+    /* Messages: in the chat template, as a chat completion has them. */
     b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-    CHECK(serve_tokenize_parse(b, strlen(b), &t, &err));
-    CHECK(!strcmp(t.p.text, "hi") && t.chat);
+    CHECK(serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
+    CHECK(!strcmp(t.p.text, "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>"
+                            "hi<|role_end|><role>ASSISTANT</role>"));
     serve_tok_req_free(&t);
     b = "{\"prompt\":3}";
-    CHECK(!serve_tokenize_parse(b, strlen(b), &t, &err));
+    CHECK(!serve_tokenize_parse(b, strlen(b), &lim, &t, &err));
     CHECK(!strcmp(err.param, "prompt"));
     b = "{\"tokens\":[1,2,3]}";
     CHECK(serve_detokenize_parse(b, strlen(b), &lim, &t, &err));
@@ -414,13 +565,21 @@ static void test_metrics(void)
 
 int main(void)
 {
+    if (serve_chat_init(LLADA_TEMPLATE, LLADA_END, &llada_chat)) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
     TEST_RUN(test_completions_fields);
     TEST_RUN(test_completions_errors);
+    TEST_RUN(test_chat_template);
     TEST_RUN(test_chat);
+    TEST_RUN(test_model);
+    TEST_RUN(test_lm_eval_loglikelihood);
     TEST_RUN(test_tokenize);
     TEST_RUN(test_utf8);
     TEST_RUN(test_stop);
     TEST_RUN(test_responses);
     TEST_RUN(test_metrics);
+    serve_chat_free(&llada_chat);
     TEST_DONE();
 }
