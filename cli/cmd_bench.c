@@ -258,8 +258,10 @@ static const struct tide_request *bq_next(void *user, bool idle)
     return q->next < q->n && q->rc == TIDE_OK && !tide_stop_requested() ? &q->req[q->next++] : NULL;
 }
 
-static void bq_done(void *user, const struct tide_request *req, int status, struct tide_result *res)
+static void bq_done(void *user, const struct tide_request *req, int status, struct tide_result *res,
+                    const char *error)
 {
+    (void)error; /* logged where it happened */
     struct bench_queue *q = user;
     const int i = (int)(req - q->req) / q->b->repeats;
     if (status != TIDE_OK && q->rc == TIDE_OK)
@@ -407,11 +409,16 @@ int cmd_bench(int argc, char **argv)
     struct bench_shard_args sa = {0};
     /* tide sim's spellings too: the two commands take the same flags. */
     static const char *flags[][2] = {
-        {"--policies", "bench.policies="},   {"--policy", "bench.policies="},
-        {"--budgets", "bench.budgets="},     {"--budget", "bench.budgets="},
-        {"--intervals", "bench.intervals="}, {"--interval", "bench.intervals="},
-        {"--batch", "bench.batch="},         {"--prompts", "bench.prompts="},
-        {"--max-prompts", "bench.max_prompts="}, {"--repeats", "bench.repeats="},
+        {"--policies", "bench.policies="},
+        {"--policy", "bench.policies="},
+        {"--budgets", "bench.budgets="},
+        {"--budget", "bench.budgets="},
+        {"--intervals", "bench.intervals="},
+        {"--interval", "bench.intervals="},
+        {"--batch", "bench.batch="},
+        {"--prompts", "bench.prompts="},
+        {"--max-prompts", "bench.max_prompts="},
+        {"--repeats", "bench.repeats="},
         {"--out", "bench.out="},
     };
     char *owned[16];

@@ -42,8 +42,9 @@ static void serve_usage(FILE *f)
             "usage and a \"tide\" object (steps, forwards, hit rate, promotions, GB moved,\n"
             "seconds). Unset fields take the [generation] values.\n\n"
             "  -c, --config FILE   configuration; [serve] holds the server's options\n"
-            "                      (host, port, max_queue, max_body, api_key, model_name,\n"
-            "                      max_connections, read_timeout, shutdown_timeout;\n"
+            "                      (host, port, max_queue, max_batch, max_body, api_key,\n"
+            "                      model_name, max_connections, read_timeout,\n"
+            "                      shutdown_timeout;\n"
             "                      `tide config doc`)\n"
             "      --set S.K=V     override one option (may repeat)\n"
             "      --host ADDR     listen address (default 127.0.0.1: this machine only);\n"
@@ -203,7 +204,7 @@ int cmd_serve(int argc, char **argv)
         rc = TIDE_E_NOMEM;
         goto done;
     }
-    if ((rc = serve_queue_create(e, m, st.max_queue, model, &q)) != TIDE_OK)
+    if ((rc = serve_queue_create(e, m, st.max_queue, st.max_batch, model, &q)) != TIDE_OK)
         goto done;
     const struct serve_http_args ha = {
         .host = st.host,

@@ -9,6 +9,7 @@
  * must not show as text, the model's chat template and end-of-turn token
  * (split into roles for "messages"), and the decoder's plans (how it takes
  * gen_length and steps, so that any max_tokens works). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ static void se_settings(const struct tide_config *cfg, struct serve_settings *st
         .api_key = tide_opts_str(so, "api_key"),
         .model_name = tide_opts_str(so, "model_name"),
         .max_connections = (int)tide_opts_int(so, "max_connections"),
+        .max_batch = (int)tide_opts_int(so, "max_batch"),
         .shutdown_timeout = tide_opts_float(so, "shutdown_timeout"),
         .read_timeout = tide_opts_float(so, "read_timeout"),
     };
@@ -400,44 +402,62 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t
     return TIDE_OK;
 }
 
-int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
-                          struct serve_result *out, struct serve_error *err)
+/* One generation in the engine's terms: the callbacks' state, the request
+ * and its prompt ids (se_begin), turned into a result (se_end). */
+struct se_req {
+    struct se_gen x;
+    struct tide_request r;
+    int32_t *ids;
+};
+
+/* Check g and build its request. On failure *err says why. */
+static int se_begin(struct serve_engine *s, const struct serve_gen *g, struct se_req *q,
+                    struct serve_error *err)
 {
-    memset(out, 0, sizeof *out);
-    struct se_gen x = {
+    memset(q, 0, sizeof *q);
+    q->x = (struct se_gen){
         .s = s, .g = g, .max_tokens = g->max_tokens > 0 ? g->max_tokens : s->info.gen_length};
     /* Whole blocks where the decoder wants them (the answer is cut at
      * max_tokens), and the steps per block asked for in each. */
     const int L = s->info.block_length;
-    const int64_t gen = s->whole_blocks ? (x.max_tokens + L - 1) / L * L : x.max_tokens;
+    const int64_t gen = s->whole_blocks ? (q->x.max_tokens + L - 1) / L * L : q->x.max_tokens;
     const int64_t per_block = g->steps > 0 ? g->steps : s->block_steps;
     const int64_t steps = s->shared_steps ? per_block * ((gen + L - 1) / L) : g->steps;
-    int32_t *ids = NULL;
     size_t n = 0;
-    int rc = se_prepare(s, g, gen, &ids, &n, err);
+    int rc = se_prepare(s, g, gen, &q->ids, &n, err);
     if (rc != TIDE_OK) {
-        free(ids);
+        free(q->ids);
+        q->ids = NULL;
         return rc;
     }
-    struct tide_request r;
-    tide_request_init(&r);
-    r.prompt_ids = ids;
-    r.n_prompt_ids = n;
-    r.chat = 0; /* the ids are final */
-    r.gen_length = gen;
-    r.steps = steps < INT32_MAX ? (int)steps : INT32_MAX; /* the engine checks the range */
-    r.threshold = g->threshold;
-    r.temperature = g->temperature;
-    r.top_k = g->top_k;
-    r.top_p = g->top_p;
-    r.seed = g->seed;
-    r.user = &x;
-    r.on_start = se_on_start;
-    r.on_step = se_on_step;
-    r.on_block = se_on_block;
-    struct tide_result *res = NULL;
-    rc = tide_engine_generate(s->e, &r, &res);
-    free(ids);
+    struct tide_request *r = &q->r;
+    tide_request_init(r);
+    r->prompt_ids = q->ids;
+    r->n_prompt_ids = n;
+    r->chat = 0; /* the ids are final */
+    r->gen_length = gen;
+    r->steps = steps < INT32_MAX ? (int)steps : INT32_MAX; /* the engine checks the range */
+    r->threshold = g->threshold;
+    r->temperature = g->temperature;
+    r->top_k = g->top_k;
+    r->top_p = g->top_p;
+    r->seed = g->seed;
+    r->user = &q->x;
+    r->on_start = se_on_start;
+    r->on_step = se_on_step;
+    r->on_block = se_on_block;
+    return TIDE_OK;
+}
+
+/* The request ended with rc and res (freed here), why explaining a
+ * failure: the serve result, or *err. */
+static int se_end(struct serve_engine *s, struct se_req *q, int rc, struct tide_result *res,
+                  const char *why, struct serve_result *out, struct serve_error *err)
+{
+    struct se_gen x = q->x;
+    memset(out, 0, sizeof *out);
+    free(q->ids);
+    q->ids = NULL;
     if (x.rc != TIDE_OK)
         rc = x.rc;
     else if (rc == TIDE_E_CANCELLED && res)
@@ -460,7 +480,7 @@ int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
         const int http =
             rc == TIDE_E_CONFIG || rc == TIDE_E_RANGE || rc == TIDE_E_UNSUPPORTED ? 400 : 500;
         serve_error_set(err, http, http == 400 ? "invalid_request_error" : "server_error", NULL,
-                        NULL, "generation failed: %s", tide_engine_error(s->e));
+                        NULL, "generation failed: %s", why && *why ? why : tide_status_str(rc));
         free(x.ids);
         free(x.text);
         tide_result_free(res);
@@ -496,6 +516,87 @@ int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
     };
     tide_result_free(res);
     return TIDE_OK;
+}
+
+int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
+                          struct serve_result *out, struct serve_error *err)
+{
+    memset(out, 0, sizeof *out);
+    struct se_req q;
+    int rc = se_begin(s, g, &q, err);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_result *res = NULL;
+    rc = tide_engine_generate(s->e, &q.r, &res);
+    return se_end(s, &q, rc, res, tide_engine_error(s->e), out, err);
+}
+
+/* ---- continuous batching ------------------------------------------------ */
+
+struct se_batch {
+    struct serve_engine *s;
+    const struct serve_batch_feed *f;
+};
+
+/* One generation of the batch. */
+struct se_breq {
+    struct se_req q; /* first: the request's address is the struct's */
+    const struct serve_gen *g;
+};
+
+static const struct tide_request *sb_next(void *user, bool idle)
+{
+    struct se_batch *b = user;
+    for (;;) {
+        const struct serve_gen *g = b->f->next(b->f->user, idle);
+        if (!g)
+            return NULL;
+        struct serve_error err = {0};
+        struct se_breq *x = calloc(1, sizeof *x);
+        int rc = x ? se_begin(b->s, g, &x->q, &err) : TIDE_E_NOMEM;
+        if (rc == TIDE_OK) {
+            x->g = g;
+            return &x->q.r;
+        }
+        if (!x)
+            serve_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
+        free(x);
+        b->f->done(b->f->user, g, rc, NULL, &err);
+    }
+}
+
+static void sb_done(void *user, const struct tide_request *req, int status, struct tide_result *res,
+                    const char *error)
+{
+    struct se_batch *b = user;
+    struct se_breq *x = (struct se_breq *)(void *)((char *)req - offsetof(struct se_breq, q.r));
+    struct serve_result out;
+    struct serve_error err = {0};
+    const int rc = se_end(b->s, &x->q, status, res, error, &out, &err);
+    b->f->done(b->f->user, x->g, rc, rc == TIDE_OK ? &out : NULL, &err);
+    free(x);
+}
+
+static void sb_between(void *user)
+{
+    struct se_batch *b = user;
+    b->f->between(b->f->user);
+}
+
+int serve_engine_run_batch(struct serve_engine *s, int max_batch, const struct serve_batch_feed *f)
+{
+    struct se_batch b = {.s = s, .f = f};
+    const struct tide_batch_queue q = {
+        .size = sizeof q,
+        .user = &b,
+        .next = sb_next,
+        .done = sb_done,
+        .between = f->between ? sb_between : NULL,
+    };
+    int rc = tide_engine_run_batch(s->e, max_batch, &q);
+    if (rc != TIDE_OK)
+        tide_error("serve: %s", tide_engine_error(s->e));
+    return rc;
 }
 
 void serve_result_free(struct serve_result *r)

@@ -37,6 +37,7 @@ struct serve_settings {
     const char *api_key;
     const char *model_name; /* "" = the checkpoint folder's name */
     int max_connections;
+    int max_batch; /* prompts decoded together */
     double shutdown_timeout;
     double read_timeout; /* seconds a client may take to send a request's headers, or its body */
 };
@@ -115,6 +116,30 @@ void serve_result_free(struct serve_result *r);
  * otherwise. */
 int serve_engine_generate(struct serve_engine *e, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err);
+
+/* Continuous batching (docs/batching.md): generations decoded together, up
+ * to max_batch at a time, joining between forwards. Every callback runs on
+ * the calling thread's behalf, one at a time. */
+struct serve_batch_feed {
+    void *user;
+    /* The next generation to start (the caller's: valid until done()), or
+     * NULL for none now. idle: nothing runs, so the call may wait for work;
+     * NULL while idle ends serve_engine_run_batch. */
+    const struct serve_gen *(*next)(void *user, bool idle);
+    /* g ended: rc TIDE_OK with *res (the caller frees it with
+     * serve_result_free), else a status with *err set as
+     * serve_engine_generate's. */
+    void (*done)(void *user, const struct serve_gen *g, int rc, struct serve_result *res,
+                 const struct serve_error *err);
+    /* Optional: between every two forwards, for quick work (tokenizing) that
+     * must not wait behind the generations. */
+    void (*between)(void *user);
+};
+
+/* Run generations from f until next() returns NULL while idle. Returns
+ * TIDE_OK or a status for the whole batch (logged): TIDE_E_UNSUPPORTED when
+ * max_batch > 1 and the model plugin has no batches. */
+int serve_engine_run_batch(struct serve_engine *s, int max_batch, const struct serve_batch_feed *f);
 
 /* Tokens of text (as is: chat text is rendered by the parser). *ids is
  * freed with free(). */

@@ -31,6 +31,7 @@ struct serve_metrics {
     struct sm_hist step, request, queue, prefill;
     uint64_t generations, prompt_tokens, completion_tokens, steps, forwards, blocks;
     uint64_t cancel_disconnect, cancel_shutdown;
+    int sequences, sequences_max; /* prompts decoding together: now, most */
     struct serve_offload total;
     struct serve_offload *layers;
     int n_layers;
@@ -84,6 +85,15 @@ void serve_metrics_request(struct serve_metrics *m, const char *endpoint, int st
     }
     if (i < m->n_series)
         m->series[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_sequences(struct serve_metrics *m, int n)
+{
+    pthread_mutex_lock(&m->mu);
+    m->sequences = n;
+    if (n > m->sequences_max)
+        m->sequences_max = n;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -221,7 +231,12 @@ char *serve_metrics_render(struct serve_metrics *m, int queued, int running, int
     sm_gauge(f, "tide_queue_requests", "Generation requests waiting for the worker.", queued);
     sm_gauge(f, "tide_queue_capacity", "Most requests that may wait ([serve] max_queue).",
              max_queue);
-    sm_gauge(f, "tide_running_requests", "Generations in progress (0 or 1).", running);
+    sm_gauge(f, "tide_running_requests", "Generation requests in progress.", running);
+    sm_gauge(f, "tide_batch_sequences",
+             "Prompts decoding together now (continuous batching, [serve] max_batch).",
+             m->sequences);
+    sm_gauge(f, "tide_batch_sequences_max", "Most prompts that decoded together since start.",
+             m->sequences_max);
     sm_counter(f, "tide_generations_total", "Generations finished (one per prompt).",
                m->generations);
     sm_head(f, "tide_cancelled_total", "counter",

@@ -19,6 +19,8 @@ void serve_metrics_destroy(struct serve_metrics *m); /* NULL is a no-op */
 void serve_metrics_request(struct serve_metrics *m, const char *endpoint, int status);
 /* A denoising step took seconds. */
 void serve_metrics_step(struct serve_metrics *m, double seconds);
+/* Prompts decoding together now (the batch; its largest is kept too). */
+void serve_metrics_sequences(struct serve_metrics *m, int n);
 /* A generation finished (u: its usage and tide counters). */
 void serve_metrics_generation(struct serve_metrics *m, const struct serve_usage *u);
 /* A request was cancelled before it finished: reason "disconnect" or "shutdown". */

@@ -40,6 +40,17 @@ struct serve_job {
     /* a stream's events not yet read */
     char *sse;
     size_t len, off, cap;
+    /* A generation being decoded (the worker's; sq_job_begin): one batch
+     * sequence per prompt ("choice"). */
+    struct sq_gen *units; /* [n_prompts] */
+    struct serve_choice *choices;
+    char **texts;
+    struct serve_usage total;
+    struct serve_error err; /* the first failure */
+    bool failed;
+    int admitted, ended; /* choices handed to the batch, and finished */
+    double t_start;
+    struct serve_job *next_running;
 };
 
 struct serve_queue {
@@ -48,7 +59,11 @@ struct serve_queue {
     pthread_cond_t idle; /* shutdown waits for the running job */
     struct serve_job *head, *tail;
     int n_waiting, max_queue;
-    struct serve_job *running;
+    struct serve_job *running; /* jobs being decoded (a list through next_running) */
+    int n_running;
+    struct serve_job *admitting; /* the running job whose choices are not all admitted */
+    int max_batch;
+    int n_seq; /* choices admitted and not ended: the batch's sequences */
     bool closed, stop;
     pthread_t worker;
     bool have_worker;
@@ -115,6 +130,11 @@ struct serve_job *serve_job_tokens(bool detokenize, struct serve_tok_req *t)
 
 static void sq_job_free(struct serve_job *j)
 {
+    for (int i = 0; j->texts && i < j->req.n_prompts; i++)
+        free(j->texts[i]);
+    free(j->texts);
+    free(j->choices);
+    free(j->units);
     serve_req_free(&j->req);
     serve_tok_req_free(&j->tok);
     pthread_cond_destroy(&j->cv);
@@ -298,7 +318,7 @@ void serve_queue_load(struct serve_queue *q, int *queued, int *running)
 {
     pthread_mutex_lock(&q->mu);
     *queued = q->n_waiting;
-    *running = q->running != NULL;
+    *running = q->n_running;
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -306,6 +326,7 @@ void serve_queue_load(struct serve_queue *q, int *queued, int *running)
 
 /* One choice (one prompt) of a generation job. */
 struct sq_gen {
+    struct serve_gen sg; /* first: a serve_gen's address is its unit's */
     struct serve_queue *q;
     struct serve_job *j;
     int index;
@@ -331,19 +352,26 @@ static char *sq_text(const struct serve_req *r, const char *raw, size_t len, boo
     return t;
 }
 
+/* Should the choice stop: its client went away, the server is shutting
+ * down, or another choice of its job failed. */
+static bool sq_stop(const struct sq_gen *g)
+{
+    return atomic_load(&g->j->cancel) != JOB_LIVE || g->j->failed;
+}
+
 static int sq_on_start(void *user, int64_t prompt_tokens)
 {
     struct sq_gen *g = user;
     if (g->j->req.stream && !g->index)
         sq_start(g->q, g->j);
-    return atomic_load(&g->j->cancel) != JOB_LIVE;
+    return sq_stop(g);
 }
 
 static int sq_on_step(void *user, double seconds)
 {
     struct sq_gen *g = user;
     serve_metrics_step(g->q->m, seconds);
-    return atomic_load(&g->j->cancel) != JOB_LIVE;
+    return sq_stop(g);
 }
 
 static void sq_stream_delta(struct sq_gen *g, const char *text, size_t upto, const char *finish,
@@ -366,7 +394,7 @@ static int sq_on_block(void *user, const struct serve_block *b)
     const struct serve_req *r = &g->j->req;
     const bool last = b->eos || b->full;
     if (!r->stream && !r->n_stop)
-        return atomic_load(&g->j->cancel) != JOB_LIVE;
+        return sq_stop(g);
     size_t len;
     bool found;
     char *t = sq_text(r, b->text, b->text_len, last, &len, &found);
@@ -379,7 +407,7 @@ static int sq_on_block(void *user, const struct serve_block *b)
         sq_stream_delta(g, t, upto, NULL, b->block, b->steps);
     }
     free(t);
-    return found || atomic_load(&g->j->cancel) != JOB_LIVE;
+    return found || sq_stop(g);
 }
 
 /* Add a result whose answer has completion_tokens tokens. */
@@ -403,21 +431,21 @@ static void sq_usage_add(struct serve_usage *u, const struct serve_result *res,
     u->hit_rate = rows ? (double)u->hit_rows / (double)rows : 1.0;
 }
 
-static void sq_run_generate(struct serve_queue *q, struct serve_job *j, double t_start)
+/* A job starts decoding: its choices' units, answer arrays, counters. */
+static int sq_job_begin(struct serve_queue *q, struct serve_job *j, double t_start)
 {
     struct serve_req *r = &j->req;
-    struct serve_usage total = {.queue_seconds = t_start - j->t_submit};
-    struct serve_choice *choices = calloc((size_t)r->n_prompts, sizeof *choices);
-    char **texts = calloc((size_t)r->n_prompts, sizeof *texts);
-    struct serve_error err = {0};
-    bool failed = false;
-    if (!choices || !texts) {
-        serve_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
-        failed = true;
-    }
-    for (int i = 0; !failed && i < r->n_prompts; i++) {
-        struct sq_gen g = {.q = q, .j = j, .index = i};
-        const struct serve_gen sg = {
+    j->t_start = t_start;
+    j->total = (struct serve_usage){.queue_seconds = t_start - j->t_submit};
+    j->units = calloc((size_t)r->n_prompts, sizeof *j->units);
+    j->choices = calloc((size_t)r->n_prompts, sizeof *j->choices);
+    j->texts = calloc((size_t)r->n_prompts, sizeof *j->texts);
+    if (!j->units || !j->choices || !j->texts)
+        return TIDE_E_NOMEM;
+    for (int i = 0; i < r->n_prompts; i++) {
+        struct sq_gen *g = &j->units[i];
+        *g = (struct sq_gen){.q = q, .j = j, .index = i};
+        g->sg = (struct serve_gen){
             .prompt = &r->prompts[i],
             .chat = r->chat,
             .max_tokens = r->max_tokens,
@@ -428,45 +456,32 @@ static void sq_run_generate(struct serve_queue *q, struct serve_job *j, double t
             .temperature = r->temperature,
             .top_p = r->top_p,
             .seed = r->seed,
-            .user = &g,
+            .user = g,
             .on_start = sq_on_start,
             .on_step = sq_on_step,
             .on_block = sq_on_block,
         };
-        struct serve_result res;
-        if (serve_engine_generate(q->e, &sg, &res, &err) != TIDE_OK) {
-            failed = true;
-            break;
-        }
-        if (atomic_load(&j->cancel) != JOB_LIVE) {
-            serve_result_free(&res);
-            failed = true;
-            break;
-        }
-        size_t len;
-        bool found;
-        char *t = sq_text(r, res.text, res.text_len, true, &len, &found);
-        /* A stop sequence cut the text: count the tokens of what is left. */
-        int64_t n_tokens = res.n_ids;
-        if (!t || (found && serve_engine_count_tokens(q->e, res.ids, res.n_ids, len, &n_tokens) !=
-                                TIDE_OK)) {
-            free(t);
-            serve_result_free(&res);
-            serve_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
-            failed = true;
-            break;
-        }
-        const char *finish = found || res.eos ? "stop" : "length";
-        struct serve_usage one = {.queue_seconds = i ? 0 : total.queue_seconds};
-        sq_usage_add(&one, &res, n_tokens);
-        serve_metrics_generation(q->m, &one);
-        sq_usage_add(&total, &res, n_tokens);
-        if (r->stream)
-            sq_stream_delta(&g, t, len, finish, -1, 0);
-        texts[i] = t;
-        choices[i] = (struct serve_choice){.text = t, .len = len, .finish_reason = finish};
-        serve_result_free(&res);
     }
+    return TIDE_OK;
+}
+
+/* The job's first failure is its answer. */
+static void sq_job_fail(struct serve_job *j, const struct serve_error *err)
+{
+    if (!j->failed && err)
+        j->err = *err;
+    j->failed = true;
+}
+
+/* Every choice ended: the answer (or the stream's end), the counters, and
+ * the job leaves the running list. */
+static void sq_job_finish(struct serve_queue *q, struct serve_job *j)
+{
+    struct serve_req *r = &j->req;
+    struct serve_usage total = j->total;
+    struct serve_choice *choices = j->choices;
+    struct serve_error err = j->err;
+    bool failed = j->failed;
     const int cancel = atomic_load(&j->cancel);
     if (cancel != JOB_LIVE) {
         serve_metrics_cancel(q->m, cancel == JOB_GONE ? "disconnect" : "shutdown");
@@ -499,14 +514,64 @@ static void sq_run_generate(struct serve_queue *q, struct serve_job *j, double t
             j, 200,
             serve_response_json(r->ep, j->id, j->created, q->model, choices, r->n_prompts, &total));
     }
-    if (texts)
-        for (int i = 0; i < r->n_prompts; i++)
-            free(texts[i]);
-    free(texts);
-    free(choices);
     struct serve_offload layers[256];
     const int n = serve_engine_layer_stats(q->e, layers, 256);
     serve_metrics_layers(q->m, layers, n < 256 ? n : 256);
+    const double dt = sq_now() - j->t_start;
+    pthread_mutex_lock(&q->mu);
+    q->avg_seconds = q->avg_seconds ? 0.8 * q->avg_seconds + 0.2 * dt : dt;
+    struct serve_job **p = &q->running;
+    while (*p && *p != j)
+        p = &(*p)->next_running;
+    if (*p)
+        *p = j->next_running;
+    q->n_running--;
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_cond_broadcast(&q->idle);
+    sq_release_locked(j);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Choice u ended with rc (res: its result, else err). */
+static void sq_choice_end(struct serve_queue *q, struct sq_gen *u, int rc, struct serve_result *res,
+                          const struct serve_error *err)
+{
+    struct serve_job *j = u->j;
+    struct serve_req *r = &j->req;
+    const int i = u->index;
+    if (rc != TIDE_OK) {
+        sq_job_fail(j, err);
+    } else if (atomic_load(&j->cancel) != JOB_LIVE || j->failed) {
+        j->failed = true; /* the answer says why (sq_job_finish) */
+    } else {
+        size_t len;
+        bool found;
+        char *t = sq_text(r, res->text, res->text_len, true, &len, &found);
+        /* A stop sequence cut the text: count the tokens of what is left. */
+        int64_t n_tokens = res->n_ids;
+        if (!t || (found && serve_engine_count_tokens(q->e, res->ids, res->n_ids, len, &n_tokens) !=
+                                TIDE_OK)) {
+            free(t);
+            struct serve_error e = {0};
+            serve_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+            sq_job_fail(j, &e);
+        } else {
+            const char *finish = found || res->eos ? "stop" : "length";
+            struct serve_usage one = {.queue_seconds = i ? 0 : j->total.queue_seconds};
+            sq_usage_add(&one, res, n_tokens);
+            serve_metrics_generation(q->m, &one);
+            sq_usage_add(&j->total, res, n_tokens);
+            if (r->stream)
+                sq_stream_delta(u, t, len, finish, -1, 0);
+            j->texts[i] = t;
+            j->choices[i] = (struct serve_choice){.text = t, .len = len, .finish_reason = finish};
+        }
+    }
+    if (res)
+        serve_result_free(res);
+    if (++j->ended == r->n_prompts)
+        sq_job_finish(q, j);
 }
 
 static void sq_run_tokens(struct serve_queue *q, struct serve_job *j)
@@ -532,49 +597,162 @@ static void sq_run_tokens(struct serve_queue *q, struct serve_job *j)
     }
 }
 
-static void *sq_worker(void *arg)
+/* ---- the batch's feed (serve_engine_run_batch) --------------------------- */
+
+/* Answer every tokenizer job waiting: they never wait behind generations.
+ * Under q->mu (released while one runs). */
+static void sq_tokens_locked(struct serve_queue *q)
 {
-    struct serve_queue *q = arg;
-    pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->head && !q->stop)
-            pthread_cond_wait(&q->work, &q->mu);
-        if (!q->head)
-            break;
-        struct serve_job *j = q->head;
-        q->head = j->next;
-        if (!q->head)
-            q->tail = NULL;
-        q->n_waiting--;
+        struct serve_job *j = q->head, *prev = NULL;
+        while (j && j->kind == JOB_GENERATE) {
+            prev = j;
+            j = j->next;
+        }
+        if (!j)
+            return;
+        if (prev)
+            prev->next = j->next;
+        else
+            q->head = j->next;
+        if (q->tail == j)
+            q->tail = prev;
         j->next = NULL;
+        q->n_waiting--;
         const int cancel = atomic_load(&j->cancel);
         if (cancel == JOB_LIVE) {
             j->state = JOB_RUNNING;
-            q->running = j;
             pthread_mutex_unlock(&q->mu);
-            const double t0 = sq_now();
-            if (j->kind == JOB_GENERATE)
-                sq_run_generate(q, j, t0);
-            else
-                sq_run_tokens(q, j);
-            const double dt = sq_now() - t0;
+            sq_run_tokens(q, j);
             pthread_mutex_lock(&q->mu);
-            q->avg_seconds = q->avg_seconds ? 0.8 * q->avg_seconds + 0.2 * dt : dt;
-            q->running = NULL;
         } else {
             serve_metrics_cancel(q->m, cancel == JOB_GONE ? "disconnect" : "shutdown");
         }
         j->state = JOB_DONE;
         pthread_cond_broadcast(&j->cv);
-        pthread_cond_broadcast(&q->idle);
         sq_release_locked(j);
     }
+}
+
+static void sq_between(void *user)
+{
+    struct serve_queue *q = user;
+    pthread_mutex_lock(&q->mu);
+    sq_tokens_locked(q);
     pthread_mutex_unlock(&q->mu);
+}
+
+/* The next choice to decode: the rest of the job being admitted, else the
+ * first waiting generation. */
+static const struct serve_gen *sq_next(void *user, bool idle)
+{
+    struct serve_queue *q = user;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        sq_tokens_locked(q);
+        struct serve_job *j = q->admitting;
+        if (j) {
+            const int n = j->req.n_prompts;
+            if (atomic_load(&j->cancel) != JOB_LIVE || j->failed) {
+                /* Its other choices are not started. */
+                q->admitting = NULL;
+                const int left = n - j->admitted;
+                j->admitted = n;
+                j->ended += left;
+                if (left && j->ended == n) {
+                    pthread_mutex_unlock(&q->mu);
+                    sq_job_finish(q, j);
+                    pthread_mutex_lock(&q->mu);
+                }
+                continue;
+            }
+            struct sq_gen *u = &j->units[j->admitted++];
+            if (j->admitted == n)
+                q->admitting = NULL;
+            serve_metrics_sequences(q->m, ++q->n_seq);
+            pthread_mutex_unlock(&q->mu);
+            return &u->sg;
+        }
+        if ((j = q->head)) { /* a generation: sq_tokens_locked took the others */
+            q->head = j->next;
+            if (!q->head)
+                q->tail = NULL;
+            q->n_waiting--;
+            j->next = NULL;
+            const int cancel = atomic_load(&j->cancel);
+            if (cancel != JOB_LIVE) {
+                serve_metrics_cancel(q->m, cancel == JOB_GONE ? "disconnect" : "shutdown");
+                j->state = JOB_DONE;
+                pthread_cond_broadcast(&j->cv);
+                sq_release_locked(j);
+                continue;
+            }
+            j->state = JOB_RUNNING;
+            j->next_running = q->running;
+            q->running = j;
+            q->n_running++;
+            if (sq_job_begin(q, j, sq_now()) != TIDE_OK) {
+                struct serve_error e = {0};
+                serve_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+                sq_job_fail(j, &e);
+                j->admitted = j->ended = j->req.n_prompts;
+                pthread_mutex_unlock(&q->mu);
+                sq_job_finish(q, j);
+                pthread_mutex_lock(&q->mu);
+                continue;
+            }
+            q->admitting = j;
+            continue;
+        }
+        if (!idle || q->stop) {
+            pthread_mutex_unlock(&q->mu);
+            return NULL;
+        }
+        pthread_cond_wait(&q->work, &q->mu);
+    }
+}
+
+static void sq_done(void *user, const struct serve_gen *g, int rc, struct serve_result *res,
+                    const struct serve_error *err)
+{
+    struct serve_queue *q = user;
+    pthread_mutex_lock(&q->mu);
+    serve_metrics_sequences(q->m, --q->n_seq);
+    pthread_mutex_unlock(&q->mu);
+    sq_choice_end(q, (struct sq_gen *)(void *)g, rc, res, err);
+}
+
+static void *sq_worker(void *arg)
+{
+    struct serve_queue *q = arg;
+    const struct serve_batch_feed f = {
+        .user = q, .next = sq_next, .done = sq_done, .between = sq_between};
+    int max = q->max_batch;
+    for (;;) {
+        /* Returns once stopped and idle, or refusing the batch size. */
+        const int rc = serve_engine_run_batch(q->e, max, &f);
+        if (rc == TIDE_E_UNSUPPORTED && max > 1) {
+            tide_warn("serve: decoding one request at a time ([serve] max_batch = %d cannot be "
+                      "used; see the message above)",
+                      max);
+            max = 1;
+            continue;
+        }
+        pthread_mutex_lock(&q->mu);
+        const bool stop = q->stop;
+        pthread_mutex_unlock(&q->mu);
+        if (stop)
+            break;
+        if (rc != TIDE_OK) {
+            tide_error("serve: the worker stopped: %s", tide_status_str(rc));
+            break;
+        }
+    }
     return NULL;
 }
 
 int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_queue,
-                       const char *model, struct serve_queue **out)
+                       int max_batch, const char *model, struct serve_queue **out)
 {
     struct serve_queue *q = calloc(1, sizeof *q);
     if (!q)
@@ -586,6 +764,7 @@ int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_
     q->m = m;
     q->model = model;
     q->max_queue = max_queue;
+    q->max_batch = max_batch > 0 ? max_batch : 1;
     const int rc = pthread_create(&q->worker, NULL, sq_worker, q);
     if (rc) {
         tide_error("serve: cannot start the worker thread: %s", strerror(rc));
@@ -629,13 +808,15 @@ void serve_queue_shutdown(struct serve_queue *q, double timeout)
     pthread_mutex_lock(&q->mu);
     sq_close_locked(q);
     const double deadline = sq_now() + timeout;
-    while (q->running && sq_now() < deadline)
+    while (q->n_running && sq_now() < deadline)
         sq_timedwait(&q->idle, &q->mu, 0.05);
-    if (q->running) {
-        tide_warn("serve: cancelling the running request");
-        atomic_store(&q->running->cancel, JOB_SHUTDOWN);
+    if (q->n_running) {
+        tide_warn("serve: cancelling the %d running request%s", q->n_running,
+                  q->n_running > 1 ? "s" : "");
+        for (struct serve_job *j = q->running; j; j = j->next_running)
+            atomic_store(&j->cancel, JOB_SHUTDOWN);
     }
-    while (q->running)
+    while (q->n_running)
         pthread_cond_wait(&q->idle, &q->mu);
     pthread_mutex_unlock(&q->mu);
 }

@@ -1,7 +1,11 @@
 /* `tide serve`: the request queue and the one worker that owns the engine.
  *
  * Connection threads (one per HTTP connection) submit jobs and wait for
- * them; the worker runs them one at a time in arrival order. A job holds
+ * them. The worker decodes generations as a continuous batch (docs/
+ * batching.md): between forwards it admits waiting requests, in arrival
+ * order, while fewer than [serve] max_batch prompts run (each prompt of a
+ * request is one sequence), and it answers tokenizer jobs between every
+ * two forwards, so that they never wait behind generations. A job holds
  * what its answer needs: a whole body (JSON) or, for a stream, the
  * server-sent events produced so far. While a connection thread waits it
  * watches its socket: a client that goes away cancels its job, which stops
@@ -20,18 +24,20 @@
 struct serve_queue;
 struct serve_job;
 
-/* Start the worker. The engine and metrics must outlive the queue; model
- * is the name answers carry. Returns TIDE_OK or a status (logged). */
+/* Start the worker, decoding up to max_batch prompts at once. The engine
+ * and metrics must outlive the queue; model is the name answers carry.
+ * Returns TIDE_OK or a status (logged). */
 int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_queue,
-                       const char *model, struct serve_queue **out);
+                       int max_batch, const char *model, struct serve_queue **out);
 /* Stop: see serve_queue_shutdown, then join the worker and free. */
 void serve_queue_destroy(struct serve_queue *q);
 
-/* Refuse new jobs and answer the waiting ones with 503; the running one
- * goes on. */
+/* Refuse new jobs and answer the waiting ones with 503; the running ones
+ * go on. */
 void serve_queue_close(struct serve_queue *q);
-/* Close, let the running job finish for at most timeout seconds, then
- * cancel it (it stops at its next step). Returns when the worker is idle. */
+/* Close, let the running jobs finish for at most timeout seconds, then
+ * cancel them (they stop at their next step). Returns when the worker is
+ * idle. */
 void serve_queue_shutdown(struct serve_queue *q, double timeout);
 
 /* Waiting and running jobs, for /metrics. */

@@ -824,16 +824,18 @@ static struct tide_batch_seq *ab_next(void *u, bool idle)
             return NULL;
         struct api_bseq *x = calloc(1, sizeof *x);
         if (!x) {
-            ab->q->done(ab->q->user, req, TIDE_E_NOMEM, NULL);
+            ab->q->done(ab->q->user, req, TIDE_E_NOMEM, NULL, tide_status_str(TIDE_E_NOMEM));
             continue;
         }
+        tide_log_errors_clear(); /* the messages of this request's checks only */
         int rc = api_req_prepare(ab->e, req, &x->q, "tide_engine_run_batch");
         if (rc == TIDE_OK)
             rc = api_req_start(ab->e, &x->q);
         if (rc != TIDE_OK) {
             struct tide_result *res = NULL;
             rc = api_req_finish(&x->q, rc, &res);
-            ab->q->done(ab->q->user, req, rc, res);
+            const char *m = tide_log_errors();
+            ab->q->done(ab->q->user, req, rc, res, *m ? m : tide_status_str(rc));
             free(x);
             continue;
         }
@@ -855,8 +857,17 @@ static void ab_done(void *u, struct tide_batch_seq *s)
     struct tide_result *res = NULL;
     x->q.gr = s->result;
     const int rc = api_req_finish(&x->q, s->rc, &res);
-    ab->q->done(ab->q->user, x->q.req, rc, res);
+    ab->q->done(ab->q->user, x->q.req, rc, res,
+                rc == TIDE_OK || rc == TIDE_E_CANCELLED ? ""
+                : s->error[0]                           ? s->error
+                                                        : tide_status_str(rc));
     free(x);
+}
+
+static void ab_between(void *u)
+{
+    struct api_batch *ab = u;
+    ab->q->between(ab->q->user);
 }
 
 int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q)
@@ -880,7 +891,8 @@ int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tid
     if (rc != TIDE_OK)
         return api_end(e, rc);
     struct api_batch ab = {.e = e, .q = q};
-    const struct tide_batch_feed feed = {.user = &ab, .next = ab_next, .done = ab_done};
+    const struct tide_batch_feed feed = {
+        .user = &ab, .next = ab_next, .done = ab_done, .between = q->between ? ab_between : NULL};
     atomic_store(&e->cancel, 0);
     tide_moe_set_metrics(e->moe, e->outputs ? e->outputs->metrics : NULL);
     rc = tide_batch_run(e, max_batch, &feed);
@@ -907,8 +919,10 @@ static const struct tide_request *aa_next(void *u, bool idle)
     return a->next < a->n ? a->reqs[a->next++] : NULL;
 }
 
-static void aa_done(void *u, const struct tide_request *req, int status, struct tide_result *res)
+static void aa_done(void *u, const struct tide_request *req, int status, struct tide_result *res,
+                    const char *error)
 {
+    (void)error; /* logged where it happened */
     struct api_array *a = u;
     for (int i = 0; i < a->n; i++) {
         if (a->reqs[i] == req && !a->ended[i]) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "log_errors.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
@@ -148,10 +149,13 @@ static void *bs_main(void *arg)
     pthread_mutex_unlock(&b->mu);
     struct tide_batch_seq *s = sl->s;
     struct tide_engine *e = b->e;
+    tide_log_errors_clear(); /* this thread's messages are the sequence's */
     s->rc = tide_engine_prompt_begin(e, s->prompt, s->n);
     if (s->rc == TIDE_OK)
         s->rc = tide_decode_run(s->d ? s->d : &e->dec, e->mops, e->model, s->prompt, s->n,
                                 &sl->hooks, &s->result);
+    if (s->rc != TIDE_OK)
+        snprintf(s->error, sizeof s->error, "%s", tide_log_errors());
     pthread_mutex_lock(&b->mu);
     sl->finished = true;
     sl->turn = false;
@@ -232,6 +236,7 @@ static bool bt_admit(struct batch *b, struct tide_batch_seq *s)
     struct tide_engine *e = b->e;
     struct tide_decoder_plan plan;
     memset(&s->result, 0, sizeof s->result);
+    s->error[0] = 0;
     s->rc = tide_decode_plan(s->d ? s->d : &e->dec, s->n, e->mops->info(e->model)->max_ctx, &plan);
     if (s->rc != TIDE_OK) {
         b->feed->done(b->feed->user, s);
@@ -342,6 +347,8 @@ int tide_batch_run(struct tide_engine *e, int max_batch, const struct tide_batch
         }
         if (b.n_active == 0 && !b.held)
             break;
+        if (feed->between)
+            feed->between(feed->user);
         /* Every running sequence has asked for its forward. */
         const int rc = bt_forward(&b);
         for (int i = 0; i < b.max; i++)

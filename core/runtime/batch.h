@@ -37,7 +37,8 @@ struct tide_batch_seq {
      * frees result.ids). */
     int rc;
     struct tide_gen_result result;
-    int slot; /* the KV-cache slot it ran in */
+    int slot;         /* the KV-cache slot it ran in */
+    char error[1024]; /* on failure: the messages its decoder's thread logged */
 };
 
 /* Where a batch's sequences come from and go to. */
@@ -49,6 +50,9 @@ struct tide_batch_feed {
     struct tide_batch_seq *(*next)(void *user, bool idle);
     /* A sequence finished, failed or was refused (s->rc says). */
     void (*done)(void *user, struct tide_batch_seq *s);
+    /* Optional: called between every two forwards (even with every slot
+     * taken), for quick work that must not wait for a slot. */
+    void (*between)(void *user);
 };
 
 /* Run sequences from feed, up to max_batch at a time, until next() returns

@@ -191,6 +191,10 @@ static const struct tide_option serve_options[] = {
      "[0,65535]"},
     {"max_queue", TIDE_OPT_INT, "64",
      "requests that may wait for the one worker; more get 503 with Retry-After", NULL, "[1,]"},
+    {"max_batch", TIDE_OPT_INT, "8",
+     "prompts decoded together (continuous batching: requests join between forwards while "
+     "fewer run; docs/batching.md); 1 = one at a time, as before batching",
+     NULL, "[1,256]"},
     {"max_body", TIDE_OPT_SIZE, "1MiB", "largest request body taken; larger ones get 413", NULL,
      "[64,]"},
     {"api_key", TIDE_OPT_STRING, "",
@@ -206,7 +210,8 @@ static const struct tide_option serve_options[] = {
      "long)",
      NULL, "(0,3600]"},
     {"shutdown_timeout", TIDE_OPT_FLOAT, "10",
-     "on SIGINT/SIGTERM, seconds the running request may take to finish before it is cancelled",
+     "on SIGINT/SIGTERM, seconds the running requests may take to finish before they are "
+     "cancelled",
      NULL, "[0,]"},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -255,7 +255,8 @@ case_body_limit() {
 }
 
 case_queue_full() {
-    start_server --set serve.max_queue=1
+    # One prompt decoded at a time, so that the second request waits.
+    start_server --set serve.max_queue=1 --set serve.max_batch=1
     curl -s -m 300 "$base/v1/completions" -d "$LONG" >/dev/null &
     a=$!
     wait_metric tide_running_requests 1 || fail "the long request did not start"
@@ -308,7 +309,8 @@ case_shutdown() {
     stop_server INT
     # A busy one: the running stream is cancelled after shutdown_timeout, the
     # waiting request gets 503, metrics are written.
-    start_server --set serve.shutdown_timeout=1 --set "output.metrics=$tmp/metrics.jsonl"
+    start_server --set serve.shutdown_timeout=1 --set "output.metrics=$tmp/metrics.jsonl" \
+        --set serve.max_batch=1 # so that the second request waits
     curl -s -N -m 300 "$base/v1/completions" \
         -d '{"prompt":"Tell me a long story","max_tokens":4000,"steps":32,"stream":true}' \
         >"$tmp/a.out" &

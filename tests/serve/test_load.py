@@ -6,7 +6,8 @@ whole and streamed, various max_tokens and steps) are first run alone, one
 after the other. Then 200 requests drawn from them are sent by 8 concurrent
 clients. None may be lost (every one answered 200, in time), and every
 answer must equal the same request run alone: text, finish reason and token
-counts. Bounded: 200 requests, each with a 120 s timeout, the whole phase
+counts, though the server decodes them together (continuous batching: the
+/metrics gauge tide_batch_sequences_max must exceed 1). Bounded: 200 requests, each with a 120 s timeout, the whole phase
 with a 600 s deadline. Prints requests/s and p50/p99 latency (wall clock on
 a shared machine: noisy, for information; nothing is asserted on time).
 
@@ -125,6 +126,12 @@ def main():
         check(not lost, "%d of %d requests lost" % (len(lost), N_REQUESTS), failures)
         check(not wrong, "%d answers differ from the same request run alone" % len(wrong),
               failures)
+        # Continuous batching ([serve] max_batch, default 8): 8 clients that
+        # keep sending make requests decode together, and each answer above
+        # is still its solo answer (batch invariance).
+        most = srv.metrics().get("tide_batch_sequences_max", 0)
+        check(most > 1, "requests never decoded together (tide_batch_sequences_max %r)" % most,
+              failures)
         served = srv.metrics().get("tide_generations_total", 0) - before
         check(served == N_REQUESTS, "the server counted %d generations, not %d"
               % (served, N_REQUESTS), failures)
@@ -133,10 +140,10 @@ def main():
             p50 = lat[len(lat) // 2]
             p99 = lat[min(len(lat) - 1, int(round(0.99 * (len(lat) - 1))))]
             print("serve load: %d requests from %d clients in %.2f s: %.1f requests/s, "
-                  "latency p50 %.3f s, p99 %.3f s, max %.3f s; lost %d, differing %d "
-                  "(wall clock on a shared machine)"
+                  "latency p50 %.3f s, p99 %.3f s, max %.3f s; lost %d, differing %d; "
+                  "up to %d prompts decoded together (wall clock on a shared machine)"
                   % (N_REQUESTS, N_CLIENTS, elapsed, N_REQUESTS / elapsed, p50, p99, lat[-1],
-                     len(lost), len(wrong)))
+                     len(lost), len(wrong), most))
     finally:
         failures += srv.stop()
     finish(failures)

@@ -329,8 +329,15 @@ struct tide_batch_queue {
      * request must stay valid until done() is called for it. */
     const struct tide_request *(*next)(void *user, bool idle);
     /* Every request next() returned ends here: status and result as
-     * tide_engine_generate's (free the result with tide_result_free). */
-    void (*done)(void *user, const struct tide_request *req, int status, struct tide_result *res);
+     * tide_engine_generate's (free the result with tide_result_free);
+     * error: on failure, the messages that explain it (naming the key or
+     * value at fault, as tide_engine_error would), else "". */
+    void (*done)(void *user, const struct tide_request *req, int status, struct tide_result *res,
+                 const char *error);
+    /* Optional (NULL): called between every two forwards, even while every
+     * slot is taken, for quick work that must not wait for one; it may call
+     * tide_engine_tokenize and tide_engine_detokenize. */
+    void (*between)(void *user);
 };
 
 /* Run requests from q, up to max_batch at a time, until next() returns NULL
