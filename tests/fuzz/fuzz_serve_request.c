@@ -1,4 +1,4 @@
-/* Fuzz target: a request body of `tide serve` (cli/serve_json.c). The first
+/* Fuzz target: a request body of `tide serve` (serve/serve_json.c). The first
  * byte picks the endpoint (completions, chat, tokenize, detokenize), the
  * rest is the body. Accepted requests must hold what the worker relies on
  * (non-empty prompts, ids below the vocabulary, parameters in range,

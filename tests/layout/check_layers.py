@@ -31,7 +31,10 @@ LAYERS = {
     "core/runtime": ["core/runtime"],
     "core/sim": ["core/sim", "core/runtime"],
     "core/api": ["core/api", "core/runtime"],
-    "cli": ["cli", "core/runtime", "core/formats", "core/sim"],
+    "cli": ["cli", "serve", "core/runtime", "core/formats", "core/sim"],
+    # The HTTP server of `tide serve` (serve/README.md): a user of the
+    # runtime like the commands, with their shared helpers (cli.h).
+    "serve": ["serve", "cli", "core/runtime", "core/formats"],
 }
 # Public headers a layer may not include.
 FORBIDDEN_PUBLIC = {
@@ -39,7 +42,7 @@ FORBIDDEN_PUBLIC = {
     "core/runtime": set(UPPER_PUBLIC),
     "core/api": set(UPPER_PUBLIC),
 }
-PRIVATE = ["core/runtime", "core/formats", "core/sim", "core/api", "cli"]
+PRIVATE = ["core/runtime", "core/formats", "core/sim", "core/api", "cli", "serve"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
