@@ -6,8 +6,9 @@ runs every request alone first (one client) to know its answer, then sends
 REQUESTS requests from each number of concurrent clients and prints one row
 per (max_batch, clients): requests/s, generated tokens/s, latency p50 and
 p99, requests lost (not answered 200), and answers that differ from the same
-request run alone. Greedy requests over a few prompts, all of max_tokens
-tokens. Wall clock: run it on a quiet machine; the CPU is named in the
+request run alone, with two ratios measured in the same run: to one client
+at the same max_batch, and to max_batch 1 with as many clients. Greedy
+requests over a few prompts, all of max_tokens tokens. Wall clock: run it on a quiet machine; the CPU is named in the
 header. max_batch 1 decodes one request at a time (the server before
 continuous batching).
 
@@ -133,8 +134,10 @@ def main():
                             a.requests, a.max_tokens,
                             ", %d steps per block" % a.steps if a.steps else "", cpu_name(),
                             os.cpu_count()))
-    print("| max_batch | clients | req/s | tok/s | p50 s | p99 s | lost | differ from alone |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| max_batch | clients | req/s | x 1 client | x max_batch 1 | tok/s | p50 s | p99 s | "
+          "lost | differ from alone |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    rate = {}  # (max_batch, clients) -> req/s, for the ratio columns
     for mb in [int(x) for x in a.max_batch.split(",")]:
         srv = Server(a.tide, a.config, a.set, mb)
         try:
@@ -142,8 +145,12 @@ def main():
             for c in clients:
                 rps, tps, p50, p99, lost, differ, _ = load(srv.base, c, a.requests,
                                                             a.max_tokens, a.steps, solo)
-                print("| %d | %d | %.2f | %.1f | %.3f | %.3f | %d | %d |"
-                      % (mb, c, rps, tps, p50, p99, lost, differ))
+                rate[(mb, c)] = rps
+                one = rate.get((mb, 1))
+                base = rate.get((1, c))
+                print("| %d | %d | %.2f | %s | %s | %.1f | %.3f | %.3f | %d | %d |"
+                      % (mb, c, rps, "%.2f" % (rps / one) if one else "-",
+                         "%.2f" % (rps / base) if base else "-", tps, p50, p99, lost, differ))
                 sys.stdout.flush()
         finally:
             srv.stop()
