@@ -17,10 +17,12 @@ struct bslot {
     int idx;
     struct tide_batch_seq *s; /* NULL: free */
     pthread_t th;
-    uint64_t order; /* admission order: the lowest running one leads */
-    bool turn;      /* holds the baton */
-    bool posted;    /* asked for a forward, waiting for it */
-    bool finished;  /* its decoder returned */
+    uint64_t order;    /* admission order: the lowest running one leads */
+    bool turn;         /* holds the baton */
+    pthread_cond_t go; /* the sequence waits here for its turn (one condition each: a
+                          hand-over wakes one thread, not the whole batch) */
+    bool posted;       /* asked for a forward, waiting for it */
+    bool finished;     /* its decoder returned */
     struct tide_seq_span span;
     int fwd_rc;
     int block; /* its last block_begin */
@@ -32,7 +34,7 @@ struct batch {
     struct tide_engine *e;
     const struct tide_batch_feed *feed;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;  /* the caller's thread waits here for the baton back */
     struct bslot *slot; /* [max] */
     int max, n_active;
     uint64_t next_order;
@@ -56,9 +58,9 @@ static void bs_yield(struct bslot *sl)
     struct batch *b = sl->b;
     pthread_mutex_lock(&b->mu);
     sl->turn = false;
-    pthread_cond_broadcast(&b->cv);
+    pthread_cond_signal(&b->cv);
     while (!sl->turn)
-        pthread_cond_wait(&b->cv, &b->mu);
+        pthread_cond_wait(&sl->go, &b->mu);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -145,7 +147,7 @@ static void *bs_main(void *arg)
     struct batch *b = sl->b;
     pthread_mutex_lock(&b->mu);
     while (!sl->turn)
-        pthread_cond_wait(&b->cv, &b->mu);
+        pthread_cond_wait(&sl->go, &b->mu);
     pthread_mutex_unlock(&b->mu);
     struct tide_batch_seq *s = sl->s;
     struct tide_engine *e = b->e;
@@ -159,7 +161,7 @@ static void *bs_main(void *arg)
     pthread_mutex_lock(&b->mu);
     sl->finished = true;
     sl->turn = false;
-    pthread_cond_broadcast(&b->cv);
+    pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
     return NULL;
 }
@@ -173,7 +175,7 @@ static void bt_turn(struct batch *b, struct bslot *sl)
     pthread_mutex_lock(&b->mu);
     sl->posted = false;
     sl->turn = true;
-    pthread_cond_broadcast(&b->cv);
+    pthread_cond_signal(&sl->go);
     while (sl->turn)
         pthread_cond_wait(&b->cv, &b->mu);
     const bool finished = sl->finished;
@@ -181,6 +183,7 @@ static void bt_turn(struct batch *b, struct bslot *sl)
     if (!finished)
         return;
     pthread_join(sl->th, NULL);
+    pthread_cond_destroy(&sl->go);
     struct tide_batch_seq *s = sl->s;
     s->slot = sl->idx;
     sl->s = NULL;
@@ -272,8 +275,10 @@ static bool bt_admit(struct batch *b, struct tide_batch_seq *s)
                 .forward = bs_forward,
             },
     };
+    pthread_cond_init(&sl->go, NULL);
     if (pthread_create(&sl->th, NULL, bs_main, sl) != 0) {
         tide_error("batch: cannot start a thread for a sequence");
+        pthread_cond_destroy(&sl->go);
         sl->s = NULL;
         s->rc = TIDE_E_NOMEM;
         b->feed->done(b->feed->user, s);
