@@ -21,6 +21,7 @@
 #   mkmodel   a 4-layer LLaDA2.0-mini-shaped checkpoint (~6 GB) in the work dir
 #   mini-*    tide forward on it, backend-cuda vs backend-cpu-onednn logits;
 #             tide run on backend-cuda (tokens/s in mini-run.log)
+#   mini-batch tide bench --batch 1,2 on it (batched decoding on the GPU)
 #   bench     tide bench sweeps over policies tide (interval 1,2,4,8,32), lru
 #             and static at budgets 32, 64, 128, two prompts (when `tide bench`
 #             exists)
@@ -214,6 +215,12 @@ if stage mkmodel 240 "$tide" mkmodel "$mini" --preset llada2-mini --layers 4; th
     # ---- policy sweeps (tide bench, planned interface) ------------------------------------
     # Two prompts: 21 configurations (and the baseline) must fit the time left.
     if "$tide" bench --help >/dev/null 2>&1; then
+        # Batched decoding on the GPU (docs/batching.md): two prompts decoded
+        # together and alone; cuBLAS is not batch invariant, so a 'same' of NO
+        # here is reported, not failed (tokens within the tolerance).
+        stage mini-batch 120 "$tide" bench -c "$cfg" --policies tide --budgets 64 --batch 1,2 \
+            --max-prompts 2 --set bench.baseline=false --out "$out/bench-batch"
+        grep -E "^policy|^policy-tide" "$out/mini-batch.log" | sed 's/^/  /' | tee -a "$summary"
         stage bench 400 "$tide" bench -c "$cfg" --policies tide,lru,static --budgets 32,64,128 \
             --intervals 1,2,4,8,32 --max-prompts 2 --out "$out/bench"
         find "$out/bench" -type f -printf '  %p %s bytes\n' 2>/dev/null | tee -a "$summary"
