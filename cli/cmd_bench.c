@@ -293,7 +293,9 @@ static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics
         q.req[k].chat = 0;
     }
     if (rc == TIDE_OK) {
-        const struct tide_engine_outputs outs = {.metrics = metrics};
+        /* The first configuration records the routing (a batched trace). */
+        const struct tide_engine_outputs outs = {.metrics = metrics,
+                                                 .trace = b->trace ? &b->trace_sink : NULL};
         const struct tide_batch_queue bq = {
             .size = sizeof bq, .user = &q, .next = bq_next, .done = bq_done};
         tide_engine_set_outputs(b->e, &outs);

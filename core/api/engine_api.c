@@ -881,11 +881,6 @@ int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tid
                                                                 : "the queue needs next and done");
         return api_end(e, TIDE_E_INVAL);
     }
-    if (max_batch > 1 && e->outputs && e->outputs->trace) {
-        tide_error("[output] trace records one sequence at a time: run batches without it (or "
-                   "with a batch of 1)");
-        return api_end(e, TIDE_E_UNSUPPORTED);
-    }
     struct api_totals t;
     int rc = api_totals_begin(e, &t);
     if (rc != TIDE_OK)
@@ -895,8 +890,10 @@ int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tid
         .user = &ab, .next = ab_next, .done = ab_done, .between = q->between ? ab_between : NULL};
     atomic_store(&e->cancel, 0);
     tide_moe_set_metrics(e->moe, e->outputs ? e->outputs->metrics : NULL);
+    tide_moe_set_trace(e->moe, e->outputs ? e->outputs->trace : NULL);
     rc = tide_batch_run(e, max_batch, &feed);
     tide_moe_set_metrics(e->moe, NULL);
+    tide_moe_set_trace(e->moe, NULL);
     atomic_store(&e->cancel, 0);
     struct tide_moe_counters delta;
     api_totals_end(e, &t, &delta);

@@ -26,6 +26,8 @@ struct tide_trace_reader {
     size_t cap;
     float *vec; /* [cap_vec] */
     size_t cap_vec;
+    uint32_t *seq; /* [cap_seq] a batch record's prompt ids */
+    size_t cap_seq;
 };
 
 static uint32_t tr_u32(const uint8_t *p)
@@ -57,7 +59,7 @@ static int tr_header(struct tide_trace_reader *r)
         return tr_fail(r, "not a TIDE routing trace (bad magic)");
     uint32_t version = tr_u32(r->map + 8), len = tr_u32(r->map + 12);
     if (version < TIDE_TRACE_VERSION_MIN || version > TIDE_TRACE_VERSION) {
-        tide_error("trace %s: format version %u, this tide reads version %u or %u", r->path,
+        tide_error("trace %s: format version %u, this tide reads versions %u to %u", r->path,
                    version, TIDE_TRACE_VERSION_MIN, TIDE_TRACE_VERSION);
         return TIDE_E_FORMAT;
     }
@@ -267,6 +269,41 @@ int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record
         r->pos += 5 + 4 * (size_t)rec->dim;
         return 1;
     }
+    case TIDE_TREC_JOIN:
+        if (r->h.version < 3)
+            break; /* not a record of versions 1 and 2 */
+        if (left < 9)
+            return tr_truncated(r, at, "join");
+        rec->prompt_id = tr_u32(p + 1);
+        rec->prompt_len = tr_u32(p + 5);
+        r->pos += 9;
+        return 1;
+    case TIDE_TREC_BATCH: {
+        if (r->h.version < 3)
+            break;
+        if (left < 5)
+            return tr_truncated(r, at, "batch");
+        rec->n_seq = tr_u32(p + 1);
+        if (rec->n_seq < 2 || rec->n_seq > (1u << 20)) {
+            tide_error("trace %s: batch record at byte %zu holds %u prompts (2..%u)", r->path, at,
+                       rec->n_seq, 1u << 20);
+            return TIDE_E_FORMAT;
+        }
+        if (rec->n_seq > (left - 5) / 4)
+            return tr_truncated(r, at, "batch");
+        if (rec->n_seq > r->cap_seq) {
+            uint32_t *q = realloc(r->seq, rec->n_seq * sizeof *q);
+            if (!q)
+                return TIDE_E_NOMEM;
+            r->seq = q;
+            r->cap_seq = rec->n_seq;
+        }
+        for (uint32_t i = 0; i < rec->n_seq; i++)
+            r->seq[i] = tr_u32(p + 5 + 4 * (size_t)i);
+        rec->seq_id = r->seq;
+        r->pos += 5 + 4 * (size_t)rec->n_seq;
+        return 1;
+    }
     }
     tide_error("trace %s: unknown record type %u at byte %zu", r->path, p[0], at);
     return TIDE_E_FORMAT;
@@ -280,6 +317,7 @@ void tide_trace_reader_close(struct tide_trace_reader *r)
         munmap((void *)r->map, r->size);
     free(r->ids);
     free(r->vec);
+    free(r->seq);
     free(r->model);
     free(r->decoder);
     free(r->decoder_settings);

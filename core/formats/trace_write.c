@@ -192,6 +192,40 @@ int tide_trace_prompt_vector(struct tide_trace_writer *w, const float *vec, uint
     return w->err ? TIDE_E_IO : TIDE_OK;
 }
 
+/* Version 3 records refused on an older file (appending). */
+static int tw_v3(const struct tide_trace_writer *w, const char *what)
+{
+    if (w->version >= 3)
+        return TIDE_OK;
+    tide_error("trace %s: a %s record needs format version 3; the file is version %u (write "
+               "batched runs to a new trace)",
+               w->path, what, w->version);
+    return TIDE_E_UNSUPPORTED;
+}
+
+int tide_trace_join(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len)
+{
+    int rc = tw_v3(w, "join");
+    if (rc != TIDE_OK)
+        return rc;
+    tw_u8(w, TIDE_TREC_JOIN);
+    tw_u32(w, prompt_id);
+    tw_u32(w, prompt_len);
+    return w->err ? TIDE_E_IO : TIDE_OK;
+}
+
+int tide_trace_batch(struct tide_trace_writer *w, uint32_t n, const uint32_t *prompt_ids)
+{
+    int rc = tw_v3(w, "batch");
+    if (rc != TIDE_OK)
+        return rc;
+    tw_u8(w, TIDE_TREC_BATCH);
+    tw_u32(w, n);
+    for (uint32_t i = 0; i < n; i++)
+        tw_u32(w, prompt_ids[i]);
+    return w->err ? TIDE_E_IO : TIDE_OK;
+}
+
 int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated)
 {
     tw_u8(w, TIDE_TREC_BLOCK);
@@ -271,6 +305,16 @@ static int tw_sink_prompt_vector(void *u, const float *vec, uint32_t dim)
     return tide_trace_prompt_vector(u, vec, dim);
 }
 
+static int tw_sink_join(void *u, uint32_t id, uint32_t len)
+{
+    return tide_trace_join(u, id, len);
+}
+
+static int tw_sink_batch(void *u, uint32_t n, const uint32_t *ids)
+{
+    return tide_trace_batch(u, n, ids);
+}
+
 static int tw_sink_block(void *u, int32_t block, bool first)
 {
     return tide_trace_block(u, block, first);
@@ -294,5 +338,7 @@ struct tide_trace_sink tide_trace_writer_sink(struct tide_trace_writer *w)
                                     .block = tw_sink_block,
                                     .step = tw_sink_step,
                                     .route = tw_sink_route,
-                                    .prompt_vector = tw_sink_prompt_vector};
+                                    .prompt_vector = tw_sink_prompt_vector,
+                                    .join = tw_sink_join,
+                                    .batch = tw_sink_batch};
 }

@@ -17,7 +17,8 @@ struct bslot {
     int idx;
     struct tide_batch_seq *s; /* NULL: free */
     pthread_t th;
-    uint64_t order;    /* admission order: the lowest running one leads */
+    uint64_t order;    /* admission order: the lowest running one leads; its trace prompt id */
+    bool join;         /* admitted while others ran (a join record, not a prompt record) */
     bool turn;         /* holds the baton */
     pthread_cond_t go; /* the sequence waits here for its turn (one condition each: a
                           hand-over wakes one thread, not the whole batch) */
@@ -43,6 +44,7 @@ struct batch {
     int64_t n_ctx, per_tokens;   /* reserved: positions per slot, rows per sequence */
     struct tide_batch_seq *held; /* admitted once the batch drains (needs a bigger reserve) */
     struct tide_seq_span *spans; /* [max] one round's forward */
+    uint32_t *ids;               /* [max] its prompts' ids, for the trace */
 };
 
 static bool bs_is_lead(const struct bslot *sl)
@@ -152,7 +154,7 @@ static void *bs_main(void *arg)
     struct tide_batch_seq *s = sl->s;
     struct tide_engine *e = b->e;
     tide_log_errors_clear(); /* this thread's messages are the sequence's */
-    s->rc = tide_engine_prompt_begin(e, s->prompt, s->n);
+    s->rc = tide_engine_prompt_begin(e, s->prompt, s->n, (uint32_t)sl->order, sl->join);
     if (s->rc == TIDE_OK)
         s->rc = tide_decode_run(s->d ? s->d : &e->dec, e->mops, e->model, s->prompt, s->n,
                                 &sl->hooks, &s->result);
@@ -263,6 +265,7 @@ static bool bt_admit(struct batch *b, struct tide_batch_seq *s)
         .idx = (int)(sl - b->slot),
         .s = s,
         .order = b->next_order++,
+        .join = b->n_active > 0,
         .hooks =
             {
                 .user = sl,
@@ -300,6 +303,16 @@ static int bt_forward(struct batch *b)
             b->spans[n++] = b->slot[i].span;
     if (!n)
         return TIDE_OK;
+    const struct tide_trace_sink *trace = tide_moe_get_trace(b->e->moe);
+    if (n > 1 && trace && trace->batch) {
+        /* The trace's batch record: the prompts of this forward, in span order. */
+        for (int i = 0, k = 0; i < b->max; i++)
+            if (b->slot[i].s && b->slot[i].posted)
+                b->ids[k++] = (uint32_t)b->slot[i].order;
+        int rc = trace->batch(trace->user, (uint32_t)n, b->ids);
+        if (rc != TIDE_OK)
+            return rc;
+    }
     const struct tide_model_ops *o = b->e->mops;
     struct tide_model *m = b->e->model;
     if (TIDE_OPS_HAS(o, forward_batch))
@@ -331,9 +344,11 @@ int tide_batch_run(struct tide_engine *e, int max_batch, const struct tide_batch
     struct batch b = {.e = e, .feed = feed, .max = max_batch, .lead = -1};
     b.slot = calloc((size_t)max_batch, sizeof *b.slot);
     b.spans = calloc((size_t)max_batch, sizeof *b.spans);
-    if (!b.slot || !b.spans) {
+    b.ids = calloc((size_t)max_batch, sizeof *b.ids);
+    if (!b.slot || !b.spans || !b.ids) {
         free(b.slot);
         free(b.spans);
+        free(b.ids);
         return TIDE_E_NOMEM;
     }
     pthread_mutex_init(&b.mu, NULL);
@@ -369,5 +384,6 @@ int tide_batch_run(struct tide_engine *e, int max_batch, const struct tide_batch
     pthread_mutex_destroy(&b.mu);
     free(b.slot);
     free(b.spans);
+    free(b.ids);
     return TIDE_OK;
 }

@@ -486,9 +486,21 @@ static int engine_prompt_vector(struct tide_engine *e, const int32_t *prompt, in
     return rc;
 }
 
-int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n)
+int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n,
+                             uint32_t prompt_id, bool join)
 {
-    return engine_prompt_vector(e, prompt, n, NULL);
+    const struct tide_trace_sink *trace = e->moe ? tide_moe_get_trace(e->moe) : NULL;
+    if (trace) {
+        if (join && !trace->join) {
+            tide_error("trace: this sink records no batched runs (no join record)");
+            return TIDE_E_UNSUPPORTED;
+        }
+        int rc = join ? trace->join(trace->user, prompt_id, (uint32_t)n)
+                      : trace->prompt(trace->user, prompt_id, (uint32_t)n);
+        if (rc != TIDE_OK)
+            return rc;
+    }
+    return engine_prompt_vector(e, prompt, n, trace);
 }
 
 int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,

@@ -96,8 +96,11 @@ int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const
                              struct tide_gen_result *result);
 
 /* A generation of prompt[n] starts outside tide_engine_generate_ids (a
- * batch): the prompt's vector to the policy (prompt_begin). */
-int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n);
+ * batch): the dispatcher's trace (if any) records it as prompt_id, joining a
+ * running batch when join, with its vector; the vector goes to the policy
+ * (prompt_begin). */
+int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n,
+                             uint32_t prompt_id, bool join);
 
 /* Telemetry for the following tide_engine_generate calls (the public one):
  * metrics lines and routing events. o is borrowed until replaced; NULL

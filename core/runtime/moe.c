@@ -531,6 +531,11 @@ void tide_moe_set_trace(struct tide_moe *moe, const struct tide_trace_sink *s)
     moe->trace_rc = TIDE_OK;
 }
 
+const struct tide_trace_sink *tide_moe_get_trace(const struct tide_moe *moe)
+{
+    return moe->trace;
+}
+
 /* Remember the first trace write error; the generation stops on it. */
 static void moe_trace_rc(struct tide_moe *moe, int rc)
 {

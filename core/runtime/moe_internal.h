@@ -84,6 +84,8 @@ bool tide_moe_wants_prompt(const struct tide_moe *moe);
  * (NULL: stop). s must stay valid until it is replaced. The first status a
  * sink returns stops the generation. */
 void tide_moe_set_trace(struct tide_moe *moe, const struct tide_trace_sink *s);
+/* The sink set, or NULL. */
+const struct tide_trace_sink *tide_moe_get_trace(const struct tide_moe *moe);
 
 /* Telemetry: JSON Lines, one per MoE layer per phase, to f (NULL: none). */
 void tide_moe_set_metrics(struct tide_moe *moe, FILE *f);

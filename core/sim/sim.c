@@ -140,6 +140,20 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             t->vec_dim = rec.dim;
             t->ev[last_prompt].vec = (uint32_t)++t->n_vecs;
             break;
+        case TIDE_TREC_JOIN:
+            /* A prompt joins a running batch: the lead's block goes on. */
+            last_prompt = t->n_ev - 1;
+            ev->type = SIM_EV_PROMPT;
+            ev->first = 1;
+            ev->a = (int32_t)rec.prompt_id;
+            ev->b = rec.prompt_len;
+            t->prompts++;
+            break;
+        case TIDE_TREC_BATCH:
+            t->n_ev--; /* composition only: the routes that follow hold its tokens */
+            t->batch_forwards++;
+            t->batch_seqs += rec.n_seq;
+            break;
         case TIDE_TREC_PROMPT:
             last_prompt = t->n_ev - 1;
             ev->type = SIM_EV_PROMPT;
@@ -234,6 +248,8 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
         rc = got;
     else
         sim_fix_pointers(t);
+    if (t->batch_forwards && gen_length)
+        t->tokens_generated = t->prompts * gen_length; /* the blocks are the lead's only */
 done:
     tide_trace_reader_close(r);
     free(dense);

@@ -58,6 +58,12 @@ struct tide_sim_trace {
     uint32_t max_tokens;          /* largest forward */
     uint64_t assignments;         /* token-expert assignments in all */
     uint64_t prompts, blocks, steps;
+    /* Batched decoding (trace version 3, or tide_sim_trace_batch): forwards
+     * holding two or more prompts, and the prompts they held in all. In a
+     * batched trace the block and step records are the lead's, so blocks,
+     * steps and block_steps describe the lead's clock, and tokens_generated
+     * is prompts x gen_length (the recorded gen_length). */
+    uint64_t batch_forwards, batch_seqs;
     uint64_t tokens_generated; /* per prompt, the positions its blocks generate (block_length
                                   less the prompt's tail in the first), at most gen_length
                                   when the trace records it: the tokens tide run counts,
@@ -84,8 +90,10 @@ void tide_sim_trace_free(struct tide_sim_trace *t); /* NULL is a no-op */
  * of the result holds every running prompt's next forward (their routing
  * summed: a sequence's routing does not depend on its companions), the
  * policy sees the lead's block and step records, and prompts join in trace
- * order as others finish. batch 1 gives the trace's own tape. Statistics of
- * blocks, steps and tokens are the prompts' own. Returns TIDE_OK,
+ * order as others finish. batch 1 gives the trace's own tape. Blocks and
+ * steps are the lead's clock (as in a trace recorded from a batch), so ms
+ * per step is the time of a batched step; tokens are every prompt's.
+ * Returns TIDE_OK,
  * TIDE_E_RANGE (batch < 1), TIDE_E_FORMAT (a trace without prompt records)
  * or TIDE_E_NOMEM. */
 int tide_sim_trace_batch(const struct tide_sim_trace *t, int batch, struct tide_sim_trace **out);

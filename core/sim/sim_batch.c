@@ -139,8 +139,8 @@ static int sb_merge(const struct tide_sim_trace *t, struct sb_out *o, int n_acti
     return TIDE_OK;
 }
 
-/* Copy what does not change with batching: header, strings, statistics of
- * the prompts' own blocks and steps, prompt vectors. */
+/* Copy what does not change with batching: header, strings, prompts and
+ * tokens, prompt vectors. */
 static int sb_copy_meta(const struct tide_sim_trace *t, struct tide_sim_trace *m)
 {
     m->h = t->h;
@@ -151,17 +151,7 @@ static int sb_copy_meta(const struct tide_sim_trace *t, struct tide_sim_trace *m
     m->h.decoder = m->decoder;
     m->h.decoder_settings = m->decoder_settings;
     m->prompts = t->prompts;
-    m->blocks = t->blocks;
-    m->steps = t->steps;
     m->tokens_generated = t->tokens_generated;
-    m->max_block_steps = t->max_block_steps;
-    if (t->blocks) {
-        if (!(m->block_steps = malloc(sizeof *m->block_steps * t->blocks)) ||
-            !(m->block_first = malloc(sizeof *m->block_first * t->blocks)))
-            return TIDE_E_NOMEM;
-        memcpy(m->block_steps, t->block_steps, sizeof *m->block_steps * t->blocks);
-        memcpy(m->block_first, t->block_first, sizeof *m->block_first * t->blocks);
-    }
     if (t->n_vecs) {
         const size_t n = t->n_vecs * t->vec_dim;
         if (!(m->vecs = malloc(sizeof *m->vecs * n)))
@@ -201,11 +191,12 @@ static int sb_run(const struct tide_sim_trace *t, int batch, struct sb_out *o, s
     uint32_t *dense = calloc(t->h.n_experts, sizeof *dense);
     int rc = active && rf && rt && re && dense ? TIDE_OK : TIDE_E_NOMEM;
     int n_active = 0, lead = -1;
-    bool stale = false; /* a lead took over and has not begun a step since */
     size_t next = 0;
+    bool stale = false; /* a lead took over and has not begun a step since */
     while (rc == TIDE_OK) {
-        /* Members without a forward left have finished (in the engine,
-         * while the last round's sequences resumed). */
+        /* The previous round's sequences resume (in the engine, after its
+         * forward): each runs to its next forward, or finishes and leaves.
+         * The lead's records reach the policy; the others' do not. */
         int k = 0;
         bool lead_left = false;
         for (int a = 0; a < n_active; a++) {
@@ -216,38 +207,54 @@ static int sb_run(const struct tide_sim_trace *t, int batch, struct sb_out *o, s
                 lead_left = true;
         }
         n_active = k;
-        const int running = n_active;
-        /* Join in trace order while a slot is free; a prompt joining a
-         * running batch does not reset the dispatcher's phase (first = 1). */
+        for (int a = 0; rc == TIDE_OK && a < n_active; a++)
+            rc = sb_pre(t, o, &seq[active[a]], rf[a], rt[a], active[a] == lead && !lead_left,
+                        &stale);
+        if (lead_left || !n_active)
+            lead = -1;
+        if (rc == TIDE_OK && lead_left && n_active) {
+            /* The oldest one leads now and announces its current block. */
+            lead = active[0];
+            stale = false;
+            if (seq[lead].block >= 0) {
+                const struct sim_event ev = {.type = SIM_EV_BLOCK, .a = seq[lead].block};
+                rc = sb_emit(o, &ev);
+                stale = true;
+            }
+        }
+        /* Join in trace order while a slot is free; each runs to its first
+         * forward. One joining an empty batch leads from its start (its
+         * records go out before the next one joins); one joining a running
+         * batch does not reset the dispatcher's phase (first = 1). */
         while (rc == TIDE_OK && n_active < batch && next < n_seq) {
             struct sb_seq *q = &seq[next];
             struct sim_event ev = t->ev[q->begin];
             ev.first = n_active > 0;
             rc = sb_emit(o, &ev);
             q->cur = q->begin + 1;
-            if (sb_next_forward(t, q, &rf[n_active], &rt[n_active], &re[n_active]))
-                active[n_active++] = (int)next;
-            next++;
+            const int s = (int)next++;
+            if (rc != TIDE_OK ||
+                !sb_next_forward(t, q, &rf[n_active], &rt[n_active], &re[n_active]))
+                continue; /* no forward at all: it ends as it starts */
+            const bool leads = n_active == 0;
+            if (leads) {
+                lead = s;
+                stale = false;
+            }
+            rc = sb_pre(t, o, q, rf[n_active], rt[n_active], leads, &stale);
+            active[n_active++] = s;
         }
-        if (rc != TIDE_OK || n_active == 0)
+        if (rc != TIDE_OK || n_active == 0) {
+            if (rc == TIDE_OK && next < n_seq)
+                continue;
             break;
-        /* The lead: the oldest member. Its records reach the policy when it
-         * led as they happened: it led last round, or it joined an empty
-         * batch. A lead that took over from one that left announces its
-         * current block instead. */
-        const bool took_over = active[0] != lead && lead_left && running > 0;
-        if (active[0] != lead)
-            stale = false;
-        lead = active[0];
-        for (int a = 0; rc == TIDE_OK && a < n_active; a++)
-            rc = sb_pre(t, o, &seq[active[a]], rf[a], rt[a], a == 0 && !took_over, &stale);
-        if (rc == TIDE_OK && took_over && seq[lead].block >= 0) {
-            const struct sim_event ev = {.type = SIM_EV_BLOCK, .a = seq[lead].block};
-            rc = sb_emit(o, &ev);
-            stale = true;
         }
         if (rc == TIDE_OK)
             rc = sb_merge(t, o, n_active, rt, re, stale, dense);
+        if (n_active > 1) {
+            o->t->batch_forwards++;
+            o->t->batch_seqs += (uint64_t)n_active;
+        }
         for (int a = 0; a < n_active; a++)
             seq[active[a]].cur = re[a];
     }
@@ -257,6 +264,33 @@ static int sb_run(const struct tide_sim_trace *t, int batch, struct sb_out *o, s
     free(re);
     free(dense);
     return rc;
+}
+
+/* Blocks and steps of the merged tape: the lead's clock, as the records of a
+ * batched trace give them (the loader counts those the same way). */
+static int sb_clock(struct tide_sim_trace *m)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < m->n_ev; i++)
+        cap += m->ev[i].type == SIM_EV_BLOCK;
+    if (cap && (!(m->block_steps = calloc(cap, sizeof *m->block_steps)) ||
+                !(m->block_first = calloc(cap, sizeof *m->block_first))))
+        return TIDE_E_NOMEM;
+    bool in_block = false;
+    for (size_t i = 0; i < m->n_ev; i++) {
+        const struct sim_event *ev = &m->ev[i];
+        if (ev->type == SIM_EV_PROMPT && !ev->first) {
+            in_block = false;
+        } else if (ev->type == SIM_EV_BLOCK) {
+            m->block_first[m->blocks++] = ev->first;
+            in_block = true;
+        } else if (ev->type == SIM_EV_STEP) {
+            m->steps++;
+            if (in_block && ++m->block_steps[m->blocks - 1] > m->max_block_steps)
+                m->max_block_steps = m->block_steps[m->blocks - 1];
+        }
+    }
+    return TIDE_OK;
 }
 
 int tide_sim_trace_batch(const struct tide_sim_trace *t, int batch, struct tide_sim_trace **out)
@@ -298,6 +332,8 @@ int tide_sim_trace_batch(const struct tide_sim_trace *t, int batch, struct tide_
     }
     if (rc == TIDE_OK)
         rc = sb_run(t, batch, &o, seq, n_seq);
+    if (rc == TIDE_OK)
+        rc = sb_clock(m);
     if (m && m->fwd && m->n_fwd) {
         for (uint32_t l = 0; l < L; l++)
             for (size_t j = 0; j < m->n_fwd[l]; j++) {

@@ -343,9 +343,9 @@ struct tide_batch_queue {
 /* Run requests from q, up to max_batch at a time, until next() returns NULL
  * while none runs. tide_engine_cancel stops every running request. Returns
  * TIDE_OK (each request's own status goes to done), or TIDE_E_INVAL,
- * TIDE_E_UNSUPPORTED (max_batch > 1 on a model plugin without batches, or
- * with [output] trace set: traces record one sequence at a time) or
- * TIDE_E_NOMEM. */
+ * TIDE_E_UNSUPPORTED (max_batch > 1 on a model plugin without batches) or
+ * TIDE_E_NOMEM. A routing trace of a batch records each prompt's id as its
+ * order of admission from 0 (docs/trace-format.md, batched runs). */
 int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q);
 
 /* Generate reqs[0..n) as one batch of at most max_batch at a time, in order

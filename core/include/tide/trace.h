@@ -2,7 +2,7 @@
  * generation, recorded once and replayed by `tide sim` through any policy,
  * budget and hardware profile (placement never changes routing).
  *
- * File format (version 2, little-endian; version 1 files are read too),
+ * File format (version 3, little-endian; versions 1 and 2 are read too),
  * documented in docs/trace-format.md:
  *   header: magic "TIDETRC\0", u32 version, u32 json_len, JSON metadata
  *           (model shape, generation parameters), padded to 8 bytes;
@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define TIDE_TRACE_VERSION     2u /* written */
+#define TIDE_TRACE_VERSION     3u /* written: version 3 adds the join and batch records */
 #define TIDE_TRACE_VERSION_MIN 1u /* oldest read: version 1 has no prompt-vector records */
 
 /* Phases of a forward, as the dispatcher sees them. */
@@ -68,6 +68,13 @@ struct tide_trace_sink {
     /* Optional (may be NULL): the vector of the prompt just announced (the
      * mean of its input embeddings, tide/model.h prompt_vector), vec[dim]. */
     int (*prompt_vector)(void *user, const float *vec, uint32_t dim);
+    /* ---- Appended (version 3): batched decoding (docs/batching.md). ---- */
+    /* A prompt joins a running batch (as prompt, but the generations before
+     * it go on: the dispatcher's phase is not reset). */
+    int (*join)(void *user, uint32_t prompt_id, uint32_t prompt_len);
+    /* The next forward holds the positions of these prompts, in this order
+     * (written before its routing records when it holds two or more). */
+    int (*batch)(void *user, uint32_t n, const uint32_t *prompt_ids);
 };
 
 /* ---- Reading ---- */
@@ -80,6 +87,8 @@ enum tide_trace_rec {
     TIDE_TREC_STEP = 3,   /* i32 step */
     TIDE_TREC_ROUTE = 4, /* u8 phase, u32 layer, u32 n, n*top_k ids (u8, or u16 if > 256 experts) */
     TIDE_TREC_PROMPT_VEC = 5, /* version 2: u32 dim, dim f32: the vector of the last prompt */
+    TIDE_TREC_JOIN = 6,       /* version 3: u32 prompt_id, u32 prompt_len: joins a running batch */
+    TIDE_TREC_BATCH = 7,      /* version 3: u32 n, n u32 prompt ids: the next forward's prompts */
 };
 
 /* One record. ids points into the reader's buffer, valid until the next call. */
@@ -91,10 +100,12 @@ struct tide_trace_record {
     int32_t step;
     enum tide_trace_phase phase;
     uint32_t layer;
-    uint32_t n;         /* tokens */
-    const int32_t *ids; /* [n * top_k] */
-    uint32_t dim;       /* PROMPT_VEC: entries of vec */
-    const float *vec;   /* PROMPT_VEC: [dim], valid until the next call */
+    uint32_t n;             /* tokens */
+    const int32_t *ids;     /* [n * top_k] */
+    uint32_t dim;           /* PROMPT_VEC: entries of vec */
+    const float *vec;       /* PROMPT_VEC: [dim], valid until the next call */
+    uint32_t n_seq;         /* BATCH: prompts in the forward */
+    const uint32_t *seq_id; /* BATCH: [n_seq] their ids, valid until the next call */
 };
 
 struct tide_trace_reader;

@@ -28,6 +28,11 @@ int tide_trace_prompt(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t 
  * Appending to a version-1 file writes nothing (that format has no such
  * record). */
 int tide_trace_prompt_vector(struct tide_trace_writer *w, const float *vec, uint32_t dim);
+/* Version 3 (batched decoding): a prompt joins a running batch, and the
+ * prompts the next forward holds. On a file of an older version (appending)
+ * they are refused (TIDE_E_UNSUPPORTED, logged). */
+int tide_trace_join(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
+int tide_trace_batch(struct tide_trace_writer *w, uint32_t n, const uint32_t *prompt_ids);
 /* Block `block` (0 = first generated) starts. */
 int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
 /* Denoising step `step` of the current block starts. */
