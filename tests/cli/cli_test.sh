@@ -434,6 +434,19 @@ sweep)
     run -- bench -c "$work/t.ini" --sweep bench.repeats=1,2 --out "$work/x"
     expect_status 2
     expect_in err "[bench] describes the command's own grid"
+    # tide sim: the same flag, a CSV column per key.
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    run -- sim --trace "$work/t.trc" --policies lfu,lru --budgets 4 --sweep policy-lfu.decay=1,0.5 \
+        --csv "$work/s.csv"
+    expect_status 0
+    expect_in out "sweep point 2 of 2: policy-lfu.decay=0.5"
+    [ "$(head -n 1 "$work/s.csv" | awk -F, '{ print $NF }')" = "policy-lfu.decay" ] ||
+        fail "sim CSV header: $(head -n 1 "$work/s.csv")"
+    [ "$(grep -c '^policy-lfu,.*,0\.5$' "$work/s.csv")" -eq 1 ] || fail "sim CSV: $(cat "$work/s.csv")"
+    run -- sim --trace "$work/t.trc" --sweep policy-lfu.decay=2
+    expect_status 2
+    expect_in err "[policy-lfu] decay = '2': expected a number in [0,1]"
     ;;
 config-doc)
     run -- config doc
