@@ -55,7 +55,11 @@ static void bench_usage(FILE *f)
             "                               [policy-*] keys are swept; each point has its own\n"
             "                               baseline for the token check\n"
             "  --prompts FILE               one prompt per line, '#' comments\n"
-            "  --max-prompts N, --repeats N, --out DIR\n\n"
+            "  --repeats N                  run the prompt set N times per configuration: a\n"
+            "                               results.csv row per repeat ('repeat' column) and\n"
+            "                               summary.csv with the median, min and max of time\n"
+            "                               and tok/s per configuration\n"
+            "  --max-prompts N, --out DIR\n\n"
             "Splitting the sweep over processes or machines (docs/cluster.md):\n"
             "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
             "                     from 0 in the order above (sweep point, then policy,\n"
@@ -150,6 +154,7 @@ struct bench_row {
     bool same;  /* generated the baseline's tokens */
     int batch;  /* sequences decoded at once */
     long point; /* of the --sweep grid */
+    int repeat; /* 0 .. repeats-1: each repeat is its own row */
 };
 
 static uint64_t bench_hash(const int32_t *ids, int64_t n)
@@ -203,15 +208,15 @@ static void bench_print_row(FILE *f, const struct bench_row *r, const struct cli
     char iv[16];
     snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
     if (csv)
-        fprintf(f,
-                "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d",
-                r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds,
-                hit, (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
-                (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
-                (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
-                r->c.host_seconds, r->c.device_seconds,
-                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO",
-                r->batch);
+        fprintf(
+            f, "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d,%d",
+            r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds, hit,
+            (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
+            (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
+            (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
+            r->c.host_seconds, r->c.device_seconds,
+            r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO", r->batch,
+            r->repeat);
     if (csv) {
         cli_sweep_csv_row(sw, r->point, f);
         fputc('\n', f);
@@ -278,7 +283,7 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
 {
     (void)error; /* logged where it happened */
     struct bench_queue *q = user;
-    const int i = (int)(req - q->req) / q->b->repeats;
+    const int i = (int)(req - q->req);
     if (status != TIDE_OK && q->rc == TIDE_OK)
         q->rc = status;
     if (status == TIDE_OK && res) {
@@ -289,12 +294,12 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
     tide_result_free(res);
 }
 
-/* Every prompt (times repeats) decoded up to batch at a time: one wall time
- * for the whole set. */
+/* Every prompt decoded up to batch at a time (one repeat): one wall time for
+ * the whole set. */
 static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics, int batch)
 {
     const int P = b->prompts.n;
-    struct bench_queue q = {.b = b, .r = r, .n = P * b->repeats};
+    struct bench_queue q = {.b = b, .r = r, .n = P};
     q.req = calloc((size_t)q.n, sizeof *q.req);
     q.ids = calloc((size_t)P, sizeof *q.ids);
     q.n_ids = calloc((size_t)P, sizeof *q.n_ids);
@@ -303,8 +308,8 @@ static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics
         rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &q.ids[i], &q.n_ids[i]);
     for (int k = 0; rc == TIDE_OK && k < q.n; k++) {
         tide_request_init(&q.req[k]);
-        q.req[k].prompt_ids = q.ids[k / b->repeats];
-        q.req[k].n_prompt_ids = q.n_ids[k / b->repeats];
+        q.req[k].prompt_ids = q.ids[k];
+        q.req[k].n_prompt_ids = q.n_ids[k];
         q.req[k].chat = 0;
     }
     if (rc == TIDE_OK) {
@@ -329,9 +334,10 @@ static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics
     return rc;
 }
 
-/* Run every prompt once (times repeats) under the engine's current placement,
- * batch at a time. */
-static int bench_run_config(struct bench *b, struct bench_row *r, const char *tag, int batch)
+/* Run the prompt set repeats times under the engine's current placement,
+ * batch at a time, each repeat measured on its own: rr[repeats], whose
+ * first row names the configuration. */
+static int bench_run_config(struct bench *b, struct bench_row *rr, const char *tag, int batch)
 {
     char path[4600];
     snprintf(path, sizeof path, "%s/metrics-%s.jsonl", b->dir, tag);
@@ -340,40 +346,104 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
         tide_error("cannot create %s: %s", path, strerror(errno));
         return TIDE_E_IO;
     }
-    tide_moe_reset_totals(b->e->moe);
-    r->same = true;
-    r->batch = batch;
     int rc = TIDE_OK;
-    if (batch > 1)
-        rc = bench_run_batched(b, r, metrics, batch);
-    for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
-        int32_t *ids = NULL;
-        size_t n = 0;
-        rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
-        if (rc == TIDE_OK)
-            rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
-        for (int rep = 0; rc == TIDE_OK && rep < b->repeats; rep++) {
-            struct tide_gen_result res;
-            fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
-            const struct tide_engine_outputs outs = {.metrics = metrics,
-                                                     .trace = rep == 0 && b->trace ? &b->trace_sink
-                                                                                   : NULL,
-                                                     .prompt_id = (uint32_t)i};
-            rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, &outs, &res);
-            if (rc == TIDE_OK) {
-                r->tokens += res.n;
-                r->steps += res.steps;
-                r->seconds += res.seconds;
-                bench_check(b, r, i, res.ids, res.n);
-            }
-            free(res.ids);
+    for (int rep = 0; rep < b->repeats && rc == TIDE_OK; rep++) {
+        struct bench_row *r = &rr[rep];
+        if (rep) {
+            *r = (struct bench_row){
+                .interval = rr->interval, .budget = rr->budget, .point = rr->point};
+            memcpy(r->policy, rr->policy, sizeof r->policy);
         }
-        free(ids);
+        r->repeat = rep;
+        tide_moe_reset_totals(b->e->moe);
+        r->same = true;
+        r->batch = batch;
+        if (batch > 1)
+            rc = bench_run_batched(b, r, metrics, batch);
+        for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
+            if (rc == TIDE_OK)
+                rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
+            if (rc == TIDE_OK) {
+                struct tide_gen_result res;
+                fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
+                const struct tide_engine_outputs outs = {
+                    .metrics = metrics,
+                    .trace = rep == 0 && b->trace ? &b->trace_sink : NULL,
+                    .prompt_id = (uint32_t)i};
+                rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, &outs, &res);
+                if (rc == TIDE_OK) {
+                    r->tokens += res.n;
+                    r->steps += res.steps;
+                    r->seconds += res.seconds;
+                    bench_check(b, r, i, res.ids, res.n);
+                }
+                free(res.ids);
+            }
+            free(ids);
+        }
+        tide_moe_totals(b->e->moe, &r->c);
     }
-    tide_moe_totals(b->e->moe, &r->c);
     if (fclose(metrics) != 0 && rc == TIDE_OK)
         rc = TIDE_E_IO;
     return rc;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median, min, max of v[n] (sorted in place) as ",med,min,max". */
+static void bench_spread(FILE *f, double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    const double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    fprintf(f, ",%.6f,%.6f,%.6f", med, v[0], v[n - 1]);
+}
+
+/* summary.csv: one line per configuration (its repeats consecutive rows),
+ * with median, min and max of the time and tok/s over the repeats. With
+ * --baseline DIR the baseline's line comes first, as DIR wrote it. */
+static int bench_summary(const char *dir, const struct bench_row *rows, int n_rows, int repeats,
+                         const struct cli_sweep *sw, bool copy_baseline)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tide_error("cannot create %s: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    fprintf(f, "policy,interval,budget,batch,repeats,seconds_median,seconds_min,seconds_max,"
+               "tokens_per_second_median,tokens_per_second_min,tokens_per_second_max");
+    cli_sweep_csv_header(sw, f);
+    fputc('\n', f);
+    if (copy_baseline)
+        fprintf(f, "(no offload),-,,1,0,,,,,,\n");
+    double sec[1000], tps[1000];
+    for (int i = 0; i + repeats <= n_rows; i += repeats) {
+        const struct bench_row *r = &rows[i];
+        for (int k = 0; k < repeats; k++) {
+            sec[k] = r[k].seconds;
+            tps[k] = r[k].seconds > 0 ? (double)r[k].tokens / r[k].seconds : 0.0;
+        }
+        char iv[16];
+        snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
+        fprintf(f, "%s,%s,%d,%d,%d", r->policy, iv, r->budget, r->batch, repeats);
+        bench_spread(f, sec, repeats);
+        bench_spread(f, tps, repeats);
+        cli_sweep_csv_row(sw, r->point, f);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        tide_error("cannot write %s", path);
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
 }
 
 /* A policy name as given ("tide") or as a plugin name ("policy-tide"). */
@@ -575,7 +645,7 @@ int cmd_bench(int argc, char **argv)
         }
     }
     b.want = b.want_all = calloc((size_t)(b.prompts.n * points), sizeof *b.want);
-    rows = calloc((size_t)((np * nb * ni * nt + 1) * points), sizeof *rows);
+    rows = calloc((size_t)((np * nb * ni * nt + 1) * points * b.repeats), sizeof *rows);
     if (!b.want || !rows) {
         rc = TIDE_E_NOMEM;
         goto done;
@@ -691,9 +761,10 @@ int cmd_bench(int argc, char **argv)
                     if (rc != TIDE_OK ||
                         (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
                         break;
-                    bench_print_row(stdout, r, NULL);
+                    for (int q = 0; q < b.repeats; q++)
+                        bench_print_row(stdout, &r[q], NULL);
                     fflush(stdout);
-                    n_rows++;
+                    n_rows += b.repeats;
                 }
             }
         }
@@ -707,7 +778,7 @@ int cmd_bench(int argc, char **argv)
     } else {
         fprintf(csv, "policy,interval,budget,tokens,steps,seconds,hit_rate,hit_rows,miss_rows,"
                      "promotions,evictions,weight_bytes,act_bytes,host_seconds,device_seconds,"
-                     "tokens_per_second,same_tokens,batch");
+                     "tokens_per_second,same_tokens,batch,repeat");
         cli_sweep_csv_header(&sw, csv);
         fputc('\n', csv);
         if (run.baseline_line)
@@ -716,6 +787,9 @@ int cmd_bench(int argc, char **argv)
             bench_print_row(csv, &rows[i], &sw);
         fclose(csv);
     }
+    int src = bench_summary(b.dir, rows, n_rows, b.repeats, &sw, run.baseline_line != NULL);
+    if (rc == TIDE_OK)
+        rc = src;
     /* Bit-identical tokens are guaranteed when one plugin computes both the
      * device and the host experts; across two backends (cuBLAS and oneDNN)
      * float summation orders differ, so a mismatch is reported, not fatal. */

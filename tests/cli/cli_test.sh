@@ -448,6 +448,30 @@ sweep)
     expect_status 2
     expect_in err "[policy-lfu] decay = '2': expected a number in [0,1]"
     ;;
+repeats)
+    # --repeats N: a row per repeat, and summary.csv with median, min and max
+    # per configuration; shards merge both.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    for k in 0 1; do
+        run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets 4 \
+            --batch 1,2 --repeats 3 --shard $k/2 --out "$work/r"
+        expect_status 0
+    done
+    run -- bench merge "$work/r" --out "$work/m"
+    expect_status 0
+    csv="$work/m/results.csv"
+    [ "$(head -n 1 "$csv" | awk -F, '{ print $NF }')" = "repeat" ] || fail "no repeat column: $(head -n 1 "$csv")"
+    [ "$(grep -c '^policy-lru,.*,2,[012]$' "$csv")" -eq 3 ] || fail "batch 2: not 3 rows: $(cat "$csv")"
+    [ "$(wc -l <"$csv")" -eq 10 ] || fail "expected 9 rows: $(cat "$csv")"
+    sum="$work/m/summary.csv"
+    expect_header="policy,interval,budget,batch,repeats,seconds_median,seconds_min,seconds_max,tokens_per_second_median,tokens_per_second_min,tokens_per_second_max"
+    [ "$(head -n 1 "$sum")" = "$expect_header" ] || fail "summary.csv header: $(head -n 1 "$sum")"
+    [ "$(wc -l <"$sum")" -eq 4 ] || fail "expected 3 summary lines: $(cat "$sum")"
+    grep -q '^policy-lru,-,4,2,3,' "$sum" || fail "no batch-2 summary: $(cat "$sum")"
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
