@@ -34,11 +34,11 @@ struct merge_csv {
     int n;
 };
 
-static int merge_read_csv(const char *dir, struct merge_csv *c)
+static int merge_read_csv(const char *dir, const char *name, struct merge_csv *c)
 {
     char path[4200];
     size_t len;
-    snprintf(path, sizeof path, "%s/results.csv", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     int rc = cli_read_file(path, &c->text, &len);
     if (rc != TIDE_OK)
         return rc;
@@ -67,16 +67,46 @@ static size_t merge_len(const char *line)
     return (size_t)(strchr(line, '\n') - line) + 1;
 }
 
-/* The rows shard k must hold, in order: -1 (the baseline) then k, k+N, ... */
-static int merge_check_rows(const struct cli_part *p, const struct merge_csv *csv, long configs,
-                            bool baseline)
+/* The grid's shape, from shard 0's manifest. */
+struct merge_grid {
+    long configs; /* all configurations, over every sweep point */
+    long points;  /* --sweep points (1 without) */
+    long repeats; /* results.csv lines per configuration */
+    bool baseline;
+};
+
+/* Entry e of an unsharded run's rows (a baseline per sweep point, then that
+ * point's configurations): its configuration, or -1 for a baseline. */
+static long merge_entry(const struct merge_grid *g, long e)
+{
+    const long per = g->configs / g->points + g->baseline; /* entries per point */
+    const long pt = e / per, at = e % per;
+    return g->baseline && !at ? -1 : pt * (g->configs / g->points) + at - g->baseline;
+}
+
+/* Whether shard s holds entry e (every shard runs the baselines). */
+static bool merge_holds(const struct merge_grid *g, const struct cli_shard *s, long e)
+{
+    const long c = merge_entry(g, e);
+    return c < 0 || cli_shard_mine(s, c);
+}
+
+static long merge_entries(const struct merge_grid *g)
+{
+    return g->configs + g->baseline * g->points;
+}
+
+/* The rows shard k must hold, in the order of merge_entry. */
+static int merge_check_rows(const struct cli_part *p, const struct merge_csv *csv,
+                            const struct merge_grid *g)
 {
     const json_t *rows = json_object_get(p->m, "rows");
-    const long want = baseline + cli_shard_size(&p->shard, configs);
+    const long want = g->baseline * g->points + cli_shard_size(&p->shard, g->configs);
     const long have = (long)json_array_size(rows);
-    if (have != csv->n - 1) {
-        tide_error("%s: manifest.json lists %ld rows but results.csv has %d", p->dir, have,
-                   csv->n - 1);
+    if (have * g->repeats != csv->n - 1) {
+        tide_error("%s: manifest.json lists %ld configurations of %ld repeats but results.csv has "
+                   "%d rows",
+                   p->dir, have, g->repeats, csv->n - 1);
         return TIDE_E_FORMAT;
     }
     if (have < want) {
@@ -85,11 +115,13 @@ static int merge_check_rows(const struct cli_part *p, const struct merge_csv *cs
                    p->shard.index, p->shard.count, p->dir, have, want);
         return TIDE_E_INVAL;
     }
-    for (long r = 0; r < have; r++) {
+    for (long r = 0, e = 0; r < have; r++, e++) {
         const json_t *row = json_array_get(rows, (size_t)r);
         const json_t *c = json_object_get(row, "configuration");
         const char *file = json_string_value(json_object_get(row, "metrics"));
-        long expect = baseline && !r ? -1 : p->shard.index + (r - baseline) * p->shard.count;
+        while (e < merge_entries(g) && !merge_holds(g, &p->shard, e))
+            e++;
+        const long expect = merge_entry(g, e);
         if (!json_is_integer(c) || json_integer_value(c) != expect || !file || strchr(file, '/') ||
             r >= want) {
             tide_error("%s: row %ld of manifest.json is not configuration %ld of shard %d/%d",
@@ -122,8 +154,9 @@ static int merge_check_reference(const struct cli_parts *ps)
 }
 
 /* Write OUT: results.csv, config.ini, the metrics, manifest.json. */
-static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv, long configs,
-                       bool baseline, const char *out, bool *differ)
+static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv,
+                       const struct merge_csv *sum, const struct merge_grid *g, const char *out,
+                       bool *differ)
 {
     char path[4400], src[4400];
     snprintf(path, sizeof path, "%s/results.csv", out);
@@ -136,14 +169,32 @@ static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv, 
     int rc = rows ? TIDE_OK : TIDE_E_NOMEM;
     fwrite(csv[0].line[0], 1, merge_len(csv[0].line[0]), f);
     *differ = false;
-    for (long i = baseline ? -1 : 0; i < configs && rc == TIDE_OK; i++) {
+    FILE *sf = NULL;                                      /* summary.csv */
+    long *next = calloc((size_t)ps->count, sizeof *next); /* [shard] its next row */
+    if (!next)
+        rc = TIDE_E_NOMEM;
+    for (long e = 0; e < merge_entries(g) && rc == TIDE_OK; e++) {
+        const long i = merge_entry(g, e);
+        /* The baselines come from shard 0; every shard holds them. */
         const int k = i < 0 ? 0 : (int)(i % ps->count);
-        const long r = i < 0 ? 0 : baseline + i / ps->count;
+        const long r = next[k];
+        for (int s = 0; s < ps->count; s++)
+            next[s] += merge_holds(g, &ps->by_index[s]->shard, e);
         const struct cli_part *p = ps->by_index[k];
-        const char *line = csv[k].line[1 + r];
-        const size_t n = merge_len(line);
-        fwrite(line, 1, n, f);
-        *differ |= n >= 4 && !strncmp(line + n - 4, ",NO\n", 4);
+        for (long q = 0; q < g->repeats; q++) {
+            const char *line = csv[k].line[1 + r * g->repeats + q];
+            fwrite(line, 1, merge_len(line), f);
+            *differ |= strstr(line, ",NO,") != NULL;
+        }
+        if (!sf) {
+            snprintf(path, sizeof path, "%s/summary.csv", out);
+            if (!(sf = fopen(path, "w")))
+                rc = TIDE_E_IO;
+            else
+                fwrite(sum[0].line[0], 1, merge_len(sum[0].line[0]), sf);
+        }
+        if (sf && 1 + r < sum[k].n)
+            fwrite(sum[k].line[1 + r], 1, merge_len(sum[k].line[1 + r]), sf);
         json_t *row = json_array_get(json_object_get(p->m, "rows"), (size_t)r);
         const char *file = json_string_value(json_object_get(row, "metrics"));
         snprintf(src, sizeof src, "%s/%s", p->dir, file);
@@ -151,6 +202,9 @@ static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv, 
         rc = cli_copy_file(src, path);
         json_array_append(rows, row);
     }
+    free(next);
+    if (sf && fclose(sf) != 0 && rc == TIDE_OK)
+        rc = TIDE_E_IO;
     if (fclose(f) != 0 && rc == TIDE_OK) {
         tide_error("cannot write %s/results.csv", out);
         rc = TIDE_E_IO;
@@ -215,18 +269,29 @@ int cmd_bench_merge(int argc, char **argv)
     if (rc == TIDE_OK)
         rc = cli_parts_check("bench", &ps, same);
     struct merge_csv *csv = rc == TIDE_OK ? calloc((size_t)ps.count, sizeof *csv) : NULL;
-    if (rc == TIDE_OK && !csv)
+    struct merge_csv *sum = rc == TIDE_OK ? calloc((size_t)ps.count, sizeof *sum) : NULL;
+    if (rc == TIDE_OK && (!csv || !sum))
         rc = TIDE_E_NOMEM;
-    long configs = 0;
-    bool baseline = false;
+    struct merge_grid grid = {.points = 1, .repeats = 1};
     if (rc == TIDE_OK) {
-        const json_t *g = json_object_get(ps.by_index[0]->m, "grid");
-        configs = (long)json_integer_value(json_object_get(g, "configurations"));
-        baseline = json_is_true(json_object_get(g, "baseline"));
+        const json_t *g = json_object_get(ps.by_index[0]->m, "grid"), *a;
+        size_t i;
+        grid.configs = (long)json_integer_value(json_object_get(g, "configurations"));
+        grid.baseline = json_is_true(json_object_get(g, "baseline"));
+        grid.repeats = (long)json_integer_value(json_object_get(g, "repeats"));
+        json_array_foreach(json_object_get(g, "sweep"), i, a) grid.points *=
+            (long)json_array_size(json_object_get(a, "values"));
+        if (grid.points < 1 || grid.configs < 0 || grid.configs % grid.points || grid.repeats < 1) {
+            tide_error("%s: grid in manifest.json: %ld configurations do not divide into %ld "
+                       "sweep points",
+                       ps.by_index[0]->dir, grid.configs, grid.points);
+            rc = TIDE_E_FORMAT;
+        }
     }
     for (int k = 0; k < (csv ? ps.count : 0) && rc == TIDE_OK; k++)
-        if ((rc = merge_read_csv(ps.by_index[k]->dir, &csv[k])) == TIDE_OK)
-            rc = merge_check_rows(ps.by_index[k], &csv[k], configs, baseline);
+        if ((rc = merge_read_csv(ps.by_index[k]->dir, "results.csv", &csv[k])) == TIDE_OK &&
+            (rc = merge_read_csv(ps.by_index[k]->dir, "summary.csv", &sum[k])) == TIDE_OK)
+            rc = merge_check_rows(ps.by_index[k], &csv[k], &grid);
     for (int k = 1; k < (csv ? ps.count : 0) && rc == TIDE_OK; k++)
         if (merge_len(csv[k].line[0]) != merge_len(csv[0].line[0]) ||
             memcmp(csv[k].line[0], csv[0].line[0], merge_len(csv[0].line[0]))) {
@@ -238,7 +303,7 @@ int cmd_bench_merge(int argc, char **argv)
         rc = merge_check_reference(&ps);
     bool created = false, differ = false;
     if (rc == TIDE_OK && (rc = cli_out_dir_create("--out", out, &created)) == TIDE_OK) {
-        rc = merge_write(&ps, csv, configs, baseline, out, &differ);
+        rc = merge_write(&ps, csv, sum, &grid, out, &differ);
         if (rc != TIDE_OK)
             cli_out_dir_discard(out, created);
     }
@@ -255,7 +320,7 @@ int cmd_bench_merge(int argc, char **argv)
         json_decref(m);
         tide_info("bench merge: %d shards (hosts: %s), %ld configurations%s written to "
                   "%s/results.csv",
-                  ps.count, hosts, configs, baseline ? " and the baseline" : "", out);
+                  ps.count, hosts, grid.configs, grid.baseline ? " and the baselines" : "", out);
         bool strict = true;
         for (int k = 0; k < ps.count; k++)
             strict &= json_is_true(json_object_get(ps.by_index[k]->m, "strict_tokens"));
@@ -269,11 +334,14 @@ int cmd_bench_merge(int argc, char **argv)
                       "this is expected");
         }
     }
-    for (int k = 0; csv && k < ps.count; k++) {
+    for (int k = 0; csv && sum && k < ps.count; k++) {
         free(csv[k].text);
         free(csv[k].line);
+        free(sum[k].text);
+        free(sum[k].line);
     }
     free(csv);
+    free(sum);
     cli_parts_free(&ps);
     free(dirs);
     return cli_exit_code(rc);

@@ -79,7 +79,7 @@ static long bench_grid_configs(const struct bench_grid *g)
     long n = 0;
     for (int p = 0; p < g->n_policies; p++)
         n += (long)g->n_budgets * (strcmp(g->policy[p], "policy-tide") ? 1 : g->n_intervals);
-    return n * (g->n_batches > 0 ? g->n_batches : 1);
+    return n * (g->n_batches > 0 ? g->n_batches : 1) * (g->sweep ? cli_sweep_points(g->sweep) : 1);
 }
 
 static json_t *bench_grid_json(const struct bench_grid *g)
@@ -94,6 +94,8 @@ static json_t *bench_grid_json(const struct bench_grid *g)
     json_object_set_new(j, "budgets", bench_ints(g->budget, g->n_budgets));
     json_object_set_new(j, "intervals", bench_ints(g->interval, g->n_intervals));
     json_object_set_new(j, "batches", bench_ints(g->batch, g->n_batches));
+    if (g->sweep && g->sweep->n)
+        json_object_set_new(j, "sweep", cli_sweep_json(g->sweep));
     json_object_set_new(j, "baseline", json_boolean(g->baseline));
     json_object_set_new(j, "configurations", json_integer(bench_grid_configs(g)));
     json_object_set_new(j, "prompts", json_integer(g->n_prompts));
@@ -249,7 +251,10 @@ int bench_shard_begin(struct bench_shard_run *r, const struct bench_shard_args *
     r->rows = json_array();
     /* Where results go and where the inputs are read from may differ between
      * shards; what they hold is compared by fingerprint. */
-    static const char *const skip[] = {"bench.out", "bench.prompts", "model.path", NULL};
+    const char *skip[4 + CLI_SWEEP_MAX_KEYS] = {"bench.out", "bench.prompts", "model.path"};
+    /* The swept keys are recorded in the grid; the snapshot holds point 0. */
+    for (int i = 0; g->sweep && i < g->sweep->n; i++)
+        skip[3 + i] = g->sweep->axis[i].name;
     json_t *conf = cli_config_values(cfg, skip), *ck = NULL;
     if (!r->m || !r->rows || !conf) {
         json_decref(conf);
@@ -303,7 +308,12 @@ json_t *bench_shard_end(struct bench_shard_run *r, const char *dir, const uint64
                         bool strict, bool interrupted)
 {
     json_t *ref = json_object_get(r->m, "reference_tokens"), *h = json_array();
-    for (int i = 0; h && i < n && want[i]; i++)
+    /* With --sweep, want holds a baseline per point; a point none of this
+     * shard's configurations ran (baseline = false) keeps zeros. */
+    int last = n;
+    while (last > 0 && !want[last - 1])
+        last--;
+    for (int i = 0; h && i < last; i++)
         json_array_append_new(h, cli_json_hex64(want[i]));
     json_object_set_new(ref, "fnv1a64", h);
     json_object_set_new(r->m, "strict_tokens", json_boolean(strict));

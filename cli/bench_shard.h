@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "shard.h"
+#include "sweep.h"
 
 struct tide_engine;
 
@@ -30,9 +31,10 @@ struct bench_shard_args {
  * error (logged). */
 int bench_shard_arg(struct bench_shard_args *a, int argc, char **argv, int *i);
 
-/* The sweep as resolved by cmd_bench, in the order of an unsharded run:
- * the baseline (if any), then policy x budget x interval (interval only for
- * policy-tide). Configuration i counts from 0 after the baseline. */
+/* The sweep as resolved by cmd_bench, in the order of an unsharded run: for
+ * each --sweep point, its baseline (if any), then policy x budget x interval
+ * (interval only for policy-tide) x batch. Configuration i counts from 0
+ * over all points, skipping the baselines. */
 struct bench_grid {
     const char (*policy)[64]; /* [n_policies] plugin names */
     int n_policies;
@@ -46,6 +48,7 @@ struct bench_grid {
     char *const *prompt; /* [n_prompts] */
     int n_prompts;
     int repeats;
+    const struct cli_sweep *sweep; /* --sweep keys (may be NULL: none) */
 };
 
 /* What one bench run records for `merge`. */

@@ -14,6 +14,7 @@
 #include "bench_shard.h"
 #include "cli.h"
 #include "engine.h"
+#include "sweep.h"
 #include "tide/log.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
@@ -26,7 +27,8 @@ static void bench_usage(FILE *f)
             "usage: tide bench [-c FILE] [--set section.key=value ...] [--policies LIST]\n"
             "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
             "                  [--max-prompts N] [--repeats N] [--batch LIST] [--out DIR]\n"
-            "                  [--shard K/N] [--baseline DIR]\n"
+            "                  [--sweep SECTION.KEY=v1,v2,... ...] [--shard K/N]\n"
+            "                  [--baseline DIR]\n"
             "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
             "       tide bench merge DIR... --out DIR\n\n"
             "Runs the prompt set under every combination of policy, budget and (for\n"
@@ -47,13 +49,23 @@ static void bench_usage(FILE *f)
             "                               at a time, each forward serving every running\n"
             "                               prompt (continuous batching; docs/batching.md);\n"
             "                               time is then the wall time of the whole set\n"
+            "  --sweep SECTION.KEY=v1,v2    any other key of any section (repeatable): the grid\n"
+            "                               is the product, each key a results.csv column;\n"
+            "                               the model is reloaded between points unless only\n"
+            "                               [policy-*] keys are swept; each point has its own\n"
+            "                               baseline for the token check\n"
             "  --prompts FILE               one prompt per line, '#' comments\n"
-            "  --max-prompts N, --repeats N, --out DIR\n\n"
+            "  --repeats N                  run the prompt set N times per configuration: a\n"
+            "                               results.csv row per repeat ('repeat' column) and\n"
+            "                               summary.csv with the median, min and max of time\n"
+            "                               and tok/s per configuration\n"
+            "  --max-prompts N, --out DIR\n\n"
             "Splitting the sweep over processes or machines (docs/cluster.md):\n"
             "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
-            "                     from 0 in the order above (policy, then budget, then\n"
-            "                     interval; the baseline is not numbered: every shard runs\n"
-            "                     it for its token check). Writes DIR/YYYYmmdd-HHMMSS-shard-\n"
+            "                     from 0 in the order above (sweep point, then policy,\n"
+            "                     budget, interval, batch; the baselines are not numbered:\n"
+            "                     every shard runs them for its token check). Writes "
+            "DIR/YYYYmmdd-HHMMSS-shard-\n"
             "                     K-of-N; only shard 0 records [output] trace.\n"
             "  --baseline DIR     take the baseline (its row, metrics and tokens) from an\n"
             "                     earlier result folder of the same code, checkpoint,\n"
@@ -139,8 +151,10 @@ struct bench_row {
     int64_t tokens, steps;
     double seconds;
     struct tide_moe_counters c;
-    bool same; /* generated the baseline's tokens */
-    int batch; /* sequences decoded at once */
+    bool same;  /* generated the baseline's tokens */
+    int batch;  /* sequences decoded at once */
+    long point; /* of the --sweep grid */
+    int repeat; /* 0 .. repeats-1: each repeat is its own row */
 };
 
 static uint64_t bench_hash(const int32_t *ids, int64_t n)
@@ -186,23 +200,27 @@ static int bench_manifest(const char *dir, const struct tide_engine *e, const ch
     return TIDE_OK;
 }
 
-static void bench_print_row(FILE *f, const struct bench_row *r, bool csv)
+static void bench_print_row(FILE *f, const struct bench_row *r, const struct cli_sweep *sw)
 {
+    const bool csv = sw != NULL;
     const uint64_t rows = r->c.hit_rows + r->c.miss_rows;
     const double hit = rows ? (double)r->c.hit_rows / (double)rows : 0.0;
     char iv[16];
     snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
     if (csv)
-        fprintf(f,
-                "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d\n",
-                r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds,
-                hit, (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
-                (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
-                (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
-                r->c.host_seconds, r->c.device_seconds,
-                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO",
-                r->batch);
-    else
+        fprintf(
+            f, "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d,%d",
+            r->policy, iv, r->budget, (long long)r->tokens, (long long)r->steps, r->seconds, hit,
+            (unsigned long long)r->c.hit_rows, (unsigned long long)r->c.miss_rows,
+            (unsigned long long)r->c.promotions, (unsigned long long)r->c.evictions,
+            (unsigned long long)r->c.weight_bytes, (unsigned long long)r->c.act_bytes,
+            r->c.host_seconds, r->c.device_seconds,
+            r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO", r->batch,
+            r->repeat);
+    if (csv) {
+        cli_sweep_csv_row(sw, r->point, f);
+        fputc('\n', f);
+    } else
         fprintf(f, "%-16s %8s %6d %5d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s\n",
                 r->policy, iv, r->budget, r->batch, 100.0 * hit, (unsigned long long)r->c.miss_rows,
                 (unsigned long long)r->c.promotions, (double)r->c.weight_bytes / 1e9,
@@ -216,7 +234,9 @@ struct bench {
     struct bench_prompts prompts;
     int repeats;
     bool chat;
-    uint64_t *want; /* [n prompts] baseline hash of the generated ids, 0 = none yet */
+    uint64_t *want;     /* [n prompts] baseline hash of the generated ids, 0 = none yet (of the
+                         * current sweep point: a slice of want_all) */
+    uint64_t *want_all; /* [sweep points][n prompts] */
     struct tide_trace_writer *trace; /* records the first configuration, then NULL */
     struct tide_trace_sink trace_sink;
     char dir[4200];
@@ -263,7 +283,7 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
 {
     (void)error; /* logged where it happened */
     struct bench_queue *q = user;
-    const int i = (int)(req - q->req) / q->b->repeats;
+    const int i = (int)(req - q->req);
     if (status != TIDE_OK && q->rc == TIDE_OK)
         q->rc = status;
     if (status == TIDE_OK && res) {
@@ -274,12 +294,12 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
     tide_result_free(res);
 }
 
-/* Every prompt (times repeats) decoded up to batch at a time: one wall time
- * for the whole set. */
+/* Every prompt decoded up to batch at a time (one repeat): one wall time for
+ * the whole set. */
 static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics, int batch)
 {
     const int P = b->prompts.n;
-    struct bench_queue q = {.b = b, .r = r, .n = P * b->repeats};
+    struct bench_queue q = {.b = b, .r = r, .n = P};
     q.req = calloc((size_t)q.n, sizeof *q.req);
     q.ids = calloc((size_t)P, sizeof *q.ids);
     q.n_ids = calloc((size_t)P, sizeof *q.n_ids);
@@ -288,8 +308,8 @@ static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics
         rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &q.ids[i], &q.n_ids[i]);
     for (int k = 0; rc == TIDE_OK && k < q.n; k++) {
         tide_request_init(&q.req[k]);
-        q.req[k].prompt_ids = q.ids[k / b->repeats];
-        q.req[k].n_prompt_ids = q.n_ids[k / b->repeats];
+        q.req[k].prompt_ids = q.ids[k];
+        q.req[k].n_prompt_ids = q.n_ids[k];
         q.req[k].chat = 0;
     }
     if (rc == TIDE_OK) {
@@ -316,9 +336,10 @@ static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics
     return rc;
 }
 
-/* Run every prompt once (times repeats) under the engine's current placement,
- * batch at a time. */
-static int bench_run_config(struct bench *b, struct bench_row *r, const char *tag, int batch)
+/* Run the prompt set repeats times under the engine's current placement,
+ * batch at a time, each repeat measured on its own: rr[repeats], whose
+ * first row names the configuration. */
+static int bench_run_config(struct bench *b, struct bench_row *rr, const char *tag, int batch)
 {
     char path[4600];
     snprintf(path, sizeof path, "%s/metrics-%s.jsonl", b->dir, tag);
@@ -327,40 +348,104 @@ static int bench_run_config(struct bench *b, struct bench_row *r, const char *ta
         tide_error("cannot create %s: %s", path, strerror(errno));
         return TIDE_E_IO;
     }
-    tide_moe_reset_totals(b->e->moe);
-    r->same = true;
-    r->batch = batch;
     int rc = TIDE_OK;
-    if (batch > 1)
-        rc = bench_run_batched(b, r, metrics, batch);
-    for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
-        int32_t *ids = NULL;
-        size_t n = 0;
-        rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
-        if (rc == TIDE_OK)
-            rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
-        for (int rep = 0; rc == TIDE_OK && rep < b->repeats; rep++) {
-            struct tide_gen_result res;
-            fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
-            const struct tide_engine_outputs outs = {.metrics = metrics,
-                                                     .trace = rep == 0 && b->trace ? &b->trace_sink
-                                                                                   : NULL,
-                                                     .prompt_id = (uint32_t)i};
-            rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, &outs, &res);
-            if (rc == TIDE_OK) {
-                r->tokens += res.n;
-                r->steps += res.steps;
-                r->seconds += res.seconds;
-                bench_check(b, r, i, res.ids, res.n);
-            }
-            free(res.ids);
+    for (int rep = 0; rep < b->repeats && rc == TIDE_OK; rep++) {
+        struct bench_row *r = &rr[rep];
+        if (rep) {
+            *r = (struct bench_row){
+                .interval = rr->interval, .budget = rr->budget, .point = rr->point};
+            memcpy(r->policy, rr->policy, sizeof r->policy);
         }
-        free(ids);
+        r->repeat = rep;
+        tide_moe_reset_totals(b->e->moe);
+        r->same = true;
+        r->batch = batch;
+        if (batch > 1)
+            rc = bench_run_batched(b, r, metrics, batch);
+        for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
+            if (rc == TIDE_OK)
+                rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
+            if (rc == TIDE_OK) {
+                struct tide_gen_result res;
+                fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);
+                const struct tide_engine_outputs outs = {
+                    .metrics = metrics,
+                    .trace = rep == 0 && b->trace ? &b->trace_sink : NULL,
+                    .prompt_id = (uint32_t)i};
+                rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, &outs, &res);
+                if (rc == TIDE_OK) {
+                    r->tokens += res.n;
+                    r->steps += res.steps;
+                    r->seconds += res.seconds;
+                    bench_check(b, r, i, res.ids, res.n);
+                }
+                free(res.ids);
+            }
+            free(ids);
+        }
+        tide_moe_totals(b->e->moe, &r->c);
     }
-    tide_moe_totals(b->e->moe, &r->c);
     if (fclose(metrics) != 0 && rc == TIDE_OK)
         rc = TIDE_E_IO;
     return rc;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median, min, max of v[n] (sorted in place) as ",med,min,max". */
+static void bench_spread(FILE *f, double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    const double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    fprintf(f, ",%.6f,%.6f,%.6f", med, v[0], v[n - 1]);
+}
+
+/* summary.csv: one line per configuration (its repeats consecutive rows),
+ * with median, min and max of the time and tok/s over the repeats. With
+ * --baseline DIR the baseline's line comes first, as DIR wrote it. */
+static int bench_summary(const char *dir, const struct bench_row *rows, int n_rows, int repeats,
+                         const struct cli_sweep *sw, bool copy_baseline)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tide_error("cannot create %s: %s", path, strerror(errno));
+        return TIDE_E_IO;
+    }
+    fprintf(f, "policy,interval,budget,batch,repeats,seconds_median,seconds_min,seconds_max,"
+               "tokens_per_second_median,tokens_per_second_min,tokens_per_second_max");
+    cli_sweep_csv_header(sw, f);
+    fputc('\n', f);
+    if (copy_baseline)
+        fprintf(f, "(no offload),-,,1,0,,,,,,\n");
+    double sec[1000], tps[1000];
+    for (int i = 0; i + repeats <= n_rows; i += repeats) {
+        const struct bench_row *r = &rows[i];
+        for (int k = 0; k < repeats; k++) {
+            sec[k] = r[k].seconds;
+            tps[k] = r[k].seconds > 0 ? (double)r[k].tokens / r[k].seconds : 0.0;
+        }
+        char iv[16];
+        snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
+        fprintf(f, "%s,%s,%d,%d,%d", r->policy, iv, r->budget, r->batch, repeats);
+        bench_spread(f, sec, repeats);
+        bench_spread(f, tps, repeats);
+        cli_sweep_csv_row(sw, r->point, f);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        tide_error("cannot write %s", path);
+        return TIDE_E_IO;
+    }
+    return TIDE_OK;
 }
 
 /* A policy name as given ("tide") or as a plugin name ("policy-tide"). */
@@ -425,13 +510,17 @@ int cmd_bench(int argc, char **argv)
     };
     char *owned[16];
     int n_owned = 0;
+    struct cli_sweep sw = {0};
     for (int i = 1; i < argc; i++) {
         int r = cli_common_arg(&c, argc, argv, &i);
+        if (r == 0 && !strcmp(argv[i], "--sweep") && i + 1 < argc)
+            r = cli_sweep_add(&sw, argv[++i]) == TIDE_OK ? 1 : -1;
         if (r == 0)
             r = bench_shard_arg(&sa, argc, argv, &i);
         if (r < 0) {
             for (int k = 0; k < n_owned; k++)
                 free(owned[k]);
+            cli_sweep_free(&sw);
             return CLI_EXIT_USAGE;
         }
         if (r > 0)
@@ -460,7 +549,8 @@ int cmd_bench(int argc, char **argv)
             for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++)
                 names[n++] = flags[f][0];
             static const char *const more[] = {"--shard",     "--baseline", "--emit-slurm",
-                                               "--partition", "--gres",     "--time"};
+                                               "--partition", "--gres",     "--time",
+                                               "--sweep"};
             for (size_t f = 0; f < sizeof more / sizeof more[0]; f++)
                 names[n++] = more[f];
             names[n] = NULL;
@@ -470,6 +560,7 @@ int cmd_bench(int argc, char **argv)
             bench_usage(stderr);
             for (int k = 0; k < n_owned; k++)
                 free(owned[k]);
+            cli_sweep_free(&sw);
             return CLI_EXIT_USAGE;
         }
     }
@@ -483,6 +574,15 @@ int cmd_bench(int argc, char **argv)
         rc = bench_emit_slurm(&c, &sa, argc, argv);
     if (rc != TIDE_OK || sa.emit_slurm)
         goto done;
+    static const char *const own[] = {"bench", NULL};
+    if (sw.n && sa.baseline) {
+        tide_error("--baseline DIR and --sweep: each sweep point needs its own baseline; run "
+                   "without --baseline");
+        rc = TIDE_E_CONFIG;
+    }
+    if (rc != TIDE_OK || (rc = cli_sweep_check(&sw, c.cfg, own)) != TIDE_OK)
+        goto done;
+    const long points = cli_sweep_points(&sw);
     const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
     b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
     b.repeats = (int)tide_opts_int(bo, "repeats");
@@ -546,8 +646,8 @@ int cmd_bench(int argc, char **argv)
             goto done;
         }
     }
-    b.want = calloc((size_t)b.prompts.n, sizeof *b.want);
-    rows = calloc((size_t)(np * nb * ni * nt + 1), sizeof *rows);
+    b.want = b.want_all = calloc((size_t)(b.prompts.n * points), sizeof *b.want);
+    rows = calloc((size_t)((np * nb * ni * nt + 1) * points * b.repeats), sizeof *rows);
     if (!b.want || !rows) {
         rc = TIDE_E_NOMEM;
         goto done;
@@ -566,6 +666,7 @@ int cmd_bench(int argc, char **argv)
         .prompt = b.prompts.line,
         .n_prompts = b.prompts.n,
         .repeats = b.repeats,
+        .sweep = &sw,
     };
     char suffix[64];
     bench_shard_suffix(&sa, suffix, sizeof suffix);
@@ -588,55 +689,85 @@ int cmd_bench(int argc, char **argv)
                              &b.trace, &b.trace_sink)) != TIDE_OK)
         goto done;
     cli_catch_interrupt();
-    tide_info("bench: %d prompts x %d repeats, %d policies x %d budgets (x %d intervals for "
-              "policy-tide) x %d batch sizes; results in %s",
-              b.prompts.n, b.repeats, np, nb, ni, nt, b.dir);
+    tide_info("bench: %d prompts x %d repeats, %ld sweep points x %d policies x %d budgets (x %d "
+              "intervals for policy-tide) x %d batch sizes; results in %s",
+              b.prompts.n, b.repeats, points, np, nb, ni, nt, b.dir);
+    /* Policies read their sections when placed; any other key is read when
+     * the engine opens. */
+    bool reopen = false;
+    for (int a = 0; a < sw.n; a++)
+        reopen |= strncmp(sw.axis[a].section, "policy-", 7) != 0;
     printf("%-16s %8s %6s %5s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
            "budget", "batch", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
            "tokens", "time s", "tok/s", "same");
     long config = 0; /* index in the grid, for --shard */
-    for (int p = -1; p < np && rc == TIDE_OK; p++) {
-        if (p < 0 && (!baseline || run.baseline_line))
-            continue;
-        bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
-        for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
-            for (int k = 0; k < (tide_pol ? ni : 1) * (p < 0 ? 1 : nt) && rc == TIDE_OK; k++) {
-                const int ii = k / (p < 0 ? 1 : nt), batch = p < 0 ? 1 : batches[k % nt];
-                if (p >= 0 && !cli_shard_mine(&sa.shard, config++))
-                    continue;
-                struct bench_row *r = &rows[n_rows];
-                int budget = p < 0 ? sh->n_experts : budgets[bi];
-                snprintf(r->policy, sizeof r->policy, "%s",
-                         p < 0 || budget >= sh->n_experts ? "(no offload)" : names[p]);
-                r->budget = budget;
-                r->interval = tide_pol ? intervals[ii] : -1;
-                if (tide_pol) {
-                    char v[16];
-                    snprintf(v, sizeof v, "%d", intervals[ii]);
-                    if ((rc = tide_config_set_value(c.cfg, "policy-tide", "interval", v,
-                                                    "bench")) != TIDE_OK)
+    for (long pt = 0; pt < points && rc == TIDE_OK; pt++) {
+        if (sw.n) {
+            char label[512];
+            cli_sweep_label(&sw, pt, label, sizeof label);
+            tide_info("bench: sweep point %ld of %ld: %s", pt + 1, points, label);
+            b.want = b.want_all + pt * b.prompts.n;
+            if (pt > 0 && (rc = cli_sweep_apply(&sw, c.cfg, pt)) == TIDE_OK && reopen) {
+                tide_engine_close(b.e);
+                b.e = NULL;
+                if ((rc = cli_engine_open(&c, &b.e)) == TIDE_OK &&
+                    !(sh = tide_moe_get_shape(b.e->moe))) {
+                    tide_error("tide bench: the model has no MoE layers to place");
+                    rc = TIDE_E_CONFIG;
+                }
+            }
+            if (rc != TIDE_OK)
+                break;
+        }
+        for (int p = -1; p < np && rc == TIDE_OK; p++) {
+            if (p < 0 && (!baseline || run.baseline_line))
+                continue;
+            bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
+            for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
+                for (int k = 0; k < (tide_pol ? ni : 1) * (p < 0 ? 1 : nt) && rc == TIDE_OK; k++) {
+                    const int ii = k / (p < 0 ? 1 : nt), batch = p < 0 ? 1 : batches[k % nt];
+                    if (p >= 0 && !cli_shard_mine(&sa.shard, config++))
+                        continue;
+                    struct bench_row *r = &rows[n_rows];
+                    int budget = p < 0 ? sh->n_experts : budgets[bi];
+                    snprintf(r->policy, sizeof r->policy, "%s",
+                             p < 0 || budget >= sh->n_experts ? "(no offload)" : names[p]);
+                    r->budget = budget;
+                    r->point = pt;
+                    r->interval = tide_pol ? intervals[ii] : -1;
+                    if (tide_pol) {
+                        char v[16];
+                        snprintf(v, sizeof v, "%d", intervals[ii]);
+                        if ((rc = tide_config_set_value(c.cfg, "policy-tide", "interval", v,
+                                                        "bench")) != TIDE_OK)
+                            break;
+                    }
+                    if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p],
+                                                budget)) != TIDE_OK)
                         break;
+                    char tag[160], pts[48] = "";
+                    if (batch > 1)
+                        snprintf(pts + strlen(pts), sizeof pts - strlen(pts), "-n%d", batch);
+                    if (sw.n)
+                        snprintf(pts + strlen(pts), sizeof pts - strlen(pts), "-s%ld", pt);
+                    snprintf(tag, sizeof tag, "%s-b%d-i%d%s", p < 0 ? "baseline" : names[p], budget,
+                             r->interval, pts);
+                    rc = bench_run_config(&b, r, tag, batch);
+                    if (b.trace) {
+                        /* Routing does not depend on placement: one configuration suffices. */
+                        int trc = tide_trace_writer_close(b.trace, rc == TIDE_OK);
+                        b.trace = NULL;
+                        if (rc == TIDE_OK)
+                            rc = trc;
+                    }
+                    if (rc != TIDE_OK ||
+                        (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
+                        break;
+                    for (int q = 0; q < b.repeats; q++)
+                        bench_print_row(stdout, &r[q], NULL);
+                    fflush(stdout);
+                    n_rows += b.repeats;
                 }
-                if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p], budget)) !=
-                    TIDE_OK)
-                    break;
-                char tag[128];
-                snprintf(tag, sizeof tag, batch > 1 ? "%s-b%d-i%d-n%d" : "%s-b%d-i%d",
-                         p < 0 ? "baseline" : names[p], budget, r->interval, batch);
-                rc = bench_run_config(&b, r, tag, batch);
-                if (b.trace) {
-                    /* Routing does not depend on placement: one configuration suffices. */
-                    int trc = tide_trace_writer_close(b.trace, rc == TIDE_OK);
-                    b.trace = NULL;
-                    if (rc == TIDE_OK)
-                        rc = trc;
-                }
-                if (rc != TIDE_OK ||
-                    (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
-                    break;
-                bench_print_row(stdout, r, false);
-                fflush(stdout);
-                n_rows++;
             }
         }
     }
@@ -649,20 +780,25 @@ int cmd_bench(int argc, char **argv)
     } else {
         fprintf(csv, "policy,interval,budget,tokens,steps,seconds,hit_rate,hit_rows,miss_rows,"
                      "promotions,evictions,weight_bytes,act_bytes,host_seconds,device_seconds,"
-                     "tokens_per_second,same_tokens,batch\n");
+                     "tokens_per_second,same_tokens,batch,repeat");
+        cli_sweep_csv_header(&sw, csv);
+        fputc('\n', csv);
         if (run.baseline_line)
             fputs(run.baseline_line, csv);
         for (int i = 0; i < n_rows; i++)
-            bench_print_row(csv, &rows[i], true);
+            bench_print_row(csv, &rows[i], &sw);
         fclose(csv);
     }
+    int src = bench_summary(b.dir, rows, n_rows, b.repeats, &sw, run.baseline_line != NULL);
+    if (rc == TIDE_OK)
+        rc = src;
     /* Bit-identical tokens are guaranteed when one plugin computes both the
      * device and the host experts; across two backends (cuBLAS and oneDNN)
      * float summation orders differ, so a mismatch is reported, not fatal. */
     const bool strict = !strcmp(b.e->dev.name, b.e->host.name);
-    int mrc = bench_manifest(
-        b.dir, b.e, tide_opts_str(bo, "prompts"),
-        bench_shard_end(&run, b.dir, b.want, b.prompts.n, strict, rc == TIDE_E_INTERRUPTED));
+    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"),
+                             bench_shard_end(&run, b.dir, b.want_all, b.prompts.n * (int)points,
+                                             strict, rc == TIDE_E_INTERRUPTED));
     if (rc == TIDE_OK)
         rc = mrc;
     bool all_same = true;
@@ -687,7 +823,8 @@ done:
     for (int k = 0; k < 4; k++)
         free(lists[k]);
     free(rows);
-    free(b.want);
+    free(b.want_all);
+    cli_sweep_free(&sw);
     free(b.prompts.text);
     free(b.prompts.line);
     tide_engine_close(b.e);

@@ -27,7 +27,7 @@ static void sim_usage(FILE *f)
            "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
            "                [--model DIR] [--batch N] [--force] [-c CONFIG]\n"
-           "                [--set section.key=value]\n"
+           "                [--set section.key=value] [--sweep SECTION.KEY=v1,v2,...]\n"
            "                [--out DIR [--shard K/N]]\n"
            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
@@ -54,6 +54,10 @@ static void sim_usage(FILE *f)
            "  --scale-profile            accept a profile measured for another expert shape,\n"
            "                             scaling its expert times by expert bytes\n"
            "  --model DIR                check that the trace was recorded for this checkpoint\n"
+           "  --sweep SECTION.KEY=v1,v2  any key of any section (repeatable; e.g.\n"
+           "                             policy-lfu.decay=0.5,0.9): every point replays the\n"
+           "                             whole grid, a table and a CSV column per key (not\n"
+           "                             yet with --out, --shard, --layer-budgets, --plot)\n"
            "  --batch N                  replay the trace's prompts as the engine decodes them\n"
            "                             in batches of up to N (continuous batching: each\n"
            "                             forward holds every running prompt's next forward;\n"
@@ -94,6 +98,7 @@ int sim_add_row(struct sim_cli *s, struct sim_row **out)
     *out = &s->rows[s->n_rows++];
     memset(*out, 0, sizeof **out);
     (*out)->interval_n = -1;
+    (*out)->point = s->point;
     snprintf((*out)->interval, sizeof(*out)->interval, "-");
     return TIDE_OK;
 }
@@ -183,6 +188,9 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             r = sim_shard_arg(s, argc, argv, &i);
         if (r < 0)
             return TIDE_E_CONFIG;
+        if (r == 0 && !strcmp(a, "--sweep") && i + 1 < argc &&
+            (r = cli_sweep_add(&s->sweep, argv[++i]) == TIDE_OK ? 1 : -1) < 0)
+            return TIDE_E_CONFIG;
         if (r > 0)
             continue;
         static const char *const flags[] = {"--no-hindsight", "--no-oracle", "--layer-budgets",
@@ -231,6 +239,7 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             names[n++] = "--out";
             names[n++] = "--shard";
             names[n++] = "--batch";
+            names[n++] = "--sweep";
             names[n] = NULL;
             char hint[128];
             cli_suggest_flag(a, names, hint, sizeof hint);
@@ -508,7 +517,8 @@ static int sim_oracle_row(struct sim_cli *s, int budget)
 static const struct sim_row *sim_find(const struct sim_cli *s, const char *policy, int budget)
 {
     for (int i = 0; i < s->n_rows; i++)
-        if (!strcmp(s->rows[i].policy, policy) && s->rows[i].budget == budget)
+        if (!strcmp(s->rows[i].policy, policy) && s->rows[i].budget == budget &&
+            s->rows[i].point == s->point)
             return &s->rows[i];
     return NULL;
 }
@@ -550,10 +560,12 @@ static void sim_csv_row(FILE *f, const struct sim_cli *s, const struct sim_row *
                 (unsigned long long)r->c.act_bytes, (unsigned long long)r->c.hit_rows,
                 (unsigned long long)r->c.miss_rows, sim_hit(&r->c));
     if (s->have_prof)
-        fprintf(f, "%.6f,%.3f,%.3f,%d,%.6f\n", tide_sim_ms_per_step(s->t, &r->c),
+        fprintf(f, "%.6f,%.3f,%.3f,%d,%.6f", tide_sim_ms_per_step(s->t, &r->c),
                 tide_sim_tok_per_s(s->t, &r->c), r->c.us, r->bound, r->seconds);
     else
-        fprintf(f, ",,,%d,%.6f\n", r->bound, r->seconds);
+        fprintf(f, ",,,%d,%.6f", r->bound, r->seconds);
+    cli_sweep_csv_row(&s->sweep, r->point, f);
+    fputc('\n', f);
 }
 
 /* The best policy-tide interval per budget (global and per layer). */
@@ -562,7 +574,8 @@ static void sim_choose(struct sim_cli *s, int budget)
     int idx[SIM_MAX_LIST], n = 0, iv[SIM_MAX_LIST];
     for (int i = 0; i < s->n_rows && n < SIM_MAX_LIST; i++) {
         const struct sim_row *r = &s->rows[i];
-        if (!strcmp(r->policy, "policy-tide") && r->budget == budget && r->interval_n > 0) {
+        if (!strcmp(r->policy, "policy-tide") && r->budget == budget && r->interval_n > 0 &&
+            r->point == s->point) {
             iv[n] = r->interval_n;
             idx[n++] = i;
         }
@@ -608,7 +621,7 @@ static void sim_print_best(const struct sim_cli *s, int budget)
     const struct sim_row *best = NULL;
     for (int i = 0; i < s->n_rows; i++) {
         const struct sim_row *r = &s->rows[i];
-        if (r->budget == budget && strncmp(r->policy, "policy-", 7) == 0 &&
+        if (r->budget == budget && strncmp(r->policy, "policy-", 7) == 0 && r->point == s->point &&
             (!best || r->c.us < best->c.us))
             best = r;
     }
@@ -783,8 +796,16 @@ int sim_main(struct sim_cli *s)
     int rc = sim_setup(s);
     if (rc == TIDE_OK)
         rc = sim_out_begin(s);
+    if (rc == TIDE_OK && s->sweep.n && (s->out || s->shard.count || s->layer_budgets || s->plot)) {
+        tide_error("tide sim --sweep: not yet with --out, --shard, --layer-budgets or --plot "
+                   "(run them per point with --set)");
+        rc = TIDE_E_CONFIG;
+    }
+    if (rc == TIDE_OK)
+        rc = cli_sweep_check(&s->sweep, s->c.cfg, NULL);
     if (rc != TIDE_OK)
         return rc;
+    const long points = cli_sweep_points(&s->sweep);
     const struct tide_trace_header *h = &s->t->h;
     int n_cfg = 0, n_tide = 0;
     for (int p = 0; p < s->n_pol; p++) {
@@ -830,36 +851,40 @@ int sim_main(struct sim_cli *s)
     cli_catch_interrupt();
     double replay_s = 0;
     uint64_t replays = 0;
-    for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
-        const int b = s->budget[bi];
-        for (int p = 0; p < s->n_pol && rc == TIDE_OK; p++) {
-            const struct tide_plugin *pl = s->pol[p];
-            const bool is_tide = !strcmp(pl->desc->name, "policy-tide");
-            for (int k = 0; k < (is_tide ? s->n_interval : 1) && rc == TIDE_OK; k++) {
-                if (tide_stop_requested()) {
-                    rc = TIDE_E_INTERRUPTED;
-                    break;
-                }
-                if (!sim_take(s, pl->desc->name, b, is_tide ? s->interval[k] : -1, &rc))
-                    continue;
-                if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
-                    break;
-                rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
-                                is_tide ? s->interval[k] : -1, mf);
-                if (rc == TIDE_OK) {
-                    replay_s += s->rows[s->n_rows - 1].seconds;
-                    replays++;
+    for (s->point = 0; s->point < points && rc == TIDE_OK; s->point++) {
+        if (s->point > 0 && (rc = cli_sweep_apply(&s->sweep, s->c.cfg, s->point)) != TIDE_OK)
+            break;
+        for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
+            const int b = s->budget[bi];
+            for (int p = 0; p < s->n_pol && rc == TIDE_OK; p++) {
+                const struct tide_plugin *pl = s->pol[p];
+                const bool is_tide = !strcmp(pl->desc->name, "policy-tide");
+                for (int k = 0; k < (is_tide ? s->n_interval : 1) && rc == TIDE_OK; k++) {
+                    if (tide_stop_requested()) {
+                        rc = TIDE_E_INTERRUPTED;
+                        break;
+                    }
+                    if (!sim_take(s, pl->desc->name, b, is_tide ? s->interval[k] : -1, &rc))
+                        continue;
+                    if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
+                        break;
+                    rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
+                                    is_tide ? s->interval[k] : -1, mf);
+                    if (rc == TIDE_OK) {
+                        replay_s += s->rows[s->n_rows - 1].seconds;
+                        replays++;
+                    }
                 }
             }
+            if (rc == TIDE_OK && s->hindsight && b < s->E) {
+                if (sim_take(s, "belady", b, -1, &rc))
+                    rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL);
+                if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc))
+                    rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
+            }
+            if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc))
+                rc = sim_oracle_row(s, b);
         }
-        if (rc == TIDE_OK && s->hindsight && b < s->E) {
-            if (sim_take(s, "belady", b, -1, &rc))
-                rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL);
-            if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc))
-                rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
-        }
-        if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc))
-            rc = sim_oracle_row(s, b);
     }
     if (mf && sim_finish(mf, mtmp, s->metrics, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK)
         rc = TIDE_E_IO;
@@ -867,18 +892,26 @@ int sim_main(struct sim_cli *s)
         return rc;
     printf("%-14s %8s %6s %11s %9s %11s %9s %10s %10s %9s\n", "policy", "interval", "budget",
            "promotions", "moved GB", "host rows", "hit rate", "ms/step", "tok/s", "vs oracle");
-    for (int bi = 0; bi < s->n_budget; bi++) {
-        const struct sim_row *o = sim_find(s, "oracle", s->budget[bi]);
-        for (int i = 0; i < s->n_rows; i++)
-            if (s->rows[i].budget == s->budget[bi])
-                sim_print_row(s, &s->rows[i], o ? o->c.us : 0);
+    for (s->point = 0; s->point < points; s->point++) {
+        if (s->sweep.n) {
+            char label[512];
+            cli_sweep_label(&s->sweep, s->point, label, sizeof label);
+            printf("sweep point %ld of %ld: %s\n", s->point + 1, points, label);
+        }
+        for (int bi = 0; bi < s->n_budget; bi++) {
+            const struct sim_row *o = sim_find(s, "oracle", s->budget[bi]);
+            for (int i = 0; i < s->n_rows; i++)
+                if (s->rows[i].budget == s->budget[bi] && s->rows[i].point == s->point)
+                    sim_print_row(s, &s->rows[i], o ? o->c.us : 0);
+        }
+        printf("\n");
+        /* A shard lacks the other shards' rows: choices wait for the merge. */
+        for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
+            sim_choose(s, s->budget[bi]);
+        for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
+            sim_print_best(s, s->budget[bi]);
     }
-    printf("\n");
-    /* A shard lacks the other shards' rows: choices wait for the merge. */
-    for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
-        sim_choose(s, s->budget[bi]);
-    for (int bi = 0; bi < s->n_budget && !s->shard.count; bi++)
-        sim_print_best(s, s->budget[bi]);
+    s->point = 0;
     if (s->layer_budgets && s->have_prof && !s->shard.count) {
         for (int bi = 0; bi < s->n_budget && rc == TIDE_OK; bi++) {
             /* At the best global interval found for this budget (else the first). */
@@ -913,7 +946,9 @@ int sim_main(struct sim_cli *s)
         if (!f)
             return TIDE_E_CONFIG;
         fprintf(f, "policy,interval,budget,promotions,weight_bytes,act_bytes,hit_rows,miss_rows,"
-                   "hit_rate,model_ms_per_step,model_tok_per_s,model_us,bound,replay_seconds\n");
+                   "hit_rate,model_ms_per_step,model_tok_per_s,model_us,bound,replay_seconds");
+        cli_sweep_csv_header(&s->sweep, f);
+        fputc('\n', f);
         for (int i = 0; i < s->n_rows; i++)
             sim_csv_row(f, s, &s->rows[i]);
         if ((rc = sim_finish(f, tmp, s->csv, true)) != TIDE_OK)
@@ -931,6 +966,7 @@ void sim_cli_free(struct sim_cli *s)
     free(s->rows);
     tide_cost_free(&s->cost);
     tide_sim_trace_free(s->t);
+    cli_sweep_free(&s->sweep);
     cli_teardown(&s->c);
     sim_out_free(s->o);
 }

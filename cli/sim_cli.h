@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "shard.h"
 #include "sim.h"
+#include "sweep.h"
 
 #define SIM_MAX_LIST 256
 /* The default --interval list stops here (the longest block may be longer). */
@@ -24,6 +25,7 @@ struct sim_row {
     bool bound;       /* the oracle: us is a lower bound */
     bool no_counters; /* the oracle without a schedule: counters unknown */
     double seconds;
+    long point; /* of the --sweep grid */
 };
 
 struct sim_out;
@@ -55,6 +57,8 @@ struct sim_cli {
     const char *out;        /* --out DIR: a result folder, or NULL */
     long n_config;          /* configurations met so far, in the unsharded order */
     struct sim_out *o;      /* the result folder being written, and a merge's shards */
+    struct cli_sweep sweep; /* --sweep keys */
+    long point;             /* the sweep point being replayed or printed */
 };
 
 /* cmd_sim.c: a new zeroed row at the end of s->rows; the sweep (setup,

@@ -393,6 +393,85 @@ flags)
     expect_line out "^policy-lru +- +8 "
     expect_line out "^policy-tide +2 +4 "
     ;;
+sweep)
+    # --sweep SECTION.KEY=v1,v2: any key, the product with the policy grid,
+    # a CSV column per key, recorded in the manifest; shards merge back.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    sweep="--prompts $work/prompts.txt --policies lru,lfu --budgets 4 --sweep generation.threshold=0.9,0.5 --sweep policy-lfu.decay=1,0.5"
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $sweep --out "$work/all"
+    expect_status 0
+    csv=$(ls "$work"/all/*/results.csv)
+    [ "$(head -n 1 "$csv" | awk -F, '{ print $(NF-1) "," $NF }')" = "generation.threshold,policy-lfu.decay" ] ||
+        fail "results.csv header: $(head -n 1 "$csv")"
+    # A baseline and two policies per point, 4 points.
+    [ "$(grep -c '^policy-lfu,.*,0\.5,0\.5$' "$csv")" -eq 1 ] || fail "no lfu row at 0.5,0.5: $(cat "$csv")"
+    [ "$(wc -l <"$csv")" -eq 13 ] || fail "expected 12 rows: $(cat "$csv")"
+    grep -q '"key": "policy-lfu.decay"' "$(dirname "$csv")/manifest.json" || fail "sweep not in the manifest"
+    for k in 0 1 2; do
+        # shellcheck disable=SC2086
+        run -- bench -c "$work/t.ini" $sweep --shard $k/3 --out "$work/shards"
+        expect_status 0
+    done
+    run -- bench merge "$work/shards" --out "$work/merged"
+    expect_status 0
+    cut -d, -f1-5,17- "$csv" >"$work/a"
+    cut -d, -f1-5,17- "$work/merged/results.csv" >"$work/b"
+    cmp -s "$work/a" "$work/b" || fail "merged shards differ from one run: $(diff "$work/a" "$work/b")"
+    # Values are checked by the option's type and range, naming the key.
+    run -- bench -c "$work/t.ini" --sweep generation.threshold=0.9,2 --out "$work/x"
+    expect_status 2
+    expect_in err "generation.threshold=2" "expected a number in (0,1]"
+    run -- bench -c "$work/t.ini" --sweep policy-lru.decay=1 --out "$work/x"
+    expect_status 2
+    expect_in err "unknown key 'decay' in [policy-lru]"
+    run -- bench -c "$work/t.ini" --sweep generation.threshold --out "$work/x"
+    expect_status 2
+    expect_in err "expected SECTION.KEY=v1,v2"
+    run -- bench -c "$work/t.ini" --sweep bench.repeats=1,2 --out "$work/x"
+    expect_status 2
+    expect_in err "[bench] describes the command's own grid"
+    # tide sim: the same flag, a CSV column per key.
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    run -- sim --trace "$work/t.trc" --policies lfu,lru --budgets 4 --sweep policy-lfu.decay=1,0.5 \
+        --csv "$work/s.csv"
+    expect_status 0
+    expect_in out "sweep point 2 of 2: policy-lfu.decay=0.5"
+    [ "$(head -n 1 "$work/s.csv" | awk -F, '{ print $NF }')" = "policy-lfu.decay" ] ||
+        fail "sim CSV header: $(head -n 1 "$work/s.csv")"
+    [ "$(grep -c '^policy-lfu,.*,0\.5$' "$work/s.csv")" -eq 1 ] || fail "sim CSV: $(cat "$work/s.csv")"
+    run -- sim --trace "$work/t.trc" --sweep policy-lfu.decay=2
+    expect_status 2
+    expect_in err "[policy-lfu] decay = '2': expected a number in [0,1]"
+    ;;
+repeats)
+    # --repeats N: a row per repeat, and summary.csv with median, min and max
+    # per configuration; shards merge both.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    for k in 0 1; do
+        run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets 4 \
+            --batch 1,2 --repeats 3 --shard $k/2 --out "$work/r"
+        expect_status 0
+    done
+    run -- bench merge "$work/r" --out "$work/m"
+    expect_status 0
+    csv="$work/m/results.csv"
+    [ "$(head -n 1 "$csv" | awk -F, '{ print $NF }')" = "repeat" ] || fail "no repeat column: $(head -n 1 "$csv")"
+    [ "$(grep -c '^policy-lru,.*,2,[012]$' "$csv")" -eq 3 ] || fail "batch 2: not 3 rows: $(cat "$csv")"
+    [ "$(wc -l <"$csv")" -eq 10 ] || fail "expected 9 rows: $(cat "$csv")"
+    sum="$work/m/summary.csv"
+    expect_header="policy,interval,budget,batch,repeats,seconds_median,seconds_min,seconds_max,tokens_per_second_median,tokens_per_second_min,tokens_per_second_max"
+    [ "$(head -n 1 "$sum")" = "$expect_header" ] || fail "summary.csv header: $(head -n 1 "$sum")"
+    [ "$(wc -l <"$sum")" -eq 4 ] || fail "expected 3 summary lines: $(cat "$sum")"
+    grep -q '^policy-lru,-,4,2,3,' "$sum" || fail "no batch-2 summary: $(cat "$sum")"
+    ;;
 config-doc)
     run -- config doc
     expect_status 0
