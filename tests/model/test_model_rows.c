@@ -37,7 +37,7 @@ static int V;
 static int32_t ids[3 * L];
 
 #define NSEQ 4
-static int32_t seq_ids[NSEQ][3 * L]; /* sequence s: a prefix of prefix[s] tokens, then blocks */
+static int32_t seq_ids[NSEQ][5 * L]; /* sequence s: a prefix of prefix[s] tokens, then blocks */
 static const int prefix[NSEQ] = {L, 2 * L, 3, 2 * L + 5};
 
 /* Logits of block b (all rows) after the prefix was written by forward. */
@@ -175,7 +175,7 @@ static void test_batch(void)
 {
     CHECK(TIDE_OPS_HAS(mo, forward_batch) && TIDE_OPS_HAS(mo, reserve_slots));
     for (int s = 0; s < NSEQ; s++)
-        for (int i = 0; i < 3 * L; i++)
+        for (int i = 0; i < 5 * L; i++)
             seq_ids[s][i] = (int32_t)(7 + (i * 97 + s * 1009) % (V - 12));
     CHECK_EQ_INT(mo->reserve_slots(e->model, NSEQ, 5 * L, NSEQ * 3 * L), TIDE_OK);
     float *ref[NSEQ], *ref_next[NSEQ];
