@@ -3,9 +3,10 @@
 
 Reads OUT/sim-batch/TRACE--PROFILE--bN.csv (`tide sim --batch N --csv`) and
 writes OUT/batch.csv, OUT/batch.md and, per trace and profile, an SVG
-(OUT/plots/batch--TRACE--PROFILE.svg): modelled milliseconds per
-sequence-step against batch size at each budget's best setting of each
-policy (policy-tide at its best interval), and that best interval.
+(OUT/plots/batch--TRACE--PROFILE.svg): modelled tokens per second (every
+sequence's tokens over the batch's modelled time) against batch size, at
+each budget's best setting of each policy (policy-tide at its best
+interval), and that best interval.
 
 Usage: batch_table.py OUT
 """
@@ -22,7 +23,8 @@ STYLE = {"policy-tide": ("#0072B2", "circle"), "policy-lru": ("#D55E00", "square
 
 
 def load(out):
-    """{(trace, profile): {budget: {batch: {policy: (ms_per_step, interval, hit_rate, GB)}}}}"""
+    """{(trace, profile): {budget: {batch: {policy: (tok_per_s, interval, hit_rate, GB,
+    ms per batched step)}}}}"""
     data = {}
     for path in sorted(glob.glob(os.path.join(out, "sim-batch", "*.csv"))):
         m = re.match(r"(.*)--(.*)--b(\d+)\.csv$", os.path.basename(path))
@@ -30,19 +32,20 @@ def load(out):
             continue
         trace, prof, batch = m.group(1), m.group(2), int(m.group(3))
         for r in csv.DictReader(open(path)):
-            if r["policy"] not in POLICIES or not r["model_ms_per_step"]:
+            if r["policy"] not in POLICIES or not r["model_tok_per_s"]:
                 continue
             budget = int(r["budget"])
-            ms = float(r["model_ms_per_step"])
+            tps = float(r["model_tok_per_s"])
             cell = data.setdefault((trace, prof), {}).setdefault(budget, {}).setdefault(batch, {})
-            if r["policy"] not in cell or ms < cell[r["policy"]][0]:
+            if r["policy"] not in cell or tps > cell[r["policy"]][0]:
                 gb = (int(r["weight_bytes"]) + int(r["act_bytes"])) / 1e9
-                cell[r["policy"]] = (ms, r["interval"], float(r["hit_rate"]), gb)
+                cell[r["policy"]] = (tps, r["interval"], float(r["hit_rate"]), gb,
+                                     float(r["model_ms_per_step"]))
     return data
 
 
 def svg_plot(path, title, series, xs):
-    """Lines of ms/step against batch size (log2 x axis), one per policy."""
+    """Lines of modelled tokens/s against batch size (log2 x axis), one per policy."""
     W, H, L, R, T, B = 560, 360, 70, 150, 40, 50
     ys = [y for s in series.values() for _, y in s]
     if not ys:
@@ -66,12 +69,13 @@ def svg_plot(path, title, series, xs):
          '<text x="%d" y="%d" text-anchor="middle">batch size (sequences per forward)</text>'
          % ((L + W - R) / 2, H - 12),
          '<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">'
-         'modelled ms per sequence-step</text>' % ((T + H - B) / 2, (T + H - B) / 2)]
+         'modelled tokens per second</text>' % ((T + H - B) / 2, (T + H - B) / 2)]
     for x in xs:
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (px(x), H - B + 16, x))
     for k in range(6):
         y = lo + (hi - lo) * k / 5
-        o.append('<text x="%d" y="%.1f" text-anchor="end">%.3g</text>' % (L - 6, py(y) + 4, y))
+        label = "%.0f" % y if hi >= 100 else "%.3g" % y
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (L - 6, py(y) + 4, label))
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>'
                  % (L, py(y), W - R, py(y)))
     for i, (pol, pts) in enumerate(series.items()):
@@ -112,10 +116,11 @@ def main():
                 row = {"trace": trace, "profile": prof, "budget": budget, "batch": batch,
                        "tide_interval": cell["policy-tide"][1]}
                 for p in POLICIES:
-                    row[p + "_ms"] = cell[p][0] if p in cell else float("nan")
+                    row[p + "_tok_s"] = cell[p][0] if p in cell else float("nan")
+                    row[p + "_ms_step"] = cell[p][4] if p in cell else float("nan")
                     row[p + "_hit"] = cell[p][2] if p in cell else float("nan")
                     row[p + "_gb"] = cell[p][3] if p in cell else float("nan")
-                row["best"] = min((p for p in POLICIES if p in cell), key=lambda p: cell[p][0])
+                row["best"] = max((p for p in POLICIES if p in cell), key=lambda p: cell[p][0])
                 rows.append(row)
         budgets = sorted(by_budget)
         if budgets:
@@ -134,15 +139,16 @@ def main():
         w.writeheader()
         w.writerows(rows)
     with open(os.path.join(out, "batch.md"), "w") as f:
-        f.write("Modelled ms per sequence-step (the batch's forwards over every sequence's "
-                "steps), best interval for tide, hit rate in brackets; **best** per row.\n\n")
+        f.write("Modelled tokens/s (every sequence's tokens over the batch's modelled time; "
+                "higher is better) at each policy's best setting, hit rate in brackets, "
+                "policy-tide's best interval; **best** per row.\n\n")
         f.write("| trace | profile | budget | batch | " +
                 " | ".join(p.replace("policy-", "") for p in POLICIES) + " | tide interval |\n")
         f.write("|---" * (5 + len(POLICIES)) + "|\n")
         for r in rows:
             cells = []
             for p in POLICIES:
-                v = "%.4f (%.0f%%)" % (r[p + "_ms"], 100 * r[p + "_hit"])
+                v = "%.1f (%.0f%%)" % (r[p + "_tok_s"], 100 * r[p + "_hit"])
                 cells.append("**%s**" % v if p == r["best"] else v)
             f.write("| %s | %s | %d | %d | %s | %s |\n" % (
                 r["trace"], r["profile"].split("-")[0], r["budget"], r["batch"],

@@ -14,7 +14,7 @@ continuous batching).
 
 usage: bench/serve-load/run.py [--tide BIN] [-c CONFIG] [--set S.K=V ...]
            [--clients 1,8,16] [--requests 200] [--max-tokens 64] [--steps N]
-           [--max-batch 1,8] [--solo-requests N]
+           [--max-batch 1,8] [--prompts N]
 """
 import argparse
 import json
@@ -127,7 +127,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--steps", type=int, default=0, help="steps per block (0: as configured)")
     ap.add_argument("--max-batch", default="1,8")
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS),
+                    help="distinct prompts (each also run alone first), at most %d" % len(PROMPTS))
     a = ap.parse_args()
+    del PROMPTS[max(1, min(a.prompts, len(PROMPTS))):]
     clients = [int(x) for x in a.clients.split(",")]
     print("tide serve load: %s, %s; %d requests per row, max_tokens %d%s, greedy; CPU: %s "
           "(%d threads)" % (os.path.basename(a.config), " ".join(a.set) or "defaults",
