@@ -21,8 +21,7 @@ static double sim_now(void)
 
 /* ---- Decoding ------------------------------------------------------------ */
 
-/* Grow *p (elements of elem bytes, capacity *cap) to hold need. */
-static bool sim_grow(void **p, size_t *cap, size_t need, size_t elem)
+bool sim_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return true;

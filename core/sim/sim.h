@@ -98,6 +98,10 @@ void tide_sim_trace_free(struct tide_sim_trace *t); /* NULL is a no-op */
  * or TIDE_E_NOMEM. */
 int tide_sim_trace_batch(const struct tide_sim_trace *t, int batch, struct tide_sim_trace **out);
 
+/* Grow *p (elements of elem bytes, capacity *cap) to hold need; false when
+ * out of memory (*p unchanged). */
+bool sim_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* Policies that need the future and so cannot be plugins. */
 enum tide_sim_hindsight {
     SIM_PLUGIN = 0,      /* an ordinary policy plugin */

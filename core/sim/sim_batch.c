@@ -29,25 +29,10 @@ struct sb_out {
     size_t ev_cap, pair_cap, cnt_cap, *fcap;
 };
 
-static bool sb_grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 static int sb_emit(struct sb_out *o, const struct sim_event *ev)
 {
     struct tide_sim_trace *t = o->t;
-    if (!sb_grow((void **)&t->ev, &o->ev_cap, t->n_ev + 1, sizeof *t->ev))
+    if (!sim_grow((void **)&t->ev, &o->ev_cap, t->n_ev + 1, sizeof *t->ev))
         return TIDE_E_NOMEM;
     t->ev[t->n_ev++] = *ev;
     return TIDE_OK;
@@ -102,9 +87,9 @@ static int sb_merge(const struct tide_sim_trace *t, struct sb_out *o, int n_acti
         }
         if (!tokens)
             continue; /* no member routed through this layer (cannot happen with whole forwards) */
-        if (!sb_grow((void **)&m->ids, &o->pair_cap, m->n_pairs + n_active_e, sizeof *m->ids) ||
-            !sb_grow((void **)&m->cnt, &o->cnt_cap, m->n_pairs + n_active_e, sizeof *m->cnt) ||
-            !sb_grow((void **)&m->fwd[l], &o->fcap[l], m->n_fwd[l] + 1, sizeof **m->fwd))
+        if (!sim_grow((void **)&m->ids, &o->pair_cap, m->n_pairs + n_active_e, sizeof *m->ids) ||
+            !sim_grow((void **)&m->cnt, &o->cnt_cap, m->n_pairs + n_active_e, sizeof *m->cnt) ||
+            !sim_grow((void **)&m->fwd[l], &o->fcap[l], m->n_fwd[l] + 1, sizeof **m->fwd))
             return TIDE_E_NOMEM;
         const size_t off = m->n_pairs;
         for (uint32_t e = 0; e < E; e++)
