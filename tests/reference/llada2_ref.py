@@ -733,8 +733,8 @@ def read_trace_routes(path):
     if raw[:8] != b"TIDETRC\0":
         raise RefError(f"{path}: not a TIDE trace")
     version, jlen = struct.unpack_from("<II", raw, 8)
-    if version not in (1, 2):
-        raise RefError(f"{path}: trace version {version}, expected 1 or 2")
+    if version not in (1, 2, 3):
+        raise RefError(f"{path}: trace version {version}, expected 1 to 3")
     head = json.loads(raw[16 : 16 + jlen])
     k, nexp = head["top_k"], head["n_experts"]
     width = 1 if nexp <= 256 else 2
@@ -747,6 +747,12 @@ def read_trace_routes(path):
             pos += 1 + sizes[typ]
             continue
         if typ == 5 and version >= 2:  # the prompt's vector: u32 dim, dim f32
+            pos += 5 + 4 * struct.unpack_from("<I", raw, pos + 1)[0]
+            continue
+        if typ == 6 and version >= 3:  # a prompt joins a running batch: u32 id, u32 len
+            pos += 9
+            continue
+        if typ == 7 and version >= 3:  # the next forward's prompts: u32 n, n u32 ids
             pos += 5 + 4 * struct.unpack_from("<I", raw, pos + 1)[0]
             continue
         if typ != 4:
