@@ -91,6 +91,9 @@ void cli_print_offload_summary(const struct tide_engine_info *info,
 /* Create root if needed, then a new folder root/YYYYmmdd-HHMMSS<suffix>
  * (with -1, -2, ... when taken) whose path goes into dir. `what` names the
  * setting in messages. Returns TIDE_OK or TIDE_E_IO (logged). */
+/* Create the missing folders above path (not path itself); errors show
+ * when the caller creates path. */
+void cli_mkdir_parents(const char *path);
 int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir,
                       size_t len);
 

@@ -323,8 +323,12 @@ static int sim_setup(struct sim_cli *s)
     }
     char what[600];
     snprintf(what, sizeof what, "the trace %s", s->trace_path);
-    if ((rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
-                             s->t->max_tokens > 1 ? s->t->max_tokens : 1)) != TIDE_OK)
+    rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
+                        s->t->max_tokens > 1 ? s->t->max_tokens : 1);
+    if (rc == TIDE_E_CONFIG && !s->scale)
+        tide_error("tide sim: pass --scale-profile to scale the profile's expert times by expert "
+                   "bytes for the trace's shape");
+    if (rc != TIDE_OK)
         return rc;
     tide_cost_policy_costs(&s->cost, &s->pcost);
     if (s->have_prof && (h->hidden != s->prof.hidden || h->inter != s->prof.inter))

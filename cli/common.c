@@ -341,6 +341,7 @@ int cli_trace_open(const struct tide_engine *e, const char *path, bool overwrite
 
 int cli_mkdir_stamped(const char *root, const char *suffix, const char *what, char *dir, size_t len)
 {
+    cli_mkdir_parents(root);
     if (mkdir(root, 0777) != 0 && errno != EEXIST) {
         tide_error("%s = %s: cannot create it: %s", what, root, strerror(errno));
         return TIDE_E_IO;

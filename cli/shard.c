@@ -211,15 +211,20 @@ int cli_json_write(const char *path, const json_t *j)
     return TIDE_OK;
 }
 
-int cli_out_dir_create(const char *what, const char *path, bool *created)
+void cli_mkdir_parents(const char *path)
 {
     char parent[4200];
     snprintf(parent, sizeof parent, "%s", path);
     for (char *p = strchr(parent + 1, '/'); p; p = strchr(p + 1, '/')) {
         *p = 0;
-        mkdir(parent, 0777); /* a missing parent; failures show below */
+        mkdir(parent, 0777); /* a missing parent; failures show at the caller's mkdir */
         *p = '/';
     }
+}
+
+int cli_out_dir_create(const char *what, const char *path, bool *created)
+{
+    cli_mkdir_parents(path);
     *created = mkdir(path, 0777) == 0;
     if (*created)
         return TIDE_OK;

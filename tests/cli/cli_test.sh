@@ -335,6 +335,11 @@ budget)
         --set bench.baseline=false --out "$work/b"
     expect_status 0
     expect_line out "^\\(no offload\\) +- +32 "
+    # --out creates missing parent folders.
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru --budgets 4 \
+        --set bench.baseline=false --out "$work/new/deeper/runs"
+    expect_status 0
+    ls "$work"/new/deeper/runs/*/results.csv >/dev/null 2>&1 || fail "--out a/b/c: no results.csv"
     ;;
 mkmodel)
     # The checkpoints tide writes hold every key their reader looks for, so
