@@ -7,6 +7,7 @@
 #include "plan_check.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 /* The phase of the forward being dispatched, in trace order. */
@@ -189,12 +190,21 @@ int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *s)
         tide_error("moe: shape declared twice");
         return TIDE_E_INVAL;
     }
-    if (!s || s->size < sizeof *s || s->n_layers < 1 || s->n_experts < 1 || s->top_k < 1 ||
+    const size_t v1 = offsetof(struct tide_moe_shape, inter) + sizeof(int);
+    if (!s || s->size < v1 || s->n_layers < 1 || s->n_experts < 1 || s->top_k < 1 ||
         s->top_k > s->n_experts || s->hidden < 1 || s->inter < 1) {
         tide_error("moe: invalid shape declared by the model");
         return TIDE_E_INVAL;
     }
-    moe->shape = *s;
+    memset(&moe->shape, 0, sizeof moe->shape);
+    memcpy(&moe->shape, s, s->size < sizeof *s ? s->size : sizeof *s);
+    moe->shape.size = sizeof moe->shape;
+    char why[200];
+    if (tide_qfmt_fits(moe->shape.qfmt, moe->shape.qblock, s->inter, s->hidden, why, sizeof why) ||
+        tide_qfmt_fits(moe->shape.qfmt, moe->shape.qblock, s->hidden, s->inter, why, sizeof why)) {
+        tide_error("moe: routed experts [%d, %d]: %s", s->inter, s->hidden, why);
+        return TIDE_E_INVAL;
+    }
     const size_t L = (size_t)s->n_layers, E = (size_t)s->n_experts;
     moe->views = calloc(L * E * 3, sizeof *moe->views);
     moe->layers = calloc(L, sizeof *moe->layers);
@@ -237,7 +247,8 @@ const struct tide_moe_shape *tide_moe_get_shape(const struct tide_moe *moe)
 
 uint64_t tide_moe_expert_bytes(const struct tide_moe *moe)
 {
-    return 3ull * (uint64_t)moe->shape.hidden * (uint64_t)moe->shape.inter * 2u;
+    return tide_qexpert_bytes(moe->shape.qfmt, moe->shape.qblock, moe->shape.hidden,
+                              moe->shape.inter);
 }
 
 int tide_moe_budget(const struct tide_moe *moe)
@@ -262,10 +273,9 @@ int tide_moe_register_expert(struct tide_moe *moe, int layer, int e, const struc
     }
     for (int j = 0; j < 3; j++) {
         int64_t r = j < 2 ? I : H, c = j < 2 ? H : I;
-        if (!v[j] || v[j]->dtype != TIDE_DTYPE_BF16 || v[j]->ndim != 2 || v[j]->shape[0] != r ||
-            v[j]->shape[1] != c) {
-            tide_error("moe: tensor '%s' must be BF16 [%lld, %lld]",
-                       v[j] && v[j]->name ? v[j]->name : "?", (long long)r, (long long)c);
+        char why[300];
+        if (tide_qview_check(v[j], moe->shape.qfmt, moe->shape.qblock, r, c, why, sizeof why)) {
+            tide_error("moe: expert %d of MoE layer %d: %s", e, layer, why);
             return TIDE_E_INVAL;
         }
     }
@@ -406,6 +416,12 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
                    moe->dev.name, E);
         return TIDE_E_UNSUPPORTED;
     }
+    if (moe->shape.qfmt != TIDE_QFMT_NONE && !TIDE_OPS_HAS(moe->dev.ops, slot_create_q)) {
+        tide_error("backend %s has no slots for %s experts (slot_create_q): it cannot offload "
+                   "this checkpoint; run without offload or on a backend that has them",
+                   moe->dev.name, tide_qfmt_name(moe->shape.qfmt));
+        return TIDE_E_UNSUPPORTED;
+    }
     int rc = moe_check_fits(moe, moe->budget);
     if (rc != TIDE_OK)
         return rc;
@@ -450,8 +466,12 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
         }
         for (int s = 0; s < moe->budget && rc == TIDE_OK; s++) {
             L->held[s] = -1;
-            rc = moe->dev.ops->slot_create(moe->dev.bk, moe->shape.hidden, moe->shape.inter,
-                                           &L->slot[s]);
+            if (moe->shape.qfmt != TIDE_QFMT_NONE)
+                rc = moe->dev.ops->slot_create_q(moe->dev.bk, moe->shape.hidden, moe->shape.inter,
+                                                 moe->shape.qfmt, moe->shape.qblock, &L->slot[s]);
+            else
+                rc = moe->dev.ops->slot_create(moe->dev.bk, moe->shape.hidden, moe->shape.inter,
+                                               &L->slot[s]);
             if (rc != TIDE_OK)
                 tide_error("moe: backend %s cannot allocate device slot %d of MoE layer %d",
                            moe->dev.name, s, l);

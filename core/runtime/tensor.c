@@ -15,6 +15,10 @@ size_t tide_dtype_size(enum tide_dtype t)
         return 8;
     case TIDE_DTYPE_I32:
         return 4;
+    case TIDE_DTYPE_I8:
+    case TIDE_DTYPE_U8:
+    case TIDE_DTYPE_F8_E4M3:
+        return 1;
     case TIDE_DTYPE_INVALID:
         break;
     }
@@ -34,6 +38,12 @@ const char *tide_dtype_name(enum tide_dtype t)
         return "I64";
     case TIDE_DTYPE_I32:
         return "I32";
+    case TIDE_DTYPE_I8:
+        return "I8";
+    case TIDE_DTYPE_U8:
+        return "U8";
+    case TIDE_DTYPE_F8_E4M3:
+        return "F8_E4M3";
     case TIDE_DTYPE_INVALID:
         break;
     }

@@ -121,7 +121,10 @@ struct tide_backend_ops {
     int (*weight_create)(struct tide_backend *bk, const struct tide_view *src,
                          enum tide_weight_kind kind, struct tide_weight **out);
     void (*weight_destroy)(struct tide_backend *bk, struct tide_weight *w);
-    /* A routed expert: gate [I,H], up [I,H], down [H,I], all bf16. */
+    /* A routed expert: gate [I,H], up [I,H], down [H,I], all bf16, or all
+     * in one block-quantized format (tide/quant.h: view->qfmt set, scales in
+     * view->scale). A backend that cannot run a format refuses it, naming the
+     * tensor. */
     int (*expert_create)(struct tide_backend *bk, const struct tide_view *gate,
                          const struct tide_view *up, const struct tide_view *down,
                          struct tide_expert **out);
@@ -207,6 +210,13 @@ struct tide_backend_ops {
                             const struct tide_tensor *x_all, const int32_t *rows,
                             const int32_t *dst_rows, const int64_t *offsets,
                             const struct tide_tensor *out);
+
+    /* An empty expert slot for experts of block-quantized format qfmt
+     * (tide/quant.h) with blocks of qblock[0] x qblock[1]; slot_load then
+     * takes views of that format only. TIDE_QFMT_NONE is slot_create. A
+     * backend without it offloads bf16 experts only. */
+    int (*slot_create_q)(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                         const int qblock[2], struct tide_expert **out);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))

@@ -28,6 +28,9 @@ struct tide_moe_shape {
     int top_k;     /* experts per token */
     int hidden;    /* expert input and output width */
     int inter;     /* expert intermediate width */
+    /* --- appended (check size) --- */
+    int qfmt;      /* experts' weight format (tide/quant.h); 0: bf16 */
+    int qblock[2]; /* its block: rows and columns per scale */
 };
 
 /* Declare the shape; once, before any other call. Returns TIDE_OK,
@@ -35,7 +38,8 @@ struct tide_moe_shape {
 int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *shape);
 
 /* Register expert e of MoE layer `layer` (0-based among MoE layers). The views
- * must stay valid until the model closes. Returns TIDE_OK, TIDE_E_INVAL
+ * (and their scale views) must stay valid until the model closes. They are
+ * bf16, or of the declared block-quantized format. Returns TIDE_OK, TIDE_E_INVAL
  * (index out of range, shape mismatch: the tensor name is logged) or a
  * backend error. */
 int tide_moe_register_expert(struct tide_moe *moe, int layer, int e, const struct tide_view *gate,

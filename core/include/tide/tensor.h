@@ -21,13 +21,17 @@ enum tide_dtype {
     TIDE_DTYPE_BF16 = 3,
     TIDE_DTYPE_I64 = 4,
     TIDE_DTYPE_I32 = 5,
+    TIDE_DTYPE_I8 = 6,      /* q8_0 expert values */
+    TIDE_DTYPE_U8 = 7,      /* q4_0 expert values, two per byte */
+    TIDE_DTYPE_F8_E4M3 = 8, /* fp8 expert values (e4m3fn) */
 };
 
 #define TIDE_MAX_DIMS 4
 
 /* Bytes per element, 0 for TIDE_DTYPE_INVALID. */
 size_t tide_dtype_size(enum tide_dtype t);
-/* Safetensors spelling: "F32", "F16", "BF16", "I64", "I32"; "?" if invalid. */
+/* Safetensors spelling: "F32", "F16", "BF16", "I64", "I32", "I8", "U8",
+ * "F8_E4M3"; "?" if invalid. */
 const char *tide_dtype_name(enum tide_dtype t);
 
 struct tide_view {
@@ -37,6 +41,14 @@ struct tide_view {
     int64_t shape[TIDE_MAX_DIMS]; /* outermost first; row-major, contiguous */
     size_t nbytes;                /* product(shape) * dtype size */
     const char *name;             /* tensor name, owned by whoever made the view; may be NULL */
+    /* Appended: a block-quantized matrix (tide/quant.h, docs/quantization.md).
+     * All zero for a plain tensor. For a quantized one, shape is the logical
+     * [rows, cols] of the matrix, dtype the stored value type and nbytes the
+     * bytes of the values alone; `scale` holds one scale per block of
+     * qblock[0] rows by qblock[1] columns. */
+    int qfmt;                      /* enum tide_qfmt; 0 (TIDE_QFMT_NONE): a plain tensor */
+    int qblock[2];                 /* rows and columns one scale covers */
+    const struct tide_view *scale; /* the scales, a plain 2-D view */
 };
 
 /* Product of the shape (1 for a scalar). */
