@@ -28,6 +28,8 @@ static const struct cli_command commands[] = {
     {"inspect", cmd_inspect, "describe a checkpoint: shapes, parameters, memory per budget"},
     {"mkmodel", cmd_mkmodel,
      "write a synthetic checkpoint (tiny, small, llada2-mini, llada2-flash)"},
+    {"quantize", cmd_quantize,
+     "write a copy of a checkpoint with q8_0, q4_0 or fp8 routed experts"},
     {"tokenize", cmd_tokenize, "show how a tokenizer.json splits text (debugging)"},
     {"forward", cmd_forward, "write the logits of one forward pass (verification)"},
     {"plugins", cmd_plugins, "list the plugins found, and why any file was refused"},

@@ -101,8 +101,7 @@ uint64_t tide_qexpert_bytes(int fmt, const int block[2], int64_t hidden, int64_t
            tide_qmat_bytes(fmt, block, hidden, inter);
 }
 
-static int q_why(char *why, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int q_why(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int q_why(char *why, size_t len, const char *fmt, ...)
 {
@@ -151,9 +150,10 @@ int tide_qview_check(const struct tide_view *v, int fmt, const int block[2], int
         return q_why(why, len, "tensor '%s' holds %s values, expected %s for %s", name,
                      tide_dtype_name(v->dtype), tide_dtype_name(vt), tide_qfmt_name(fmt));
     if (v->ndim != 2 || v->shape[0] != rows || v->shape[1] != cols)
-        return q_why(why, len, "tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]",
-                     name, (long long)v->shape[0], (long long)(v->ndim > 1 ? v->shape[1] : 0),
-                     v->ndim, (long long)rows, (long long)cols);
+        return q_why(why, len,
+                     "tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]", name,
+                     (long long)v->shape[0], (long long)(v->ndim > 1 ? v->shape[1] : 0), v->ndim,
+                     (long long)rows, (long long)cols);
     if (fmt == TIDE_QFMT_NONE)
         return 0;
     char fw[160];
@@ -181,8 +181,8 @@ int tide_qview_check(const struct tide_view *v, int fmt, const int block[2], int
                      "scale tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld] "
                      "for a [%lld, %lld] matrix in blocks of [%d, %d]",
                      sn, (long long)s->shape[0], (long long)(s->ndim > 1 ? s->shape[1] : 0),
-                     s->ndim, (long long)ss[0], (long long)ss[1], (long long)rows,
-                     (long long)cols, block[0], block[1]);
+                     s->ndim, (long long)ss[0], (long long)ss[1], (long long)rows, (long long)cols,
+                     block[0], block[1]);
     return 0;
 }
 
@@ -399,8 +399,8 @@ static void q_fp8(const int block[2], const uint16_t *src, int64_t rows, int64_t
         }
 }
 
-int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t rows,
-                       int64_t cols, void *values, void *scales)
+int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t rows, int64_t cols,
+                       void *values, void *scales)
 {
     if (fmt == TIDE_QFMT_NONE || tide_qfmt_fits(fmt, block, rows, cols, NULL, 0))
         return -1;

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "tide/log.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 struct mc_cfg_reader {
@@ -131,6 +132,101 @@ static inline void mc_cfg_rule(struct mc_cfg_reader *r, bool ok, const char *fmt
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     tide_error("%s: %s", r->path, msg);
+    r->errors++;
+}
+
+/* The routed experts' weight format (tide/quant.h), from config.json's
+ * "quantization_config". */
+struct mc_quant {
+    int fmt;      /* enum tide_qfmt; TIDE_QFMT_NONE when the key is absent */
+    int block[2]; /* rows and columns per scale */
+};
+
+/* An integer in [1, 65536] at index i of JSON array a, or 0 (logged). */
+static inline int mc_rd_block_dim(struct mc_cfg_reader *r, const json_t *a, size_t i)
+{
+    const json_t *v = json_array_get(a, i);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65536) {
+        tide_error("%s: quantization_config.weight_block_size[%zu] must be an integer in "
+                   "[1, 65536]",
+                   r->path, i);
+        r->errors++;
+        return 0;
+    }
+    return (int)json_integer_value(v);
+}
+
+/* Read "quantization_config" (docs/quantization.md): absent or null is bf16;
+ * {"quant_method": "fp8", "weight_block_size": [br, bc], ...} as published
+ * FP8 checkpoints write it (fmt "e4m3" and activation_scheme "dynamic" when
+ * present: activations stay bf16 here, the weights are dequantized exactly);
+ * {"quant_method": "tide", "format": "q8_0" | "q4_0"} as `tide quantize`
+ * writes it. Anything else is an error naming the key. */
+static inline void mc_rd_quant(struct mc_cfg_reader *r, struct mc_quant *q)
+{
+    q->fmt = TIDE_QFMT_NONE;
+    q->block[0] = q->block[1] = 0;
+    const json_t *o = json_object_get(r->root, "quantization_config");
+    if (!o || json_is_null(o))
+        return;
+    const json_t *m = json_object_get(o, "quant_method");
+    if (!json_is_object(o) || !json_is_string(m)) {
+        tide_error("%s: quantization_config must be an object with a string \"quant_method\"",
+                   r->path);
+        r->errors++;
+        return;
+    }
+    const char *method = json_string_value(m);
+    if (!strcmp(method, "fp8")) {
+        const json_t *fmt = json_object_get(o, "fmt"),
+                     *act = json_object_get(o, "activation_scheme");
+        if (fmt && !json_is_null(fmt) &&
+            (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3"))) {
+            tide_error("%s: quantization_config.fmt must be \"e4m3\" (the only fp8 format "
+                       "supported)",
+                       r->path);
+            r->errors++;
+        }
+        if (act && !json_is_null(act) &&
+            (!json_is_string(act) || strcmp(json_string_value(act), "dynamic"))) {
+            tide_error("%s: quantization_config.activation_scheme must be \"dynamic\" (static "
+                       "activation scales are not supported)",
+                       r->path);
+            r->errors++;
+        }
+        const json_t *b = json_object_get(o, "weight_block_size");
+        q->fmt = TIDE_QFMT_FP8;
+        tide_qfmt_default_block(q->fmt, q->block);
+        if (!b || json_is_null(b)) {
+            tide_info("%s: quantization_config.weight_block_size is missing: using [128, 128]",
+                      r->path);
+        } else if (!json_is_array(b) || json_array_size(b) != 2) {
+            tide_error("%s: quantization_config.weight_block_size must be an array of two "
+                       "integers [rows, cols] (per-tensor fp8 scales are not supported)",
+                       r->path);
+            r->errors++;
+        } else {
+            q->block[0] = mc_rd_block_dim(r, b, 0);
+            q->block[1] = mc_rd_block_dim(r, b, 1);
+        }
+        return;
+    }
+    if (!strcmp(method, "tide")) {
+        const json_t *f = json_object_get(o, "format");
+        int fmt = TIDE_QFMT_NONE;
+        if (!json_is_string(f) || tide_qfmt_parse(json_string_value(f), &fmt) ||
+            (fmt != TIDE_QFMT_Q8_0 && fmt != TIDE_QFMT_Q4_0)) {
+            tide_error("%s: quantization_config.format must be \"q8_0\" or \"q4_0\"", r->path);
+            r->errors++;
+            return;
+        }
+        q->fmt = fmt;
+        tide_qfmt_default_block(fmt, q->block);
+        return;
+    }
+    tide_error("%s: quantization_config.quant_method \"%s\" is not supported (tide reads "
+               "\"fp8\" with block scales, and \"tide\" q8_0 / q4_0 from `tide quantize`)",
+               r->path, method);
     r->errors++;
 }
 

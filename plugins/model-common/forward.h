@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model-common/config.h"
 #include "model-common/slots.h"
 #include "tide/backend.h"
 #include "tide/log.h"
@@ -49,7 +50,7 @@ static inline int mc_load_weight(const char *who, const struct tide_st *st,
  * shape to the dispatcher args->moe (nothing without MoE layers). */
 static inline int mc_open_checkpoint(const struct tide_model_args *args, int n_moe_layers,
                                      int n_experts, int top_k, int hidden, int moe_inter,
-                                     struct tide_st **st)
+                                     const struct mc_quant *quant, struct tide_st **st)
 {
     const unsigned load =
         args->size >= offsetof(struct tide_model_args, load_flags) + sizeof args->load_flags
@@ -65,6 +66,8 @@ static inline int mc_open_checkpoint(const struct tide_model_args *args, int n_m
         .top_k = top_k,
         .hidden = hidden,
         .inter = moe_inter,
+        .qfmt = quant ? quant->fmt : TIDE_QFMT_NONE,
+        .qblock = {quant ? quant->block[0] : 0, quant ? quant->block[1] : 0},
     };
     if (shape.n_layers > 0)
         rc = tide_moe_declare(args->moe, &shape);
@@ -80,21 +83,43 @@ static inline void mc_weight_free(const struct tide_backend_ref *dev, struct tid
 }
 
 /* Check and register the n_experts routed experts of checkpoint layer l
- * (model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight, bf16, width
- * inter over hidden H) as MoE layer moe_index of the dispatcher. */
+ * (model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight, width inter
+ * over hidden H) as MoE layer moe_index of the dispatcher: bf16, or in the
+ * format q says, with their scales beside them (tide/quant.h). A quantized
+ * expert's views are made in store[3 * n_experts], which must live as long
+ * as the model (NULL when q is bf16). */
 static inline int mc_register_experts(const struct tide_st *st, struct tide_moe *moe, int l,
-                                      int moe_index, int n_experts, int64_t inter, int64_t H)
+                                      int moe_index, int n_experts, int64_t inter, int64_t H,
+                                      const struct mc_quant *q, struct tide_view *store)
 {
-    char n[128];
+    const int fmt = q ? q->fmt : TIDE_QFMT_NONE;
+    char n[160], sn[160], why[400];
     for (int e = 0; e < n_experts; e++) {
         static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
         const struct tide_view *v[3];
         for (int j = 0; j < 3; j++) {
-            const int64_t shape[2] = {j < 2 ? inter : H, j < 2 ? H : inter};
+            const int64_t rows = j < 2 ? inter : H, cols = j < 2 ? H : inter;
+            int64_t shape[2];
+            tide_qmat_value_shape(fmt, rows, cols, shape);
             snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[j]);
-            int rc = tide_st_expect(st, n, TIDE_DTYPE_BF16, 2, shape, &v[j]);
+            int rc = tide_st_expect(st, n, tide_qfmt_value_dtype(fmt), 2, shape, &v[j]);
             if (rc != TIDE_OK)
                 return rc;
+            if (fmt == TIDE_QFMT_NONE)
+                continue;
+            snprintf(sn, sizeof sn, "model.layers.%d.mlp.experts.%d.%s.%s", l, e, proj[j],
+                     tide_qfmt_scale_name(fmt));
+            int64_t ss[2];
+            tide_qmat_scale_shape(q->block, rows, cols, ss);
+            const struct tide_view *s;
+            if ((rc = tide_st_expect(st, sn, tide_qfmt_scale_dtype(fmt), 2, ss, &s)) != TIDE_OK)
+                return rc;
+            struct tide_view *qv = &store[(size_t)e * 3 + (size_t)j];
+            if (tide_qview_make(v[j], s, fmt, q->block, rows, cols, qv, why, sizeof why)) {
+                tide_error("%s: %s", tide_st_path(st), why);
+                return TIDE_E_FORMAT;
+            }
+            v[j] = qv;
         }
         int rc = tide_moe_register_expert(moe, moe_index, e, v[0], v[1], v[2]);
         if (rc != TIDE_OK)

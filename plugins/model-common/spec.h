@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tide/quant.h"
 #include "tide/safetensors.h"
 
 #define MC_NAME_MAX 128
@@ -49,6 +50,40 @@ static inline int mc_spec_expert(const char *prefix, int j, int64_t I, int64_t H
     static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
     snprintf(name, len, "%s.mlp.experts.%d.%s.weight", prefix, j / 3, proj[j % 3]);
     return j % 3 < 2 ? mc_spec2(shape, I, H) : mc_spec2(shape, H, I);
+}
+
+/* Tensors per routed expert in the list: 3 (bf16), or 6 when quantized (the
+ * three values, then the three scales). */
+static inline int mc_expert_tensors(int qfmt)
+{
+    return qfmt == TIDE_QFMT_NONE ? 3 : 6;
+}
+
+/* The j-th (0 .. mc_expert_tensors(qfmt) n_experts - 1) routed-expert tensor
+ * of a layer in format qfmt with block `block`: its name, dtype and stored
+ * shape (tide/quant.h). */
+static inline int mc_spec_expert_q(const char *prefix, int j, int64_t I, int64_t H, int qfmt,
+                                   const int block[2], char *name, size_t len, enum tide_dtype *dt,
+                                   int64_t shape[TIDE_MAX_DIMS])
+{
+    if (qfmt == TIDE_QFMT_NONE) {
+        *dt = TIDE_DTYPE_BF16;
+        return mc_spec_expert(prefix, j, I, H, name, len, shape);
+    }
+    static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+    const int e = j / 6, k = j % 6, p = k % 3;
+    const int64_t rows = p < 2 ? I : H, cols = p < 2 ? H : I;
+    if (k < 3) {
+        snprintf(name, len, "%s.mlp.experts.%d.%s.weight", prefix, e, proj[p]);
+        *dt = tide_qfmt_value_dtype(qfmt);
+        tide_qmat_value_shape(qfmt, rows, cols, shape);
+    } else {
+        snprintf(name, len, "%s.mlp.experts.%d.%s.%s", prefix, e, proj[p],
+                 tide_qfmt_scale_name(qfmt));
+        *dt = tide_qfmt_scale_dtype(qfmt);
+        tide_qmat_scale_shape(block, rows, cols, shape);
+    }
+    return 2;
 }
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model-common/config.h"
 #include "tide/model.h"
 #include "tide/safetensors.h"
 
@@ -31,6 +32,7 @@ struct lmoe_cfg {
     bool qk_norm;                       /* qk_layernorm */
     bool tied;                          /* tie_word_embeddings */
     bool expert_bias;                   /* moe_router_enable_expert_bias */
+    struct mc_quant quant;              /* routed experts' format (quantization_config) */
     int n_moe;                          /* layers with moe_layer_freq[i] != 0 */
     unsigned char moe[LMOE_MAX_LAYERS]; /* moe_layer_freq: 1 = MoE layer, 0 = dense */
     /* first[l]: index of layer l's first tensor in lmoe_tensor_spec order;

@@ -119,7 +119,8 @@ void lmoe_cfg_finish(struct lmoe_cfg *c)
         at += 6 + (c->qk_norm ? 2 : 0);
         if (c->moe[l]) {
             c->n_moe++;
-            at += 1 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->shared_inter ? 3 : 0);
+            at += 1 + (c->expert_bias ? 1 : 0) + mc_expert_tensors(c->quant.fmt) * c->n_experts +
+                  (c->shared_inter ? 3 : 0);
         } else {
             at += 3;
         }
@@ -175,6 +176,7 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
     c->tied = rd_flag(&r, "tie_word_embeddings", false);
     c->qk_norm = rd_flag(&r, "qk_layernorm", false);
     c->expert_bias = rd_flag(&r, "moe_router_enable_expert_bias", false);
+    mc_rd_quant(&r, &c->quant);
     /* shared_expert_intermediate_size: null = no shared expert (the decoder
      * layer tests "is not None"); the class default -1 builds a broken one. */
     json_t *sh = json_object_get(root, "shared_expert_intermediate_size");
@@ -238,6 +240,14 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
                     "%d MoE layers times num_experts (%d) is %lld routed experts; TIDE supports at "
                     "most %d",
                     n_moe, c->n_experts, (long long)routed, LMOE_MAX_ROUTED);
+        char qwhy[200] = "";
+        mc_cfg_rule(&r,
+                    !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->moe_inter, c->hidden, qwhy,
+                                    sizeof qwhy) &&
+                        !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter, qwhy,
+                                        sizeof qwhy),
+                    "quantization_config: routed experts [%d, %d]: %s", c->moe_inter, c->hidden,
+                    qwhy);
         mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
@@ -299,7 +309,7 @@ int lmoe_cfg_write(const char *path, const struct lmoe_cfg *c)
 
 uint64_t lmoe_expert_bytes(const struct lmoe_cfg *c)
 {
-    return 3ull * (uint64_t)c->hidden * (uint64_t)c->moe_inter * 2u;
+    return tide_qexpert_bytes(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter);
 }
 
 int lmoe_tensor_count(const struct lmoe_cfg *c)
@@ -371,10 +381,11 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
         }
         j--;
     }
-    if (j < 3 * c->n_experts) {
-        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
-    }
-    j -= 3 * c->n_experts;
+    const int per = mc_expert_tensors(c->quant.fmt);
+    if (j < per * c->n_experts)
+        return mc_spec_expert_q(p, j, c->moe_inter, H, c->quant.fmt, c->quant.block, name, len, dt,
+                                shape);
+    j -= per * c->n_experts;
     /* the shared expert hangs off the decoder layer, not the MoE block */
     return mc_spec_swiglu(p, "shared_expert", j, c->shared_inter, H, name, len, shape);
 }
@@ -407,7 +418,7 @@ bool lmoe_tensor_is_routed(const struct lmoe_cfg *c, int i)
     if (!c->moe[l])
         return false;
     const int e0 = c->first[l] + (c->qk_norm ? 8 : 6) + 1 + (c->expert_bias ? 1 : 0);
-    return i >= e0 && i < e0 + 3 * c->n_experts;
+    return i >= e0 && i < e0 + mc_expert_tensors(c->quant.fmt) * c->n_experts;
 }
 
 uint64_t lmoe_dense_bytes(const struct lmoe_cfg *c)
@@ -416,7 +427,8 @@ uint64_t lmoe_dense_bytes(const struct lmoe_cfg *c)
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (lmoe_tensor_is_routed(c, i)) {
-            i += 3 * c->n_experts - 1; /* the first of them: skip the layer's experts */
+            /* the first of them: skip the layer's experts */
+            i += mc_expert_tensors(c->quant.fmt) * c->n_experts - 1;
             continue;
         }
         char name[LMOE_NAME_MAX];

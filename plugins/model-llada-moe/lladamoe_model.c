@@ -30,7 +30,8 @@ struct lmoe_layer {
     const float *expert_bias;                         /* host, from the checkpoint, or NULL */
     struct tide_weight *sh_gate, *sh_up, *sh_down;    /* shared expert, or NULL */
     int moe_index;                                    /* -1 for dense layers */
-    struct tide_buffer *k_cache, *v_cache;            /* f32 [n_ctx, n_kv*hd] */
+    struct tide_view *xviews; /* quantized routed experts' views [3 n_experts], or NULL */
+    struct tide_buffer *k_cache, *v_cache; /* f32 [n_ctx, n_kv*hd] */
 };
 
 struct tide_model {
@@ -113,7 +114,11 @@ static int load_layer(struct tide_model *m, int l, int *moe_index)
         W(sh_down, "shared_expert.down_proj.weight", B, 2, H, I, TIDE_WEIGHT_MATMUL);
     }
 #undef W
-    return mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H);
+    if (c->quant.fmt != TIDE_QFMT_NONE &&
+        !(L->xviews = calloc((size_t)c->n_experts * 3, sizeof *L->xviews)))
+        return TIDE_E_NOMEM;
+    return mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H,
+                               &c->quant, L->xviews);
 }
 
 static void free_buffers(struct tide_model *m)
@@ -244,7 +249,7 @@ int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
     };
     mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
     if ((rc = mc_open_checkpoint(args, c->n_moe, c->n_experts, c->top_k, c->hidden, c->moe_inter,
-                                 &m->st)) != TIDE_OK)
+                                 &c->quant, &m->st)) != TIDE_OK)
         goto fail;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->scratch = malloc(sizeof *m->scratch * (size_t)c->n_experts);
@@ -303,6 +308,8 @@ void lmoe_close(struct tide_model *m)
 #undef WFREE
         free_buffers(m);
     }
+    for (int l = 0; m->layers && l < m->cfg.n_layers; l++)
+        free(m->layers[l].xviews);
     free(m->layers);
     free(m->scratch);
     free(m->prof.seen);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model-common/config.h"
 #include "tide/model.h"
 #include "tide/safetensors.h"
 
@@ -35,6 +36,7 @@ struct llada2_cfg {
     bool qk_norm;        /* use_qk_norm */
     bool tied;           /* tie_word_embeddings */
     bool expert_bias;    /* moe_router_enable_expert_bias */
+    struct mc_quant quant; /* routed experts' format (quantization_config) */
 };
 
 /* Read and validate DIR/config.json. Errors name the file and the key. */

@@ -117,6 +117,7 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
     c->qk_norm = rd_bool(&r, "use_qk_norm", true);
     c->tied = rd_bool(&r, "tie_word_embeddings", false);
     c->expert_bias = rd_bool(&r, "moe_router_enable_expert_bias", true);
+    mc_rd_quant(&r, &c->quant);
     rd_expect_str(&r, "score_function", "sigmoid");
     rd_expect_str(&r, "hidden_act", "silu");
     mc_cfg_rule(&r, !rd_bool(&r, "use_qkv_bias", false), "use_qkv_bias = true is not supported");
@@ -160,6 +161,14 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
                     "routed experts; TIDE supports at most %d",
                     c->n_layers - c->first_dense, c->n_experts, (long long)routed,
                     LLADA2_MAX_ROUTED);
+        char qwhy[200] = "";
+        mc_cfg_rule(&r,
+                    !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->moe_inter, c->hidden, qwhy,
+                                    sizeof qwhy) &&
+                        !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter, qwhy,
+                                        sizeof qwhy),
+                    "quantization_config: routed experts [%d, %d]: %s", c->moe_inter, c->hidden,
+                    qwhy);
         mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
@@ -225,7 +234,7 @@ int llada2_n_moe_layers(const struct llada2_cfg *c)
 
 uint64_t llada2_expert_bytes(const struct llada2_cfg *c)
 {
-    return 3ull * (uint64_t)c->hidden * (uint64_t)c->moe_inter * 2u;
+    return tide_qexpert_bytes(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter);
 }
 
 /* Tensor specs: per-layer entries come in a fixed order, so index i maps to
@@ -246,7 +255,8 @@ static int layer_tensor_count(const struct llada2_cfg *c, int layer)
     if (layer < c->first_dense)
         return n + 3;
     /* router gate, its bias, the routed experts, the shared expert */
-    return n + 1 + (c->expert_bias ? 1 : 0) + 3 * c->n_experts + (c->n_shared ? 3 : 0);
+    return n + 1 + (c->expert_bias ? 1 : 0) + mc_expert_tensors(c->quant.fmt) * c->n_experts +
+           (c->n_shared ? 3 : 0);
 }
 
 int llada2_tensor_count(const struct llada2_cfg *c)
@@ -308,10 +318,11 @@ static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size
         }
         j--;
     }
-    if (j < 3 * c->n_experts) {
-        return mc_spec_expert(p, j, c->moe_inter, H, name, len, shape);
-    }
-    j -= 3 * c->n_experts;
+    const int per = mc_expert_tensors(c->quant.fmt);
+    if (j < per * c->n_experts)
+        return mc_spec_expert_q(p, j, c->moe_inter, H, c->quant.fmt, c->quant.block, name, len, dt,
+                                shape);
+    j -= per * c->n_experts;
     const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
     return mc_spec_swiglu(p, "mlp.shared_experts", j, Is, H, name, len, shape);
 }
@@ -368,7 +379,8 @@ uint64_t llada2_dense_bytes(const struct llada2_cfg *c)
         total += tensor_bytes(c, i);
     for (int l = c->first_dense; l < c->n_layers; l++, i += nm)
         for (int j = 0; j < nm; j++)
-            if (j < first_expert || j >= first_expert + 3 * c->n_experts)
+            if (j < first_expert ||
+                j >= first_expert + mc_expert_tensors(c->quant.fmt) * c->n_experts)
                 total += tensor_bytes(c, i + j);
     for (; i < n; i++)
         total += tensor_bytes(c, i);

@@ -26,7 +26,8 @@ struct llada2_layer {
     /* MoE */
     struct tide_weight *router, *router_bias;
     struct tide_weight *sh_gate, *sh_up, *sh_down;
-    int moe_index;                         /* -1 for dense layers */
+    int moe_index;            /* -1 for dense layers */
+    struct tide_view *xviews; /* quantized routed experts' views [3 n_experts], or NULL */
     struct tide_buffer *k_cache, *v_cache; /* f32 [n_slots * n_ctx, n_kv*hd] */
 };
 
@@ -105,7 +106,11 @@ static int load_layer(struct tide_model *m, int l, int *moe_index)
             W(sh_down, "mlp.shared_experts.down_proj.weight", TIDE_DTYPE_BF16, 2, H, Is,
               TIDE_WEIGHT_MATMUL);
         }
-        rc = mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H);
+        if (c->quant.fmt != TIDE_QFMT_NONE &&
+            !(L->xviews = calloc((size_t)c->n_experts * 3, sizeof *L->xviews)))
+            return TIDE_E_NOMEM;
+        rc = mc_register_experts(m->st, m->moe, l, L->moe_index, c->n_experts, c->moe_inter, H,
+                                 &c->quant, L->xviews);
         if (rc != TIDE_OK)
             return rc;
     }
@@ -234,7 +239,7 @@ int llada2_open(const struct tide_model_args *args, struct tide_model **out)
     m->info.decoder = llada2_checkpoint_decoder(args->dir, args->opts, why, sizeof why);
     mc_prof_init(&m->prof, mc_phase_names, MC_N_PHASES);
     if ((rc = mc_open_checkpoint(args, llada2_n_moe_layers(c), c->n_experts, c->top_k, c->hidden,
-                                 c->moe_inter, &m->st)) != TIDE_OK)
+                                 c->moe_inter, &c->quant, &m->st)) != TIDE_OK)
         goto fail;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
@@ -291,6 +296,8 @@ void llada2_close(struct tide_model *m)
 #undef WFREE
         free_buffers(m);
     }
+    for (int l = 0; m->layers && l < m->cfg.n_layers; l++)
+        free(m->layers[l].xviews);
     free(m->layers);
     free(m->prof.seen);
     tide_st_close(m->st);

@@ -37,9 +37,9 @@ enum tide_qfmt {
 };
 #define TIDE_QFMT_COUNT 4
 
-#define TIDE_QK 32            /* values per scale of q8_0 and q4_0 (one row) */
+#define TIDE_QK        32     /* values per scale of q8_0 and q4_0 (one row) */
 #define TIDE_FP8_BLOCK 128    /* default fp8 block, rows and columns */
-#define TIDE_FP8_MAX 448.0f   /* largest finite e4m3fn value */
+#define TIDE_FP8_MAX   448.0f /* largest finite e4m3fn value */
 
 /* "bf16", "q8_0", "q4_0", "fp8"; "?" for anything else. */
 const char *tide_qfmt_name(int fmt);
@@ -93,8 +93,8 @@ void tide_qview_row_f32(const struct tide_view *v, int64_t r, float *out);
  * and scales, sized as tide_qmat_value_shape / tide_qmat_scale_shape say
  * (values in the value dtype, scales in the scale dtype). Returns 0, or -1
  * when the format does not fit the shape. */
-int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t rows,
-                       int64_t cols, void *values, void *scales);
+int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t rows, int64_t cols,
+                       void *values, void *scales);
 
 /* e4m3fn <-> f32. Encoding rounds to nearest even and saturates at +-448;
  * NaN encodes as 0x7f. Decoding 0x7f / 0xff gives NaN. */
