@@ -249,8 +249,12 @@ static int qz_check(struct qz *q, int *n_expert)
         if (!qz_is_expert(q, v))
             continue;
         if (v->dtype != TIDE_DTYPE_BF16) {
-            tide_error("%s: routed-expert tensor '%s' is %s; tide quantize reads bf16 experts",
-                       tide_st_file_of(q->st, v->name), v->name, tide_dtype_name(v->dtype));
+            const bool quantized = v->dtype == TIDE_DTYPE_I8 || v->dtype == TIDE_DTYPE_U8 ||
+                                   v->dtype == TIDE_DTYPE_F8_E4M3;
+            tide_error("%s: routed-expert tensor '%s' is %s, not BF16: %s",
+                       tide_st_file_of(q->st, v->name), v->name, tide_dtype_name(v->dtype),
+                       quantized ? "the checkpoint is already quantized"
+                                 : "tide quantize reads bf16 experts");
             return TIDE_E_FORMAT;
         }
         if (tide_qfmt_fits(q->fmt, q->block, v->shape[0], v->shape[1], why, sizeof why)) {

@@ -212,7 +212,73 @@ _ST_DTYPES = {
     "F64": np.float64,
     "I32": np.int32,
     "I64": np.int64,
+    "I8": np.int8,  # q8_0 values
+    "U8": np.uint8,  # q4_0 values, two per byte
+    "F8_E4M3": np.uint8,  # fp8 codes, decoded with FP8_E4M3
 }
+
+QUANT_DTYPES = ("I8", "U8", "F8_E4M3")
+
+
+def _fp8_e4m3fn_table():
+    """The 256 values of float8 e4m3fn (the OCP FP8 spec as torch.float8_e4m3fn
+    implements it): 1 sign bit, 4 exponent bits with bias 7, 3 mantissa bits,
+    subnormals at exponent 0, no infinities, S.1111.111 is NaN."""
+    t = np.empty(256, dtype=np.float32)
+    for b in range(256):
+        e, m = (b >> 3) & 15, b & 7
+        if e == 15 and m == 7:
+            v = float("nan")
+        elif e == 0:
+            v = m / 8.0 * 2.0 ** -6
+        else:
+            v = (1.0 + m / 8.0) * 2.0 ** (e - 7)
+        t[b] = -v if b & 0x80 else v
+    return t
+
+
+FP8_E4M3 = _fp8_e4m3fn_table()
+
+
+def quant_config(model_dir):
+    """(method, block) from config.json's quantization_config, or None."""
+    with open(os.path.join(model_dir, "config.json"), "r", encoding="utf-8") as f:
+        q = json.load(f).get("quantization_config")
+    if not q:
+        return None
+    if q["quant_method"] == "fp8":
+        return ("fp8", tuple(q.get("weight_block_size", (128, 128))))
+    return (q["format"], (1, 32))
+
+
+def dequantize(st, name, quant):
+    """Weight `name` of a quantized checkpoint as float32, written from the
+    formats' definitions: Hugging Face's fine-grained FP8 (weight times
+    weight_scale_inv broadcast over blocks of weight_block_size) and GGML's
+    q8_0 (int8 times an f16 scale per 32 values of a row) and q4_0 (nibble
+    minus 8 times the scale; in each block of 32, byte j holds value j low
+    and value j + 16 high). Each product is rounded once to float32."""
+    if quant is None:
+        raise RefError(f"tensor {name} is quantized but config.json has no quantization_config")
+    base = name[: -len("weight")]
+    dt = st.dtype(name)
+    if dt == "F8_E4M3":
+        q = FP8_E4M3[np.asarray(st.get(name))]
+        s = np.asarray(st.get(base + "weight_scale_inv"), dtype=np.float32)
+        br, bc = quant[1]
+        full = np.repeat(np.repeat(s, br, axis=0), bc, axis=1)[: q.shape[0], : q.shape[1]]
+        return (q * full).astype(np.float32)
+    d = np.asarray(st.get(base + "weight_scale")).astype(np.float32)
+    raw = np.asarray(st.get(name))
+    if dt == "I8":
+        q = raw.astype(np.float32)
+    else:
+        rows, nb = raw.shape[0], raw.shape[1] // 16
+        b = raw.reshape(rows, nb, 16)
+        lo = (b & 15).astype(np.int32) - 8
+        hi = (b >> 4).astype(np.int32) - 8
+        q = np.concatenate([lo, hi], axis=2).reshape(rows, nb * 32).astype(np.float32)
+    return (q * np.repeat(d, 32, axis=1)).astype(np.float32)
 
 
 class SafeTensors:
@@ -265,6 +331,11 @@ class SafeTensors:
 
     def __contains__(self, name):
         return name in self.where
+
+    def dtype(self, name):
+        if name not in self.where:
+            raise RefError(f"missing tensor {name}")
+        return self.where[name][1]["dtype"]
 
     def get(self, name):
         if name not in self.where:
@@ -408,6 +479,7 @@ class Model:
         self.dir = model_dir
         self.cfg = Config(model_dir)
         self.st = SafeTensors(model_dir)
+        self.quant = quant_config(model_dir)
         self.mask_id, self.eos_id, self.stop_id = special_ids(model_dir)
         if cache_mb is None:
             cache_mb = int(os.environ.get("LLADA2_REF_CACHE_MB", "4096"))
@@ -429,6 +501,8 @@ class Model:
         if name in self._cache:
             return self._cache[name]
         raw = self.st.get(name)
+        if self.st.dtype(name) in QUANT_DTYPES:
+            raw = dequantize(self.st, name, self.quant)
         nbytes = raw.size * 4
         if nbytes <= self._cache_left:
             arr = as_f32(raw)

@@ -48,8 +48,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llada2_ref import (  # noqa: E402
+    QUANT_DTYPES,
     RefError,
     SafeTensors,
+    dequantize,
+    quant_config,
     as_f32,
     bf16,
     matmul,
@@ -108,6 +111,7 @@ class Model:
     def __init__(self, model_dir):
         self.cfg = Config(model_dir)
         self.st = SafeTensors(model_dir)
+        self.quant = quant_config(model_dir)
         # The Ling tokenizer's names (LLaDA-MoE's mask id 156895 is "<|mask|>")
         with open(os.path.join(model_dir, "tokenizer.json"), "r", encoding="utf-8") as f:
             names = {t["content"]: t["id"] for t in json.load(f).get("added_tokens", [])}
@@ -121,7 +125,10 @@ class Model:
 
     def w(self, name):
         if name not in self._w:
-            self._w[name] = as_f32(self.st.get(name))
+            if self.st.dtype(name) in QUANT_DTYPES:
+                self._w[name] = dequantize(self.st, name, self.quant)
+            else:
+                self._w[name] = as_f32(self.st.get(name))
         return self._w[name]
 
     def ffn(self, x, p):
