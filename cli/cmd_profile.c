@@ -26,6 +26,7 @@
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/profile.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 static double prof_now(void)
@@ -37,27 +38,31 @@ static double prof_now(void)
 
 static void prof_usage(FILE *f)
 {
-    fprintf(f, "usage: tide profile OUT.ini [--force] [--hidden N] [--inter N] [--rows LIST]\n"
-               "                    [--experts N] [--device auto|none] [--name NAME]\n"
-               "                    [--model DIR [--prompts FILE]] [-c CONFIG] [--set "
-               "section.key=value]\n\n"
-               "Measures this machine and writes a hardware profile for `tide sim` and\n"
-               "policy-tide's interval = auto: host expert time against rows (the host\n"
-               "backend, e.g. backend-cpu-onednn with its [backend-cpu-onednn] threads), memory\n"
-               "copy bandwidth and, when a CUDA device is usable (--device auto), device\n"
-               "expert time, promotion (slot_load) bandwidth, device-to-host bandwidth and the\n"
-               "latency of a small copy. Without a device the host backend plays the device,\n"
-               "as in the engine. Defaults: LLaDA2.0-mini experts (hidden 2048, inter 512),\n"
-               "rows 1,2,4,8,16,32,64,128,256, and enough distinct experts (>= 256 MiB, >= 24)\n"
-               "that their weights come from DRAM, not from a cache.\n"
-               "With --model DIR, also the placement-independent part of a forward of that\n"
-               "checkpoint (attention, router, shared expert, dense layers, head, sampling):\n"
-               "a short generation with every expert on the device, less the expert time,\n"
-               "per token of each MoE layer's forwards (dense_us_per_token); the expert shape\n"
-               "then defaults to the model's. It depends on the prompts (their lengths, the\n"
-               "steps they need): --prompts FILE (one per line, '#' comments, the first 8)\n"
-               "measures on the workload the profile is for (default: one built-in prompt).\n"
-               "An existing OUT.ini is kept unless --force.\n");
+    fprintf(f,
+            "usage: tide profile OUT.ini [--force] [--hidden N] [--inter N] [--rows LIST]\n"
+            "                    [--experts N] [--format bf16|q8_0|q4_0|fp8] [--device auto|none]\n"
+            "                    [--name NAME]\n"
+            "                    [--model DIR [--prompts FILE]] [-c CONFIG] [--set "
+            "section.key=value]\n\n"
+            "Measures this machine and writes a hardware profile for `tide sim` and\n"
+            "policy-tide's interval = auto: host expert time against rows (the host\n"
+            "backend, e.g. backend-cpu-onednn with its [backend-cpu-onednn] threads), memory\n"
+            "copy bandwidth and, when a CUDA device is usable (--device auto), device\n"
+            "expert time, promotion (slot_load) bandwidth, device-to-host bandwidth and the\n"
+            "latency of a small copy. Without a device the host backend plays the device,\n"
+            "as in the engine. Defaults: LLaDA2.0-mini experts (hidden 2048, inter 512),\n"
+            "rows 1,2,4,8,16,32,64,128,256, and enough distinct experts (>= 256 MiB, >= 24)\n"
+            "that their weights come from DRAM, not from a cache.\n"
+            "With --model DIR, also the placement-independent part of a forward of that\n"
+            "checkpoint (attention, router, shared expert, dense layers, head, sampling):\n"
+            "a short generation with every expert on the device, less the expert time,\n"
+            "per token of each MoE layer's forwards (dense_us_per_token); the expert shape\n"
+            "then defaults to the model's. It depends on the prompts (their lengths, the\n"
+            "steps they need): --prompts FILE (one per line, '#' comments, the first 8)\n"
+            "measures on the workload the profile is for (default: one built-in prompt).\n"
+            "--format measures experts block-quantized in that format (docs/quantization.md);\n"
+            "the profile then says so ([expert] format) and binds to such experts only.\n"
+            "An existing OUT.ini is kept unless --force.\n");
 }
 
 struct prof_ctx {
@@ -71,7 +76,10 @@ struct prof_ctx {
     /* weights: a file mapping holding n_experts experts */
     void *map;
     size_t map_bytes;
-    struct tide_view (*views)[3]; /* [n_experts][gate, up, down] */
+    struct tide_view (*views)[3];  /* [n_experts][gate, up, down] */
+    struct tide_view (*scales)[3]; /* their scales when quantized (--format) */
+    int qfmt, qblock[2];           /* --format: the experts' weight format */
+    bool format_given;
 };
 
 static int prof_args(struct prof_ctx *p, int argc, char **argv)
@@ -145,6 +153,13 @@ static int prof_args(struct prof_ctx *p, int argc, char **argv)
             p->device = v;
         } else if (!strcmp(a, "--name")) {
             p->name = v;
+        } else if (!strcmp(a, "--format")) {
+            if (tide_qfmt_parse(v, &p->qfmt)) {
+                tide_error("--format %s: expected bf16, q8_0, q4_0 or fp8", v);
+                return TIDE_E_CONFIG;
+            }
+            tide_qfmt_default_block(p->qfmt, p->qblock);
+            p->format_given = true;
         } else if (!strcmp(a, "--model")) {
             p->model = v;
         } else if (!strcmp(a, "--prompts")) {
@@ -173,16 +188,18 @@ static void prof_experts(struct prof_ctx *p)
 {
     if (p->n_experts > 0)
         return;
-    const uint64_t per = tide_expert_bytes((uint32_t)p->hidden, (uint32_t)p->inter);
+    const uint64_t per = tide_qexpert_bytes(p->qfmt, p->qblock, p->hidden, p->inter);
     const uint64_t n = ((256ull << 20) + per - 1) / per;
     p->n_experts = n < 24 ? 24 : n > 4096 ? 4096 : (int)n;
 }
 
-/* Random bf16 experts in an unlinked temporary file, mapped read-only. */
+/* Random bf16 experts in an unlinked temporary file, mapped read-only
+ * (quantized with --format: each matrix's values, then its scales). */
 static int prof_weights(struct prof_ctx *p)
 {
     prof_experts(p);
-    const size_t per = tide_expert_bytes((uint32_t)p->hidden, (uint32_t)p->inter);
+    const size_t per = tide_qexpert_bytes(p->qfmt, p->qblock, p->hidden, p->inter);
+    const size_t bf_per = tide_qexpert_bytes(TIDE_QFMT_NONE, p->qblock, p->hidden, p->inter);
     p->map_bytes = per * (size_t)p->n_experts;
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char path[4096];
@@ -193,22 +210,40 @@ static int prof_weights(struct prof_ctx *p)
         return TIDE_E_IO;
     }
     unlink(path);
-    uint16_t *buf = malloc(per);
-    int rc = buf ? TIDE_OK : TIDE_E_NOMEM;
+    uint16_t *buf = malloc(bf_per);
+    char *qbuf = p->qfmt ? malloc(per) : NULL;
+    int rc = buf && (qbuf || !p->qfmt) ? TIDE_OK : TIDE_E_NOMEM;
     uint64_t s = 0x9e3779b97f4a7c15ull;
+    const int64_t I = p->inter, H = p->hidden;
     for (int e = 0; e < p->n_experts && rc == TIDE_OK; e++) {
-        for (size_t i = 0; i < per / 2; i++) {
+        for (size_t i = 0; i < bf_per / 2; i++) {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
             buf[i] = tide_f32_to_bf16((float)((int)(s % 2001) - 1000) * 2e-5f);
         }
-        if (write(fd, buf, per) != (ssize_t)per) {
+        const void *src = buf;
+        if (p->qfmt) {
+            char *at = qbuf;
+            for (int j = 0; j < 3; j++) {
+                const int64_t r = j < 2 ? I : H, c = j < 2 ? H : I;
+                int64_t vs[2];
+                tide_qmat_value_shape(p->qfmt, r, c, vs);
+                const size_t vb =
+                    (size_t)(vs[0] * vs[1]) * tide_dtype_size(tide_qfmt_value_dtype(p->qfmt));
+                tide_quantize_bf16(p->qfmt, p->qblock, buf + (size_t)j * (size_t)(I * H), r, c, at,
+                                   at + vb);
+                at += tide_qmat_bytes(p->qfmt, p->qblock, r, c);
+            }
+            src = qbuf;
+        }
+        if (write(fd, src, per) != (ssize_t)per) {
             tide_error("profile: cannot write the weight file: %s", strerror(errno));
             rc = TIDE_E_IO;
         }
     }
     free(buf);
+    free(qbuf);
     if (rc == TIDE_OK) {
         p->map = mmap(NULL, p->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p->map == MAP_FAILED) {
@@ -219,20 +254,40 @@ static int prof_weights(struct prof_ctx *p)
     }
     close(fd);
     p->views = calloc((size_t)p->n_experts, sizeof *p->views);
-    if (rc == TIDE_OK && !p->views)
+    p->scales = calloc((size_t)p->n_experts, sizeof *p->scales);
+    if (rc == TIDE_OK && (!p->views || !p->scales))
         rc = TIDE_E_NOMEM;
-    const size_t mat = per / 3;
-    for (int e = 0; rc == TIDE_OK && e < p->n_experts; e++)
+    for (int e = 0; rc == TIDE_OK && e < p->n_experts; e++) {
+        const char *at = (const char *)p->map + per * (size_t)e;
         for (int j = 0; j < 3; j++) {
-            struct tide_view *v = &p->views[e][j];
-            v->data = (const char *)p->map + per * (size_t)e + mat * (size_t)j;
-            v->dtype = TIDE_DTYPE_BF16;
+            const int64_t r = j < 2 ? I : H, c = j < 2 ? H : I;
+            int64_t vs[2], ss[2];
+            tide_qmat_value_shape(p->qfmt, r, c, vs);
+            tide_qmat_scale_shape(p->qblock, r, c, ss);
+            struct tide_view *v = &p->views[e][j], *sc = &p->scales[e][j];
+            v->data = at;
+            v->dtype = tide_qfmt_value_dtype(p->qfmt);
             v->ndim = 2;
-            v->shape[0] = j < 2 ? p->inter : p->hidden;
-            v->shape[1] = j < 2 ? p->hidden : p->inter;
-            v->nbytes = mat;
+            v->shape[0] = r;
+            v->shape[1] = c;
+            v->nbytes = (size_t)(vs[0] * vs[1]) * tide_dtype_size(v->dtype);
             v->name = "profile expert";
+            if (p->qfmt) {
+                sc->data = at + v->nbytes;
+                sc->dtype = tide_qfmt_scale_dtype(p->qfmt);
+                sc->ndim = 2;
+                sc->shape[0] = ss[0];
+                sc->shape[1] = ss[1];
+                sc->nbytes = (size_t)(ss[0] * ss[1]) * tide_dtype_size(sc->dtype);
+                sc->name = "profile expert scale";
+                v->qfmt = p->qfmt;
+                v->qblock[0] = p->qblock[0];
+                v->qblock[1] = p->qblock[1];
+                v->scale = sc;
+            }
+            at += tide_qmat_bytes(p->qfmt, p->qblock, r, c);
         }
+    }
     return rc;
 }
 
@@ -325,14 +380,15 @@ static int prof_promote(struct prof_ctx *p, const struct tide_backend_ref *b, do
 {
     const struct tide_backend_ops *o = b->ops;
     if (!TIDE_OPS_HAS(o, slot_create) || !TIDE_OPS_HAS(o, slot_load) ||
-        !TIDE_OPS_HAS(o, copy_sync)) {
+        !TIDE_OPS_HAS(o, copy_sync) || (p->qfmt && !TIDE_OPS_HAS(o, slot_create_q))) {
         tide_error("profile: backend %s has no slot ops", b->name);
         return TIDE_E_UNSUPPORTED;
     }
     struct tide_expert *slot[4] = {0};
     int rc = TIDE_OK;
     for (int s = 0; s < 4 && rc == TIDE_OK; s++)
-        rc = o->slot_create(b->bk, p->hidden, p->inter, &slot[s]);
+        rc = p->qfmt ? o->slot_create_q(b->bk, p->hidden, p->inter, p->qfmt, p->qblock, &slot[s])
+                     : o->slot_create(b->bk, p->hidden, p->inter, &slot[s]);
     double best = 0;
     for (int pass = 0; pass < 4 && rc == TIDE_OK; pass++) {
         double t0 = prof_now();
@@ -422,6 +478,15 @@ static int prof_open_model(struct prof_ctx *p, struct tide_engine **e)
     const struct tide_moe_shape *sh = tide_moe_get_shape((*e)->moe);
     if (!sh) {
         tide_error("profile: --model %s has no MoE layers", p->model);
+        return TIDE_E_CONFIG;
+    }
+    if (!p->format_given) {
+        p->qfmt = sh->qfmt;
+        p->qblock[0] = sh->qblock[0];
+        p->qblock[1] = sh->qblock[1];
+    } else if (sh->qfmt != p->qfmt) {
+        tide_error("profile: --model %s has %s experts, not the --format %s asked for", p->model,
+                   tide_qfmt_name(sh->qfmt), tide_qfmt_name(p->qfmt));
         return TIDE_E_CONFIG;
     }
     if (!p->shape_given) {
@@ -536,6 +601,9 @@ static int prof_main(struct prof_ctx *p)
     snprintf(prof.name, sizeof prof.name, "%s", p->name ? p->name : "measured");
     prof.hidden = (uint32_t)p->hidden;
     prof.inter = (uint32_t)p->inter;
+    prof.qfmt = p->qfmt;
+    prof.qblock[0] = p->qblock[0];
+    prof.qblock[1] = p->qblock[1];
     struct tide_backend_ref host = {0}, dev = {0};
     char cpu[160], host_desc[256], dev_desc[256] = "", notes_buf[11][512];
     cli_cpu_model(cpu, sizeof cpu);
@@ -647,6 +715,7 @@ int cmd_profile(int argc, char **argv)
     if (p.map)
         munmap(p.map, p.map_bytes);
     free(p.views);
+    free(p.scales);
     cli_teardown(&p.c);
     return cli_exit_code(rc);
 }

@@ -18,6 +18,7 @@
 #include "sim_cli.h"
 #include "svgplot.h"
 #include "tide/log.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 static void sim_usage(FILE *f)
@@ -26,7 +27,7 @@ static void sim_usage(FILE *f)
         f, "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
            "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
-           "                [--model DIR] [--batch N] [--force] [-c CONFIG]\n"
+           "                [--model DIR] [--batch N] [--experts FMT] [--force] [-c CONFIG]\n"
            "                [--set section.key=value] [--sweep SECTION.KEY=v1,v2,...]\n"
            "                [--out DIR [--shard K/N]]\n"
            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
@@ -51,6 +52,10 @@ static void sim_usage(FILE *f)
            "                             unequally by greedy marginal gain, and replay it\n"
            "  --no-hindsight             skip belady, best-static and the oracle\n"
            "  --no-oracle                skip the oracle (a min-cost flow; the slowest row)\n"
+           "  --experts FMT              replay with experts in weight format FMT (bf16, q8_0,\n"
+           "                             q4_0, fp8): the same routing, that format's bytes\n"
+           "                             per promotion (docs/quantization.md); the profile\n"
+           "                             must be for FMT, or pass --scale-profile\n"
            "  --scale-profile            accept a profile measured for another expert shape,\n"
            "                             scaling its expert times by expert bytes\n"
            "  --model DIR                check that the trace was recorded for this checkpoint\n"
@@ -205,6 +210,14 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             }
         if (done)
             continue;
+        if (!strcmp(a, "--experts")) {
+            if (i + 1 >= argc || tide_qfmt_parse(argv[i + 1], &s->qfmt)) {
+                tide_error("--experts needs a weight format: bf16, q8_0, q4_0 or fp8");
+                return TIDE_E_CONFIG;
+            }
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--batch")) {
             char *end;
             const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -239,6 +252,7 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             names[n++] = "--out";
             names[n++] = "--shard";
             names[n++] = "--batch";
+            names[n++] = "--experts";
             names[n++] = "--sweep";
             names[n] = NULL;
             char hint[128];
@@ -321,17 +335,38 @@ static int sim_setup(struct sim_cli *s)
         s->prof.hidden = h->hidden;
         s->prof.inter = h->inter;
     }
+    /* The trace's expert format, from its expert bytes; --experts replays
+     * the same routing with experts of another format (their bytes). */
+    int fmt = TIDE_QFMT_NONE, blk[2];
+    for (int f = 0; f < TIDE_QFMT_COUNT; f++) {
+        tide_qfmt_default_block(f, blk);
+        if (tide_qexpert_bytes(f, blk, h->hidden, h->inter) == h->expert_bytes)
+            fmt = f;
+    }
+    if (s->qfmt >= 0 && s->qfmt != fmt) {
+        tide_qfmt_default_block(s->qfmt, blk);
+        tide_info("tide sim: replaying %s experts (%.2f MiB) where the trace recorded %s ones "
+                  "(%.2f MiB)",
+                  tide_qfmt_name(s->qfmt),
+                  (double)tide_qexpert_bytes(s->qfmt, blk, h->hidden, h->inter) / 1048576.0,
+                  tide_qfmt_name(fmt), (double)h->expert_bytes / 1048576.0);
+        fmt = s->qfmt;
+        s->t->h.expert_bytes = tide_qexpert_bytes(fmt, blk, h->hidden, h->inter);
+    }
+    if (!s->have_prof)
+        s->prof.qfmt = fmt;
     char what[600];
     snprintf(what, sizeof what, "the trace %s", s->trace_path);
-    rc = tide_cost_init(&s->cost, &s->prof, h->hidden, h->inter, s->scale, what,
-                        s->t->max_tokens > 1 ? s->t->max_tokens : 1);
+    rc = tide_cost_init_fmt(&s->cost, &s->prof, h->hidden, h->inter, fmt, s->scale, what,
+                            s->t->max_tokens > 1 ? s->t->max_tokens : 1);
     if (rc == TIDE_E_CONFIG && !s->scale)
         tide_error("tide sim: pass --scale-profile to scale the profile's expert times by expert "
                    "bytes for the trace's shape");
     if (rc != TIDE_OK)
         return rc;
     tide_cost_policy_costs(&s->cost, &s->pcost);
-    if (s->have_prof && (h->hidden != s->prof.hidden || h->inter != s->prof.inter))
+    if (s->have_prof &&
+        (h->hidden != s->prof.hidden || h->inter != s->prof.inter || fmt != s->prof.qfmt))
         tide_warn("profile %s is for hidden %u x inter %u; its expert times are scaled by %.3f "
                   "for the trace's hidden %u x inter %u (--scale-profile)",
                   s->prof.name, s->prof.hidden, s->prof.inter, s->cost.scale, h->hidden, h->inter);
@@ -986,6 +1021,7 @@ int cmd_sim(int argc, char **argv)
         }
     struct sim_cli s;
     memset(&s, 0, sizeof s);
+    s.qfmt = -1;
     int rc = sim_args(&s, argc, argv);
     if (rc == TIDE_OK)
         rc = cli_setup(&s.c);

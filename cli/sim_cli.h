@@ -36,6 +36,7 @@ struct sim_cli {
     char policies[512], budgets[512], intervals[512];
     bool hindsight, oracle, layer_budgets, scale, force;
     int batch; /* --batch N: the trace's prompts replayed as batches of N (0: as recorded) */
+    int qfmt;  /* --experts FMT: replay with experts of this weight format; -1: the trace's */
     struct tide_sim_trace *t;
     struct tide_profile prof;
     bool have_prof;

@@ -395,6 +395,7 @@ int cmd_sim_merge(int argc, char **argv)
 {
     struct sim_cli s;
     memset(&s, 0, sizeof s);
+    s.qfmt = -1;
     const char *trace = NULL, *profile = NULL;
     char **dirs = calloc((size_t)argc, sizeof *dirs);
     int n_dirs = 0, rc = dirs ? TIDE_OK : TIDE_E_NOMEM;

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "tide/log.h"
 #include "tide/profile.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 enum prof_key {
@@ -27,6 +28,7 @@ enum prof_key {
     PK_DEV_US,
     PK_HOST_ROWS,
     PK_HOST_US,
+    PK_FORMAT,
     PK_COUNT,
 };
 
@@ -41,6 +43,7 @@ static const struct {
     [PK_OVERLAP] = {"transfer", "overlap", true},
     [PK_HIDDEN] = {"expert", "hidden", true},
     [PK_INTER] = {"expert", "inter", true},
+    [PK_FORMAT] = {"expert", "format", false},
     [PK_DENSE] = {"device", "dense_us", false},
     [PK_DENSE_TOK] = {"device", "dense_us_per_token", false},
     [PK_DEV_ROWS] = {"device", "rows", true},
@@ -153,6 +156,12 @@ static void prof_assign(struct prof_parse *ps, struct tide_profile *p, int line,
             p->overlap = false;
         else
             prof_bad(ps, line, section, key, value, "expected true or false");
+        return;
+    case PK_FORMAT:
+        if (tide_qfmt_parse(value, &p->qfmt))
+            prof_bad(ps, line, section, key, value, "expected bf16, q8_0, q4_0 or fp8");
+        else
+            tide_qfmt_default_block(p->qfmt, p->qblock);
         return;
     case PK_DEV_ROWS:
     case PK_DEV_US:
@@ -389,6 +398,8 @@ int tide_profile_save(const struct tide_profile *p, const char *path, bool overw
         section = sec;
         prof_note(f, notes, i);
         fprintf(f, "%s = %s\n", prof_keys[key_of[i]].key, v[i]);
+        if (key_of[i] == PK_INTER && p->qfmt != TIDE_QFMT_NONE)
+            fprintf(f, "%s = %s\n", prof_keys[PK_FORMAT].key, tide_qfmt_name(p->qfmt));
     }
     prof_note(f, notes, 9);
     prof_put_curve(f, "rows", &p->device, false);
@@ -427,15 +438,26 @@ double tide_profile_curve_us(const struct tide_profile_curve *c, double rows)
 int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
                    uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows)
 {
+    return tide_cost_init_fmt(c, p, hidden, inter, p->qfmt, allow_scale, what, max_rows);
+}
+
+int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
+                       uint32_t inter, int qfmt, bool allow_scale, const char *what,
+                       uint32_t max_rows)
+{
     memset(c, 0, sizeof *c);
-    const uint64_t bytes = tide_expert_bytes(hidden, inter);
-    const uint64_t ref = tide_expert_bytes(p->hidden, p->inter);
-    if ((hidden != p->hidden || inter != p->inter) && !allow_scale) {
-        tide_error("profile %s was measured for experts of hidden %u x inter %u (%.2f MiB), but "
-                   "%s has hidden %u x inter %u (%.2f MiB); measure a profile for that shape "
-                   "(tide profile --hidden %u --inter %u) or allow scaling by expert bytes",
-                   p->name, p->hidden, p->inter, (double)ref / 1048576.0, what, hidden, inter,
-                   (double)bytes / 1048576.0, hidden, inter);
+    int blk[2];
+    tide_qfmt_default_block(qfmt, blk);
+    const uint64_t bytes = tide_qexpert_bytes(qfmt, blk, hidden, inter);
+    const uint64_t ref = tide_qexpert_bytes(p->qfmt, p->qblock, p->hidden, p->inter);
+    if ((hidden != p->hidden || inter != p->inter || qfmt != p->qfmt) && !allow_scale) {
+        tide_error("profile %s was measured for %s experts of hidden %u x inter %u (%.2f MiB), "
+                   "but %s has %s experts of hidden %u x inter %u (%.2f MiB); measure a profile "
+                   "for that shape (tide profile --hidden %u --inter %u --format %s) or allow "
+                   "scaling by expert bytes",
+                   p->name, tide_qfmt_name(p->qfmt), p->hidden, p->inter, (double)ref / 1048576.0,
+                   what, tide_qfmt_name(qfmt), hidden, inter, (double)bytes / 1048576.0, hidden,
+                   inter, tide_qfmt_name(qfmt));
         return TIDE_E_CONFIG;
     }
     c->p = *p;

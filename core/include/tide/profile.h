@@ -53,6 +53,8 @@ struct tide_profile {
     struct tide_profile_curve host;   /* host expert time vs rows */
     double dense_us;           /* per MoE layer and forward: attention, router, shared expert */
     double dense_us_per_token; /* ... plus this per token of the forward */
+    int qfmt;                  /* [expert] format: the experts' weight format (tide/quant.h) */
+    int qblock[2];             /* its default block */
 };
 
 /* Bytes of one routed expert of that shape: gate, up and down in bf16. */
@@ -99,6 +101,11 @@ struct tide_cost {
  * overheads). max_rows sizes the tables (larger rows are computed). */
 int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
                    uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows);
+/* The same for experts in weight format qfmt (tide/quant.h, default block):
+ * a profile measured for another format is refused unless allow_scale. */
+int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
+                       uint32_t inter, int qfmt, bool allow_scale, const char *what,
+                       uint32_t max_rows);
 /* Free the tables of c. NULL and zeroed structs are fine. */
 void tide_cost_free(struct tide_cost *c);
 
