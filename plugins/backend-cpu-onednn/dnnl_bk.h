@@ -13,6 +13,7 @@
 
 #include "tide/backend.h"
 #include "tide/log.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 #include "tide/tensor.h"
 
@@ -60,8 +61,27 @@ struct tide_weight {
     char name[96];          /* tensor name for messages ("?" when unnamed) */
 };
 
+/* A block-quantized matrix W[N,K] (tide/quant.h) for y = x W^T, read by
+ * quant_kernel.c where it lies: the checkpoint's values and scales (aliased),
+ * or the memory of a slot (own). */
+struct dnnl_bk_qmat {
+    int fmt;       /* enum tide_qfmt, never NONE */
+    int br, bc;    /* rows and columns one scale covers (q8_0, q4_0: 1, 32; bc % 32 == 0) */
+    int64_t n, k;  /* logical [N,K]; K % 32 == 0 */
+    const void *q; /* values: N rows of K bytes (q8_0, fp8) or K/2 bytes (q4_0) */
+    const void *s; /* scales [ceil(N/br)][sld]: f16 (q8_0, q4_0) or f32 (fp8) */
+    int64_t sld;   /* scales per scale row, ceil(K/bc) */
+    void *own;     /* slot memory holding the values then the scales, or NULL */
+    size_t q_bytes, s_bytes; /* bytes of values and of scales */
+};
+
 struct tide_expert {
     int64_t hidden, inter;      /* H and I */
+    int qfmt;                   /* enum tide_qfmt: NONE for bf16; else q* below hold it */
+    int qblock[2];              /* the format's block (rows, columns per scale) */
+    struct dnnl_bk_qmat qgate;  /* quantized: [I,H] */
+    struct dnnl_bk_qmat qup;    /* quantized: [I,H] */
+    struct dnnl_bk_qmat qdown;  /* quantized: [H,I] */
     enum dnnl_bk_layout layout; /* PACKED: gate_up fused; RAW: gate and up apart */
     struct dnnl_bk_mat gate_up; /* PACKED: [2I,H], gate rows first */
     struct dnnl_bk_mat gate;    /* RAW: [I,H] */
@@ -98,6 +118,7 @@ struct tide_backend {
     bool own_avx2;
     bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
     bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
+    bool q_avx2;    /* `simd` on and AVX2+FMA+F16C here: quant_kernel.c's AVX2 code runs */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -216,6 +237,24 @@ void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
 void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
                       const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads);
 
+/* quant_kernel.c: one weight matrix of a quantized call, its output rows
+ * y[t][0..w->n) for token t. */
+struct dnnl_bk_qseg {
+    const struct dnnl_bk_qmat *w;
+    float *const *y;
+};
+
+/* quant_kernel.c: true when this CPU has AVX2, FMA and F16C. */
+bool dnnl_bk_q_avx2(void);
+
+/* quant_kernel.c: for each segment, y[t][j] = x[t] . W[j] over k = w->k for
+ * t < m, with W[j][i] = value * scale rounded once to f32 (exactly
+ * tide_qview_row_f32) and the own kernel's summation order (the file states
+ * it), so a row's result depends neither on m, the tiling, the threads nor
+ * avx2. Every segment has the same k. threads <= 1 runs inline. */
+void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+                    int n_segs, int64_t k, int threads, bool avx2);
+
 /* simd.c. Start-up check of the vector exp against this process's expf
  * (once per process); false, with the reason in why, when the AVX-512 paths
  * cannot run or would differ. */
@@ -266,6 +305,8 @@ int dnnl_bk_slot_create(struct tide_backend *bk, int64_t hidden, int64_t inter,
 int dnnl_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
                       const struct tide_view *gate, const struct tide_view *up,
                       const struct tide_view *down);
+int dnnl_bk_slot_create_q(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                          const int qblock[2], struct tide_expert **out);
 int dnnl_bk_copy_sync(struct tide_backend *bk);
 int dnnl_bk_timings(struct tide_backend *bk, double *copy_seconds, double *expert_seconds);
 int dnnl_bk_gather_rows(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,

@@ -341,7 +341,7 @@ static size_t dnnl_bk_ffn_raw_bytes(int64_t m, int64_t I)
 }
 
 /* expert_ffn of an inplace expert on the row kernel (raw_kernel.c or
- * own_kernel.c, any m): no gather, no
+ * own_kernel.c), or of a quantized expert on quant_kernel.c (any m): no gather, no
  * padding, results written straight to out. `scratch` holds
  * dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
@@ -363,13 +363,23 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         hr[t] = h + t * I;
         yr[t] = dnnl_bk_at(out, dst_rows[t], 0);
     }
-    const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
-    dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads);
+    if (e->qfmt != TIDE_QFMT_NONE) {
+        const struct dnnl_bk_qseg gu[2] = {{&e->qgate, gr}, {&e->qup, ur}};
+        dnnl_bk_q_gemm(xr, m, gu, 2, H, threads, bk->q_avx2);
+    } else {
+        const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
+        dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads);
+    }
 #pragma omp parallel for num_threads(threads) if (threads > 1 && m * I >= 4096)
     for (int64_t t = 0; t < m; t++)
         dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
-    const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
-    dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads);
+    if (e->qfmt != TIDE_QFMT_NONE) {
+        const struct dnnl_bk_qseg d = {&e->qdown, yr};
+        dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_avx2);
+    } else {
+        const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
+        dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads);
+    }
 }
 
 /* One expert on all the backend's threads (checked arguments). */
@@ -386,7 +396,8 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
          * summation order, so a row's bits do not depend on how many rows the
          * expert got (the KV path equals recompute). Switching to oneDNN above
          * some count, as an earlier version did at 64 rows, broke that. */
-        if (e->layout == DNNL_BK_RAW && (bk->own || bk->raw_kernel)) {
+        if (e->qfmt != TIDE_QFMT_NONE ||
+            (e->layout == DNNL_BK_RAW && (bk->own || bk->raw_kernel))) {
             if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(m, I))))
                 return rc;
             dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch,
@@ -459,6 +470,11 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
 static void dnnl_bk_expert_touch(const struct tide_expert *e)
 {
     const char *m[3] = {e->gate.data, e->up.data, e->down.data};
+    if (e->qfmt != TIDE_QFMT_NONE) {
+        m[0] = e->qgate.q;
+        m[1] = e->qup.q;
+        m[2] = e->qdown.q;
+    }
     for (int i = 0; i < 3; i++)
         for (int b = 0; b < DNNL_BK_RAW_PF_BYTES; b += 64)
             __builtin_prefetch(m[i] + b, 0, 2);
@@ -501,7 +517,9 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
         const struct tide_expert *e = experts[j];
         const int64_t m = offsets[j + 1] - offsets[j];
         bin[j] = -1;
-        if (!spread || !m || e->layout != DNNL_BK_RAW || m > DNNL_BK_BATCH_MAX_M)
+        /* Quantized experts always run on quant_kernel.c, on any CPU. */
+        const bool row = e->qfmt != TIDE_QFMT_NONE ? T > 1 : spread && e->layout == DNNL_BK_RAW;
+        if (!row || !m || m > DNNL_BK_BATCH_MAX_M)
             continue;
         /* Greedy balance: a matrix is streamed once, plus about one tenth of
          * that per row of compute; ties go to the lowest thread. */

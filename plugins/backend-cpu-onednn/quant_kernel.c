@@ -1,0 +1,359 @@
+/* The backend's kernel for block-quantized routed experts (tide/quant.h:
+ * q8_0, q4_0 and block-scaled fp8), on the values and scales where they lie
+ * (the checkpoint's memory, or a slot's copy of it): no matrix is ever
+ * dequantized into a copy, each 32-value chunk is decoded in registers.
+ *
+ * oneDNN 2.6 cannot take these weights: its matmul has int8 weights only with
+ * int8 or u8 sources (integer arithmetic with one scale per output channel or
+ * per tensor, set by output_scales), and no f8 data type at all. Weight
+ * decompression (bf16/f32 sources with int8/int4 weights and grouped scales)
+ * came with oneDNN 3.3's fpmath mode and per-group scales, FP8 with 3.4/3.5.
+ *
+ * What is computed, for y = x W^T with x bf16 [m, K] and W [N, K]:
+ *   - W[j][i] = value * scale, the exact product rounded once to f32, bit for
+ *     bit what tide_qview_row_f32 gives. An fp8 value is decoded through IEEE
+ *     half: the bits sign<<15 | (code & 0x7f)<<7 are the e4m3 value times
+ *     2^-8 exactly (normals and subnormals), which F16C widens exactly; the
+ *     2^8 goes into the scale (exact below 2^120), so the product is the
+ *     same real number and rounds the same. The NaN codes 0x7f and 0xff
+ *     decode to NaN, as in the reference: the AVX2 code recomputes a tile
+ *     whose values hold one with the plain code.
+ *   - y[t][j] = x[t] . W[j] in f32 in own_kernel.c's order: lane l (0..7)
+ *     sums x[i] W[j][i] for i = l, l + 8, l + 16, ... < K, one fused
+ *     multiply-add per i, i ascending; then the lanes are added as
+ *     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). K is a multiple of
+ *     32 (tide_qfmt_fits), so there is no tail.
+ * The order depends on K alone: a row's bits do not depend on how many rows
+ * share the call (batch invariance), the tiling or the threads, and the AVX2
+ * code and the plain code (fmaf, the same correctly rounded fused
+ * multiply-add) give identical bits; tests/conformance/test_quant_experts.c
+ * checks both against that order written out plainly on
+ * tide_qview_row_f32's rows.
+ *
+ * AVX2 tiles are up to 4 tokens by QK_NR weight rows: each chunk of weights
+ * is decoded once per tile, so at 1-4 tokens the weights are read once.
+ * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
+ * passes over them) are split among the threads. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_bk.h"
+
+/* Weight rows per block handed to a thread, and per register tile. */
+#define QK_RB 16
+#define QK_NR 2
+
+#define QK_TARGET __attribute__((target("avx2,fma,f16c")))
+#define QK_INLINE __attribute__((always_inline)) inline
+
+bool dnnl_bk_q_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+static inline float qk_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float qk_bf16(uint16_t v)
+{
+    return qk_bits((uint32_t)v << 16);
+}
+
+/* IEEE half -> f32, exact (the plain code's twin of F16C). */
+static float qk_f16(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u;
+    if (e == 31)
+        return qk_bits(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        const float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    return qk_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Bytes of one row of values. */
+static inline int64_t qk_row_bytes(const struct dnnl_bk_qmat *w)
+{
+    return w->fmt == TIDE_QFMT_Q4_0 ? w->k / 2 : w->k;
+}
+
+/* The scale of row j, scale column b, as the kernel multiplies it (fp8: times 2^8). */
+static inline float qk_scale(const struct dnnl_bk_qmat *w, int64_t j, int64_t b)
+{
+    const int64_t i = j / w->br * w->sld + b;
+    if (w->fmt == TIDE_QFMT_FP8)
+        return ((const float *)w->s)[i] * 256.0f;
+    return qk_f16(((const uint16_t *)w->s)[i]);
+}
+
+/* W[j][i0 .. i0+31] as f32 (plain code). */
+static void qk_chunk_scalar(const struct dnnl_bk_qmat *w, int64_t j, int64_t i0, float out[32])
+{
+    const float s = qk_scale(w, j, i0 / w->bc);
+    const uint8_t *q = (const uint8_t *)w->q + j * qk_row_bytes(w);
+    switch (w->fmt) {
+    case TIDE_QFMT_Q8_0:
+        for (int i = 0; i < 32; i++)
+            out[i] = (float)(int8_t)q[i0 + i] * s;
+        break;
+    case TIDE_QFMT_Q4_0:
+        for (int i = 0; i < 16; i++) {
+            const uint8_t b = q[i0 / 2 + i];
+            out[i] = (float)((int)(b & 15) - 8) * s;
+            out[i + 16] = (float)((int)(b >> 4) - 8) * s;
+        }
+        break;
+    default: /* fp8 */
+        for (int i = 0; i < 32; i++) {
+            const uint8_t b = q[i0 + i];
+            const float v = (b & 0x7f) != 0x7f
+                                ? qk_f16((uint16_t)((b & 0x80) << 8 | (b & 0x7f) << 7))
+                            : b & 0x80 ? -NAN
+                                       : NAN;
+            out[i] = v * s;
+        }
+        break;
+    }
+}
+
+/* One output in the stated order (plain code). */
+static float qk_dot_scalar(const uint16_t *x, const struct dnnl_bk_qmat *w, int64_t j)
+{
+    float l[8] = {0}, wc[32];
+    for (int64_t i0 = 0; i0 < w->k; i0 += 32) {
+        qk_chunk_scalar(w, j, i0, wc);
+        for (int i = 0; i < 32; i++)
+            l[i & 7] = fmaf(qk_bf16(x[i0 + i]), wc[i], l[i & 7]);
+    }
+    const float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
+    return (a0 + a2) + (a1 + a3);
+}
+
+static QK_TARGET inline float qk_hsum(__m256 v)
+{
+    const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    /* a = (l0+l4, l1+l5, l2+l6, l3+l7); b = (a0+a2, a1+a3, ...) */
+    const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    const __m128 c = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+    return _mm_cvtss_f32(c);
+}
+
+/* Values g*8 .. g*8+7 of the 32-value chunk at q (the chunk's first byte),
+ * as f32, unscaled (fp8: times 2^-8, NaN codes not handled). */
+static QK_TARGET QK_INLINE __m256 qk_dec8(int fmt, const uint8_t *q, int g)
+{
+    if (fmt == TIDE_QFMT_Q8_0)
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * g))));
+    if (fmt == TIDE_QFMT_Q4_0) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(q + 8 * (g & 1)));
+        if (g >= 2)
+            b = _mm_srli_epi16(b, 4);
+        b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    }
+    /* fp8: sign-extend to 16 bits and shift by 7: bit 15 is the sign, bits
+     * 13..7 the exponent and mantissa; bit 14 (the sign again) is cleared. */
+    const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(q + 8 * g)));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80));
+    return _mm256_cvtph_ps(h);
+}
+
+/* mt (1..4) tokens by nr (1..QK_NR) weight rows j0 .. j0+nr-1 of w. xf: the
+ * x rows widened to f32; x: the same bf16 rows, for the plain code. The
+ * weights `pf` rows ahead are prefetched. */
+static QK_TARGET QK_INLINE void qk_tile(int fmt, int mt, int nr, const float *const *xf,
+                                        const uint16_t *const *x, const struct dnnl_bk_qmat *w,
+                                        int64_t j0, float *const *y, int64_t pf)
+{
+    __m256 acc[4][QK_NR];
+    for (int t = 0; t < mt; t++)
+        for (int r = 0; r < nr; r++)
+            acc[t][r] = _mm256_setzero_ps();
+    const int64_t k = w->k, rb = qk_row_bytes(w), bc = w->bc;
+    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
+    const uint8_t *q[QK_NR];
+    int64_t srow[QK_NR]; /* first scale of each row */
+    for (int r = 0; r < nr; r++) {
+        q[r] = (const uint8_t *)w->q + (j0 + r) * rb;
+        srow[r] = (j0 + r) / w->br * w->sld;
+    }
+    __m256i nan = _mm256_setzero_si256();
+    for (int64_t c0 = 0, b = 0; c0 < k; c0 += bc, b++) {
+        __m256 s[QK_NR];
+        for (int r = 0; r < nr; r++) {
+            const int64_t si = srow[r] + b;
+            s[r] = fmt == TIDE_QFMT_FP8 ? _mm256_set1_ps(((const float *)w->s)[si] * 256.0f)
+                                        : _mm256_set1_ps(_cvtsh_ss(((const uint16_t *)w->s)[si]));
+        }
+        const int64_t c1 = c0 + bc < k ? c0 + bc : k;
+        for (int64_t i = c0; i < c1; i += 32) {
+            const int64_t off = i / 32 * chunk_bytes;
+            if ((off & 63) == 0) /* one prefetch per 64-byte line */
+                for (int r = 0; r < nr; r++)
+                    _mm_prefetch((const char *)((uintptr_t)q[r] + (uintptr_t)(pf * rb + off)),
+                                 DNNL_BK_RAW_PF_HINT);
+            if (fmt == TIDE_QFMT_FP8)
+                for (int r = 0; r < nr; r++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q[r] + off));
+                    const __m256i m7 = _mm256_set1_epi8(0x7f);
+                    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7));
+                }
+            for (int g = 0; g < 4; g++) {
+                __m256 wv[QK_NR];
+                for (int r = 0; r < nr; r++)
+                    wv[r] = _mm256_mul_ps(qk_dec8(fmt, q[r] + off, g), s[r]);
+                for (int t = 0; t < mt; t++) {
+                    const __m256 xv = _mm256_loadu_ps(xf[t] + i + 8 * g);
+                    for (int r = 0; r < nr; r++)
+                        acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+                }
+            }
+        }
+    }
+    if (fmt == TIDE_QFMT_FP8 && !_mm256_testz_si256(nan, nan)) {
+        for (int t = 0; t < mt; t++)
+            for (int r = 0; r < nr; r++)
+                y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
+        return;
+    }
+    for (int t = 0; t < mt; t++)
+        for (int r = 0; r < nr; r++)
+            y[t][j0 + r] = qk_hsum(acc[t][r]);
+}
+
+typedef void (*qk_tile_fn)(const float *const *xf, const uint16_t *const *x,
+                           const struct dnnl_bk_qmat *w, int64_t j0, float *const *y, int64_t pf);
+
+/* qk_tile_<format>_<tokens>_<1 or n> (n: QK_NR rows) */
+#define QK_TILE(fmt, name, mt, nr, tag)                                                            \
+    static QK_TARGET void qk_tile_##name##_##mt##_##tag(                                           \
+        const float *const *xf, const uint16_t *const *x, const struct dnnl_bk_qmat *w,            \
+        int64_t j0, float *const *y, int64_t pf)                                                   \
+    {                                                                                              \
+        qk_tile(fmt, mt, nr, xf, x, w, j0, y, pf);                                                 \
+    }
+#define QK_TILES(fmt, name)                                                                        \
+    QK_TILE(fmt, name, 1, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 1, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 2, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 2, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 3, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 3, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 4, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 4, QK_NR, n)
+QK_TILES(TIDE_QFMT_Q8_0, q8)
+QK_TILES(TIDE_QFMT_Q4_0, q4)
+QK_TILES(TIDE_QFMT_FP8, f8)
+
+/* [format][tokens][1 or QK_NR rows] */
+static const qk_tile_fn qk_tiles[TIDE_QFMT_COUNT][5][2] = {
+    [TIDE_QFMT_Q8_0] = {{NULL, NULL},
+                        {qk_tile_q8_1_1, qk_tile_q8_1_n},
+                        {qk_tile_q8_2_1, qk_tile_q8_2_n},
+                        {qk_tile_q8_3_1, qk_tile_q8_3_n},
+                        {qk_tile_q8_4_1, qk_tile_q8_4_n}},
+    [TIDE_QFMT_Q4_0] = {{NULL, NULL},
+                        {qk_tile_q4_1_1, qk_tile_q4_1_n},
+                        {qk_tile_q4_2_1, qk_tile_q4_2_n},
+                        {qk_tile_q4_3_1, qk_tile_q4_3_n},
+                        {qk_tile_q4_4_1, qk_tile_q4_4_n}},
+    [TIDE_QFMT_FP8] = {{NULL, NULL},
+                       {qk_tile_f8_1_1, qk_tile_f8_1_n},
+                       {qk_tile_f8_2_1, qk_tile_f8_2_n},
+                       {qk_tile_f8_3_1, qk_tile_f8_3_n},
+                       {qk_tile_f8_4_1, qk_tile_f8_4_n}},
+};
+
+/* Rows [r0, r1) of one segment, for all m tokens. */
+static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m,
+                     const struct dnnl_bk_qseg *s, int64_t r0, int64_t r1, bool avx2)
+{
+    const struct dnnl_bk_qmat *w = s->w;
+    if (!avx2) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = 0; t < m; t++)
+                s->y[t][r] = qk_dot_scalar(x[t], w, r);
+        return;
+    }
+    /* Prefetch distance in rows: at least DNNL_BK_RAW_PF_BYTES ahead, at
+     * least the next tile. */
+    const int64_t rb = qk_row_bytes(w);
+    int64_t pf = (DNNL_BK_RAW_PF_BYTES + rb - 1) / rb;
+    pf = pf > QK_NR ? pf : QK_NR;
+    const qk_tile_fn(*tiles)[2] = qk_tiles[w->fmt];
+    for (int64_t t0 = 0; t0 < m; t0 += 4) {
+        const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
+        int64_t r = r0;
+        for (; r + QK_NR <= r1; r += QK_NR)
+            tiles[mt][1](xf + t0, x + t0, w, r, s->y + t0, pf);
+        for (; r < r1; r++)
+            tiles[mt][0](xf + t0, x + t0, w, r, s->y + t0, pf);
+    }
+}
+
+static QK_TARGET void qk_widen(const uint16_t *x, float *xf, int64_t k)
+{
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
+        _mm256_storeu_ps(xf + i,
+                         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+    for (; i < k; i++)
+        xf[i] = qk_bf16(x[i]);
+}
+
+void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+                    int n_segs, int64_t k, int threads, bool avx2)
+{
+    /* x widened once per call: the same bits as the bf16 rows. */
+    float *buf = NULL;
+    const float **xf = NULL;
+    if (avx2 && m > 0) {
+        buf = malloc(sizeof *buf * (size_t)(m * k));
+        xf = malloc(sizeof *xf * (size_t)m);
+        if (!buf || !xf) {
+            free(buf);
+            free(xf);
+            buf = NULL;
+            xf = NULL;
+            avx2 = false; /* the plain code gives the same bits */
+        } else {
+            for (int64_t t = 0; t < m; t++) {
+                qk_widen(x[t], buf + t * k, k);
+                xf[t] = buf + t * k;
+            }
+        }
+    }
+    int64_t blocks = 0;
+    for (int i = 0; i < n_segs; i++)
+        blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
+    if (threads <= 1) {
+        for (int i = 0; i < n_segs; i++)
+            for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB)
+                qk_block(xf, x, m, &segs[i], r0,
+                         r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n, avx2);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t rb = b;
+            int i = 0;
+            while (rb >= (segs[i].w->n + QK_RB - 1) / QK_RB)
+                rb -= (segs[i++].w->n + QK_RB - 1) / QK_RB;
+            const int64_t r0 = rb * QK_RB, r1 = r0 + QK_RB;
+            qk_block(xf, x, m, &segs[i], r0, r1 < segs[i].w->n ? r1 : segs[i].w->n, avx2);
+        }
+    }
+    free(buf);
+    free(xf);
+}
