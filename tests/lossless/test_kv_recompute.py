@@ -13,7 +13,7 @@ depend on how many rows share the call): a recompute forward gives every
 matmul, expert and attention call more rows than the cached one.
 
 Cases, on generated tiny checkpoints (model-llada2, CPU backend in both
-roles): decoders llada2 (thresholds 0.95 and 0.5) and llada21 (speed and
+roles; one also with q4_0 and with fp8 experts from tide quantize): decoders llada2 (thresholds 0.95 and 0.5) and llada21 (speed and
 quality pairs); prompts of 5, 33 and 64 tokens; gen_length 96; blocks of 32
 and 8; every `gemm` kernel and `expert_layout` this CPU runs; and the
 reproducer of issue 22 (33-token prompt, threshold 0.5, gen_length 96, which
@@ -98,6 +98,11 @@ def main():
             models[name] = os.path.join(tmp, name)
             tide(binary, ["--quiet", "mkmodel", models[name], "--preset", "tiny", "--seed",
                           str(seed)])
+        # Quantized experts (docs/quantization.md) run their own kernel.
+        for fmt in ("q4_0", "fp8"):
+            models["tiny-s1-" + fmt] = os.path.join(tmp, "tiny-s1-" + fmt)
+            tide(binary, ["--quiet", "quantize", models["tiny-s1"], models["tiny-s1-" + fmt],
+                          "--experts", fmt])
         cfg = os.path.join(tmp, "t.ini")
         with open(cfg, "w") as f:
             f.write("[model]\nplugin = model-llada2\npath = %s\n"
@@ -121,6 +126,15 @@ def main():
                             continue
                         cases_list.append(("%s P=%d L=%d %s" % (dname, plen, block, mname),
                                            mname, prompt(plen, len(mname) + plen), block,
+                                           dsets + ["generation.block_length=%d" % block]))
+        for mname in ("tiny-s1-q4_0", "tiny-s1-fp8"):
+            for plen in (33, 64):
+                for dname, dsets in decoders[1::2]:
+                    for block in (32, 8):
+                        if quick and (block == 8 or plen == 64):
+                            continue
+                        cases_list.append(("%s P=%d L=%d %s" % (dname, plen, block, mname),
+                                           mname, prompt(plen, 3 + plen), block,
                                            dsets + ["generation.block_length=%d" % block]))
         ks = kernels(binary, cfg)
         print("kernels: " + "; ".join(d for _, d in ks))
