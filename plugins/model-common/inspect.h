@@ -140,21 +140,29 @@ struct mc_inspect_sizes {
     int vocab, n_experts, moe;
     int64_t max_pos;
     uint64_t eb, dense, routed, active;
+    /* appended: the experts' weight format (NULL: bf16) and the bf16 bytes
+     * of one expert, which count its parameters */
+    const char *format;
+    uint64_t eb_bf16;
 };
 
 static inline int mc_inspect_rest(FILE *f, const char *dir, const struct mc_inspect_sizes *z,
                                   const void *ctx, int n_tensors, mc_spec_fn spec, int budget)
 {
     fprintf(f, "vocabulary   %d, context %lld positions\n", z->vocab, (long long)z->max_pos);
-    const double total_p = (double)(z->dense + z->routed) / 2, active_p = (double)z->active / 2;
+    /* Parameters from bf16 bytes (2 per parameter), whatever the experts' format. */
+    const double per_eb = z->eb_bf16 && z->eb ? (double)z->eb_bf16 / (double)z->eb : 1.0;
+    const double total_p = ((double)z->dense + (double)z->routed * per_eb) / 2;
+    const double active_p = (double)z->active / 2; /* counted in bf16 bytes by the model */
     const bool billions = total_p >= 1e9;
     fprintf(f, "parameters   %.3f %s total, %.3f %s active per token (excluding embeddings)\n",
             total_p / (billions ? 1e9 : 1e6), billions ? "B" : "M",
             active_p / (billions ? 1e9 : 1e6), billions ? "B" : "M");
     char b1[32], b2[32], b3[32];
-    fprintf(f, "bytes        %llu per routed expert (%s); routed experts %s; everything else %s\n",
-            (unsigned long long)z->eb, mc_hbytes(z->eb, b1, sizeof b1),
-            mc_hbytes(z->routed, b2, sizeof b2), mc_hbytes(z->dense, b3, sizeof b3));
+    fprintf(
+        f, "bytes        %llu per routed expert (%s, %s); routed experts %s; everything else %s\n",
+        (unsigned long long)z->eb, mc_hbytes(z->eb, b1, sizeof b1), z->format ? z->format : "bf16",
+        mc_hbytes(z->routed, b2, sizeof b2), mc_hbytes(z->dense, b3, sizeof b3));
     mc_budget_table(f, z->n_experts, z->moe, z->eb, z->dense, z->routed, budget);
     struct tide_st *st = NULL;
     int rc = tide_st_open(dir, &st);

@@ -23,7 +23,9 @@ int lmoe_inspect(const char *dir, const struct tide_inspect_args *args)
     const uint64_t eb = lmoe_expert_bytes(&c), dense = lmoe_dense_bytes(&c);
     const uint64_t routed = eb * (uint64_t)moe * (uint64_t)c.n_experts;
     const uint64_t emb = (c.tied ? 1ull : 2ull) * (uint64_t)c.vocab * (uint64_t)c.hidden;
-    const uint64_t active = dense - emb + eb * (uint64_t)moe * (uint64_t)c.top_k;
+    const uint64_t eb_bf16 =
+        tide_qexpert_bytes(TIDE_QFMT_NONE, c.quant.block, c.hidden, c.moe_inter);
+    const uint64_t active = dense - emb + eb_bf16 * (uint64_t)moe * (uint64_t)c.top_k;
     char shared[32];
     snprintf(shared, sizeof shared, c.shared_inter ? "width %d" : "none", c.shared_inter);
     fprintf(f, "checkpoint   %s\n", dir);
@@ -47,6 +49,8 @@ int lmoe_inspect(const char *dir, const struct tide_inspect_args *args)
         .dense = dense,
         .routed = routed,
         .active = active,
+        .format = tide_qfmt_name(c.quant.fmt),
+        .eb_bf16 = eb_bf16,
     };
     return mc_inspect_rest(f, dir, &z, &c, lmoe_tensor_count(&c), spec_of, args->budget);
 }

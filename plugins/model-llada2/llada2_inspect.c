@@ -23,7 +23,9 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
     const uint64_t eb = llada2_expert_bytes(&c), dense = llada2_dense_bytes(&c);
     const uint64_t routed = eb * (uint64_t)moe * (uint64_t)c.n_experts;
     const uint64_t emb = 2ull * (uint64_t)c.vocab * (uint64_t)c.hidden;
-    const uint64_t active = dense - emb + eb * (uint64_t)moe * (uint64_t)c.top_k;
+    const uint64_t eb_bf16 =
+        tide_qexpert_bytes(TIDE_QFMT_NONE, c.quant.block, c.hidden, c.moe_inter);
+    const uint64_t active = dense - emb + eb_bf16 * (uint64_t)moe * (uint64_t)c.top_k;
     fprintf(f, "checkpoint   %s\n", dir);
     fprintf(f, "architecture llada2_moe: %d layers (%d dense, %d MoE), hidden %d\n", c.n_layers,
             c.first_dense, moe, c.hidden);
@@ -44,6 +46,8 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
         .dense = dense,
         .routed = routed,
         .active = active,
+        .format = tide_qfmt_name(c.quant.fmt),
+        .eb_bf16 = eb_bf16,
     };
     return mc_inspect_rest(f, dir, &z, &c, llada2_tensor_count(&c), spec_of, args->budget);
 }
