@@ -45,6 +45,89 @@ static inline int mc_load_weight(const char *who, const struct tide_st *st,
     return rc;
 }
 
+/* bf16 copies of a checkpoint's FP8 dense weights, owned by the model until
+ * it closes (a backend may alias a weight's memory). */
+struct mc_dequant {
+    void **bufs;
+    int n, cap;
+};
+
+static inline void mc_dequant_free(struct mc_dequant *d)
+{
+    for (int i = 0; i < d->n; i++)
+        free(d->bufs[i]);
+    free(d->bufs);
+    d->bufs = NULL;
+    d->n = d->cap = 0;
+}
+
+/* mc_load_weight, and for a checkpoint whose quantization_config is fp8: a
+ * 2-D weight stored as F8_E4M3 with its weight_scale_inv (published FP8
+ * checkpoints quantize the attention and dense layers too) is dequantized
+ * once at load into bf16 (each value * scale in f32, rounded to bf16) and
+ * made a weight from that copy, which dq keeps. */
+static inline int mc_load_weight_q(const char *who, const struct tide_st *st,
+                                   const struct tide_backend_ref *dev, const struct mc_quant *q,
+                                   struct mc_dequant *dq, const char *name, enum tide_dtype dt,
+                                   int ndim, int64_t d0, int64_t d1, enum tide_weight_kind kind,
+                                   struct tide_weight **out)
+{
+    const struct tide_view *v = tide_st_find(st, name);
+    if (!q || q->fmt != TIDE_QFMT_FP8 || dt != TIDE_DTYPE_BF16 || ndim != 2 || !v ||
+        v->dtype != TIDE_DTYPE_F8_E4M3)
+        return mc_load_weight(who, st, dev, name, dt, ndim, d0, d1, kind, out);
+    const int64_t shape[2] = {d0, d1};
+    int rc = tide_st_expect(st, name, TIDE_DTYPE_F8_E4M3, 2, shape, &v);
+    if (rc != TIDE_OK)
+        return rc;
+    char sn[192], why[400];
+    const size_t base = strlen(name) > 6 ? strlen(name) - 6 : 0; /* less "weight" */
+    snprintf(sn, sizeof sn, "%.*sweight_scale_inv", (int)base, name);
+    int64_t ss[2];
+    tide_qmat_scale_shape(q->block, d0, d1, ss);
+    const struct tide_view *s;
+    if ((rc = tide_st_expect(st, sn, TIDE_DTYPE_F32, 2, ss, &s)) != TIDE_OK)
+        return rc;
+    struct tide_view qv;
+    if (tide_qview_make(v, s, TIDE_QFMT_FP8, q->block, d0, d1, &qv, why, sizeof why)) {
+        tide_error("%s: %s", who, why);
+        return TIDE_E_FORMAT;
+    }
+    if (dq->n == dq->cap) {
+        int cap = dq->cap ? 2 * dq->cap : 64;
+        void **b = realloc(dq->bufs, sizeof *b * (size_t)cap);
+        if (!b)
+            return TIDE_E_NOMEM;
+        dq->bufs = b;
+        dq->cap = cap;
+    }
+    uint16_t *w = malloc(sizeof *w * (size_t)(d0 * d1));
+    float *row = malloc(sizeof *row * (size_t)d1);
+    if (!w || !row) {
+        free(w);
+        free(row);
+        return TIDE_E_NOMEM;
+    }
+    for (int64_t r = 0; r < d0; r++) {
+        tide_qview_row_f32(&qv, r, row);
+        for (int64_t c = 0; c < d1; c++)
+            w[r * d1 + c] = tide_f32_to_bf16(row[c]);
+    }
+    free(row);
+    dq->bufs[dq->n++] = w;
+    struct tide_view bv = {.data = w,
+                           .dtype = TIDE_DTYPE_BF16,
+                           .ndim = 2,
+                           .shape = {d0, d1},
+                           .nbytes = sizeof *w * (size_t)(d0 * d1),
+                           .name = v->name};
+    rc = dev->ops->weight_create(dev->bk, &bv, kind, out);
+    if (rc != TIDE_OK)
+        tide_error("%s: backend %s could not take tensor '%s' (fp8, dequantized to bf16): %s", who,
+                   dev->name, name, tide_status_str(rc));
+    return rc;
+}
+
 /* Open the checkpoint's safetensors in args->dir with the load flags args
  * carries (older callers' args have none), then declare the model's MoE
  * shape to the dispatcher args->moe (nothing without MoE layers). */

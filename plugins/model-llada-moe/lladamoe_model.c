@@ -38,6 +38,7 @@ struct tide_model {
     struct lmoe_cfg cfg;
     struct tide_model_info info;
     struct tide_st *st;
+    struct mc_dequant dq; /* bf16 copies of FP8 dense weights */
     struct tide_backend_ref dev;
     struct tide_moe *moe;
     int64_t max_tokens, n_ctx; /* per forward (all spans); per slot */
@@ -61,7 +62,8 @@ static const struct tide_backend_ops *ops_of(const struct tide_model *m)
 static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
                        int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
 {
-    return mc_load_weight("model-llada-moe", m->st, &m->dev, name, dt, ndim, d0, d1, kind, out);
+    return mc_load_weight_q("model-llada-moe", m->st, &m->dev, &m->cfg.quant, &m->dq, name, dt,
+                            ndim, d0, d1, kind, out);
 }
 
 static int load_layer(struct tide_model *m, int l, int *moe_index)
@@ -314,6 +316,7 @@ void lmoe_close(struct tide_model *m)
     free(m->scratch);
     free(m->prof.seen);
     tide_st_close(m->st);
+    mc_dequant_free(&m->dq);
     free(m);
 }
 

@@ -35,6 +35,7 @@ struct tide_model {
     struct llada2_cfg cfg;
     struct tide_model_info info;
     struct tide_st *st;
+    struct mc_dequant dq; /* bf16 copies of FP8 dense weights */
     struct tide_backend_ref dev;
     struct tide_moe *moe;
     int64_t max_tokens, n_ctx; /* per forward (all spans); per slot */
@@ -60,7 +61,8 @@ static const struct tide_backend_ops *ops_of(const struct tide_model *m)
 static int load_weight(struct tide_model *m, const char *name, enum tide_dtype dt, int ndim,
                        int64_t d0, int64_t d1, enum tide_weight_kind kind, struct tide_weight **out)
 {
-    return mc_load_weight("model-llada2", m->st, &m->dev, name, dt, ndim, d0, d1, kind, out);
+    return mc_load_weight_q("model-llada2", m->st, &m->dev, &m->cfg.quant, &m->dq, name, dt, ndim,
+                            d0, d1, kind, out);
 }
 
 static int load_layer(struct tide_model *m, int l, int *moe_index)
@@ -301,6 +303,7 @@ void llada2_close(struct tide_model *m)
     free(m->layers);
     free(m->prof.seen);
     tide_st_close(m->st);
+    mc_dequant_free(&m->dq);
     free(m);
 }
 

@@ -503,6 +503,10 @@ class Model:
         raw = self.st.get(name)
         if self.st.dtype(name) in QUANT_DTYPES:
             raw = dequantize(self.st, name, self.quant)
+            if ".mlp.experts." not in name:
+                # dense FP8 weights are dequantized once to bf16 at load
+                # (docs/quantization.md); routed experts run quantized
+                raw = bf16(raw)
         nbytes = raw.size * 4
         if nbytes <= self._cache_left:
             arr = as_f32(raw)

@@ -127,6 +127,8 @@ class Model:
         if name not in self._w:
             if self.st.dtype(name) in QUANT_DTYPES:
                 self._w[name] = dequantize(self.st, name, self.quant)
+                if ".mlp.experts." not in name:  # dense FP8: bf16 at load, as the engine
+                    self._w[name] = bf16(self._w[name])
             else:
                 self._w[name] = as_f32(self.st.get(name))
         return self._w[name]

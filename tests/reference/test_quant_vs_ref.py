@@ -6,9 +6,11 @@ On a generated tiny checkpoint:
      codes as F8_E4M3, one float32 weight_scale_inv per block, config.json's
      quantization_config as Hugging Face's FineGrainedFP8Config writes it),
      with blocks of [16, 32] (several per matrix, not square) and [128, 128]
-     (one, partial): the engine loads it as is and its logits match the
-     reference, which dequantizes the experts from the format's definition
-     (llada2_ref.dequantize), given the same routing;
+     (one, partial), and one with the attention, dense MLP and shared
+     expert in FP8 as well (the engine dequantizes those to bf16 at load):
+     the engine loads each as is and its logits match the reference, which
+     dequantizes from the format's definition (llada2_ref.dequantize), given
+     the same routing;
   2. the checkpoints `tide quantize` writes in q8_0, q4_0 and fp8: the same.
 Logits are compared as test_engine_vs_ref.py does (full forward and the
 KV-cached path, routing from the engine's trace, checked against the
@@ -63,9 +65,17 @@ def write_safetensors(path, tensors):
             f.write(data)
 
 
-def write_published_fp8(src, dst, block):
-    """Copy checkpoint src to dst with every routed expert in block-scaled
-    FP8, the way DeepSeek-V3 and Hugging Face's fine-grained FP8 store it."""
+# Linear layers a fully FP8 checkpoint also quantizes (DeepSeek-V3's
+# releases keep only embeddings, the router and the head in bf16).
+DENSE = ("attention.query_key_value.weight", "attention.dense.weight", "mlp.gate_proj.weight",
+         "mlp.up_proj.weight", "mlp.down_proj.weight", "shared_experts.gate_proj.weight",
+         "shared_experts.up_proj.weight", "shared_experts.down_proj.weight")
+
+
+def write_published_fp8(src, dst, block, dense=False):
+    """Copy checkpoint src to dst with every routed expert (and with dense,
+    the attention, dense MLP and shared-expert matrices) in block-scaled FP8,
+    the way DeepSeek-V3 and Hugging Face's fine-grained FP8 store it."""
     os.makedirs(dst)
     st = R.SafeTensors(src)
     out = []
@@ -73,7 +83,9 @@ def write_published_fp8(src, dst, block):
     for name in sorted(st.where):
         arr = np.asarray(st.get(name))
         dt = st.dtype(name)
-        if ".mlp.experts." not in name or not name.endswith(EXPERT):
+        quantize = ".mlp.experts." in name and name.endswith(EXPERT)
+        quantize |= dense and name.endswith(DENSE)
+        if not quantize:
             out.append((name, dt, arr.shape, arr.tobytes()))
             continue
         w = R.bf16_bits_to_f32(arr)
@@ -95,8 +107,9 @@ def write_published_fp8(src, dst, block):
     conf = json.load(open(os.path.join(src, "config.json")))
     conf["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
                                    "quant_method": "fp8", "weight_block_size": list(block),
-                                   "modules_to_not_convert": ["attention", "mlp.gate",
-                                                              "shared_experts", "lm_head"]}
+                                   "modules_to_not_convert":
+                                       ["mlp.gate", "lm_head"] if dense else
+                                       ["attention", "mlp.gate", "shared_experts", "lm_head"]}
     json.dump(conf, open(os.path.join(dst, "config.json"), "w"), indent=2)
     shutil.copy(os.path.join(src, "tokenizer.json"), dst)
 
@@ -156,10 +169,10 @@ def main():
         f, bf16_logits = compare(tide, tmp, model, ids, "bf16", None)
         failures += f
         checks += 2
-        for block in ((16, 32), (128, 128)):
-            label = "published-fp8-%dx%d" % block
+        for block, dense in (((16, 32), False), ((128, 128), False), ((16, 32), True)):
+            label = "published-fp8-%dx%d%s" % (block + ("-all" if dense else "",))
             q = os.path.join(tmp, label)
-            write_published_fp8(model, q, block)
+            write_published_fp8(model, q, block, dense)
             f, _ = compare(tide, tmp, q, ids, label, bf16_logits)
             failures += f
             checks += 2
