@@ -128,8 +128,8 @@ static int st_parse_entry(const char *path, const char *name, const json_t *obj,
     }
     e->view.dtype = st_dtype_parse(json_string_value(jd));
     if (e->view.dtype == TIDE_DTYPE_INVALID) {
-        tide_error("%s: tensor '%s': dtype %s is not supported (TIDE reads BF16, F16, F32, I32 "
-                   "and I64)",
+        tide_error("%s: tensor '%s': dtype %s is not supported (TIDE reads BF16, F16, F32, I32, "
+                   "I64, and I8, U8 and F8_E4M3 for quantized experts)",
                    path, name, json_string_value(jd));
         return TIDE_E_FORMAT;
     }

@@ -412,8 +412,8 @@ static void test_reader_refusals(void)
          "no \"shape\""},
         {"nooffsets", "{\"" T "\": {\"dtype\":\"F32\",\"shape\":[1]}}", 4, QT,
          "no \"data_offsets\""},
-        {"f8", ONE("F8_E4M3", "[4]", "[0,4]"), 4, QT, "dtype F8_E4M3 is not supported"},
-        {"u8", ONE("U8", "[4]", "[0,4]"), 4, QT, "dtype U8"},
+        {"f8", ONE("F8_E5M2", "[4]", "[0,4]"), 4, QT, "dtype F8_E5M2 is not supported"},
+        {"u16", ONE("U16", "[2]", "[0,4]"), 4, QT, "dtype U16"},
         {"dtypenum",
          "{\"" T "\": "
          "{\"dtype\":3,\"shape\":[1],\"data_offsets\":[0,4]}}",
