@@ -23,6 +23,7 @@
 
 #include "tide/backend.h"
 #include "tide/log.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 #include "tide/tensor.h"
 
@@ -53,18 +54,34 @@ struct tide_weight {
     char name[96];   /* tensor name for messages ("?" when unnamed) */
 };
 
-/* A routed expert in device memory: one allocation holding gate [I,H], then
- * up [I,H] (together the [2I,H] matrix of one fused GEMM), then down [H,I],
- * all bf16 row-major. */
+/* One matrix of a block-quantized expert inside the expert's allocation:
+ * its values, then its scales (tide/quant.h layouts, as in the checkpoint). */
+struct cuda_qpart {
+    int64_t rows, cols;        /* logical shape: [I,H] for gate and up, [H,I] for down */
+    int64_t scols;             /* columns of the scale matrix */
+    size_t values, scales;     /* byte offsets into tide_expert.dev, 256-aligned */
+    size_t n_values, n_scales; /* bytes */
+};
+
+/* A routed expert in device memory, in one allocation. bf16: gate [I,H],
+ * then up [I,H] (together the [2I,H] matrix of one fused GEMM), then down
+ * [H,I], row-major. Quantized (qfmt set): gate, up and down each as its
+ * compressed values and scales (`part`), exactly the checkpoint's bytes, so
+ * a promotion moves no more than the checkpoint holds; the FFN decodes them
+ * (ops.c). */
 struct tide_expert {
     uint32_t magic; /* CUDA_BK_EXPERT_MAGIC */
     int64_t hidden, inter;
-    uint16_t *dev;
-    bool is_slot;       /* made by slot_create: loaded by slot_load on the copy stream */
-    cudaEvent_t loaded; /* slot: recorded on the copy stream after its last slot_load */
-    cudaEvent_t used;   /* slot: recorded on the compute stream after its last reader */
-    bool load_recorded; /* `loaded` has been recorded at least once */
-    bool use_recorded;  /* `used` has been recorded at least once */
+    void *dev;
+    size_t bytes;              /* of dev */
+    int qfmt;                  /* enum tide_qfmt; TIDE_QFMT_NONE: bf16 */
+    int qblock[2];             /* rows and columns per scale (quantized) */
+    struct cuda_qpart part[3]; /* gate, up, down (quantized) */
+    bool is_slot;              /* made by slot_create(_q): loaded by slot_load on the copy stream */
+    cudaEvent_t loaded;        /* slot: recorded on the copy stream after its last slot_load */
+    cudaEvent_t used;          /* slot: recorded on the compute stream after its last reader */
+    bool load_recorded;        /* `loaded` has been recorded at least once */
+    bool use_recorded;         /* `used` has been recorded at least once */
 };
 
 /* A pinned host ring for host -> device uploads on one stream. It is split in
@@ -220,6 +237,11 @@ int cuda_bk_router(struct tide_backend *bk, const struct tide_router_args *a);
 int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
                        const struct tide_tensor *x_all, const int32_t *rows,
                        const int32_t *dst_rows, int64_t n, const struct tide_tensor *out);
+int cuda_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
+                             const struct tide_expert *const *experts,
+                             const struct tide_tensor *x_all, const int32_t *rows,
+                             const int32_t *dst_rows, const int64_t *offsets,
+                             const struct tide_tensor *out);
 int cuda_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
                         int k, const struct tide_tensor *y);
 int cuda_bk_gather_rows(struct tide_backend *bk, const struct tide_tensor *src, const int32_t *rows,
@@ -230,18 +252,30 @@ int cuda_bk_scatter_rows(struct tide_backend *bk, const struct tide_tensor *src,
 /* Offload (offload.c). */
 int cuda_bk_slot_create(struct tide_backend *bk, int64_t hidden, int64_t inter,
                         struct tide_expert **out);
+int cuda_bk_slot_create_q(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                          const int qblock[2], struct tide_expert **out);
 int cuda_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
                       const struct tide_view *gate, const struct tide_view *up,
                       const struct tide_view *down);
 int cuda_bk_copy_sync(struct tide_backend *bk);
 int cuda_bk_timings(struct tide_backend *bk, double *copy_seconds, double *expert_seconds);
-/* Validate the three views of an expert for `op` and return its sizes. */
-int cuda_bk_check_expert_views(const char *op, const struct tide_view *gate,
-                               const struct tide_view *up, const struct tide_view *down,
-                               int64_t *hidden, int64_t *inter);
-/* Allocate an expert's device memory (zero-filled) and, for a slot, its events. */
-int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, bool slot,
-                         const char *op, struct tide_expert **out);
+/* Validate the three views of an expert for `op` and return its sizes: all
+ * bf16 (qfmt NONE), or all of format qfmt with blocks qblock (checked with
+ * tide_qview_check). TIDE_OK, or TIDE_E_INVAL naming the tensor (logged). */
+int cuda_bk_check_expert_views(const char *op, int qfmt, const int qblock[2],
+                               const struct tide_view *gate, const struct tide_view *up,
+                               const struct tide_view *down, int64_t *hidden, int64_t *inter);
+/* Allocate an expert's device memory (zero-filled) for bf16 (qfmt NONE) or a
+ * quantized format and, for a slot, its events. */
+int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                         const int qblock[2], bool slot, const char *op, struct tide_expert **out);
+/* Copy the three views' bytes (values and scales when quantized) into e's
+ * device memory: on the compute stream with a wait (`sync`), or as a
+ * promotion on the copy stream. */
+int cuda_bk_expert_fill(struct tide_backend *bk, struct tide_expert *e,
+                        const struct tide_view *const v[3], bool sync, const char *op);
+/* Copy host [src, src+bytes) to device dst on the copy stream (a promotion). */
+int cuda_bk_promote(struct tide_backend *bk, char *dst, const char *src, size_t bytes);
 void cuda_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e);
 /* Unregister every page-locked promotion source. */
 void cuda_bk_unpin_all(struct tide_backend *bk);

@@ -17,6 +17,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_qdecode.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,6 +88,19 @@ cudaError_t cuda_k_copy_rows(cudaStream_t s, const void *src, int64_t lds, const
  * device memory [rows * k]. */
 cudaError_t cuda_k_combine(cudaStream_t s, const float *parts, int64_t ldp, const float *w, int k,
                            float *y, int64_t ldy, int64_t rows, int64_t cols);
+
+/* Most rows (tokens) of one cuda_k_qgemv launch. */
+#define CUDA_K_QGEMV_ROWS 8
+
+/* y[t, r] = sum_c W[r][c] * x[t, c] for t < n <= CUDA_K_QGEMV_ROWS and every
+ * row r of the quantized W (cuda_qdecode.h): the weights are decoded on the
+ * fly, read once for all n rows; x bf16, f32 products and sums. One block per
+ * row of W (in turn over the grid). */
+cudaError_t cuda_k_qgemv(cudaStream_t s, const struct cuda_qmat *w, const uint16_t *x, int64_t ldx,
+                         int64_t n, float *y, int64_t ldy);
+
+/* out[r, c] = W[r][c] as f32 for the whole quantized matrix. */
+cudaError_t cuda_k_qdequant(cudaStream_t s, const struct cuda_qmat *w, float *out, int64_t ldo);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "cuda_kernels.h"
+#include "cuda_qdecode.h"
 #include "tide/tensor.h"
 
 /* kernel<<<blocks, threads, 0, stream>>>, spelled so the emulation can replace it. */
@@ -22,6 +23,7 @@ namespace
 
 constexpr int kThreads = 256;     /* flat elementwise kernels */
 constexpr int kNormThreads = 128; /* rmsnorm: one block per (row, group) */
+constexpr int kQThreads = 256;    /* qgemv: one block per row of W */
 constexpr int64_t kMaxBlocks = 1 << 20;
 
 /* Blocks of kThreads for `total` items (grid-stride loops cover the rest). */
@@ -292,6 +294,49 @@ __global__ void cuda_combine_kernel(const float *parts, int64_t ldp, const float
     }
 }
 
+/* Quantized GEMV: block b takes rows r = b, b + grid, ... of W. Thread i
+ * sums columns i, i + blockDim, ... (consecutive threads read consecutive
+ * values, so the reads of W and x coalesce) for each of the n <= 8 rows of
+ * x; the block then adds the per-thread sums in a tree. Each weight is
+ * decoded once per launch, whatever n. */
+__global__ void __launch_bounds__(kQThreads)
+    cuda_qgemv_kernel(cuda_qmat w, const uint16_t *x, int64_t ldx, int n, float *y, int64_t ldy)
+{
+    __shared__ float red[CUDA_K_QGEMV_ROWS][kQThreads];
+    for (int64_t r = blockIdx.x; r < w.rows; r += gridDim.x) {
+        float acc[CUDA_K_QGEMV_ROWS];
+        for (int t = 0; t < CUDA_K_QGEMV_ROWS; t++)
+            acc[t] = 0.0f;
+        for (int64_t c = threadIdx.x; c < w.cols; c += blockDim.x) {
+            const float wv = cuda_q_weight(&w, r, c);
+            for (int t = 0; t < CUDA_K_QGEMV_ROWS; t++)
+                if (t < n)
+                    acc[t] += wv * cuda_bf16_to_f32(x[t * ldx + c]);
+        }
+        for (int t = 0; t < CUDA_K_QGEMV_ROWS; t++)
+            if (t < n)
+                red[t][threadIdx.x] = acc[t];
+        __syncthreads();
+        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s)
+                for (int t = 0; t < n; t++)
+                    red[t][threadIdx.x] += red[t][threadIdx.x + s];
+            __syncthreads();
+        }
+        if ((int)threadIdx.x < n)
+            y[threadIdx.x * ldy + r] = red[threadIdx.x][0];
+        __syncthreads(); /* red is reused by the next row */
+    }
+}
+
+__global__ void cuda_qdequant_kernel(cuda_qmat w, float *out, int64_t ldo)
+{
+    for (int64_t i = cuda_tid(); i < w.rows * w.cols; i += cuda_nthreads()) {
+        const int64_t r = i / w.cols, c = i % w.cols;
+        out[r * ldo + c] = cuda_q_weight(&w, r, c);
+    }
+}
+
 /* Launch a grid-stride kernel over `total` items (nothing when there are none). */
 template <class K, class... A>
 cudaError_t cuda_flat(K kernel, int64_t total, cudaStream_t s, A... args)
@@ -390,6 +435,23 @@ cudaError_t cuda_k_combine(cudaStream_t s, const float *parts, int64_t ldp, cons
                            float *y, int64_t ldy, int64_t rows, int64_t cols)
 {
     return cuda_flat(cuda_combine_kernel, rows * cols, s, parts, ldp, w, k, y, ldy, rows, cols);
+}
+
+cudaError_t cuda_k_qgemv(cudaStream_t s, const struct cuda_qmat *w, const uint16_t *x, int64_t ldx,
+                         int64_t n, float *y, int64_t ldy)
+{
+    if (n < 0 || n > CUDA_K_QGEMV_ROWS)
+        return cudaErrorInvalidValue;
+    if (n == 0 || w->rows == 0)
+        return cudaSuccess;
+    const unsigned grid = (unsigned)(w->rows < kMaxBlocks ? w->rows : kMaxBlocks);
+    CUDA_K_LAUNCH(cuda_qgemv_kernel, grid, kQThreads, s)(*w, x, ldx, (int)n, y, ldy);
+    return cudaGetLastError();
+}
+
+cudaError_t cuda_k_qdequant(cudaStream_t s, const struct cuda_qmat *w, float *out, int64_t ldo)
+{
+    return cuda_flat(cuda_qdequant_kernel, w->rows * w->cols, s, *w, out, ldo);
 }
 
 } // extern "C"

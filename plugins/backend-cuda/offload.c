@@ -268,7 +268,7 @@ static bool cuda_file_backed(const void *p, size_t bytes)
 /* Copy host [src, src+bytes) to dst on the copy stream: piecewise from
  * locked ranges, through the staging ring, or (no ring) straight from the
  * source, which stays valid until copy_sync by contract. */
-static int cuda_bk_promote(struct tide_backend *bk, char *dst, const char *src, size_t bytes)
+int cuda_bk_promote(struct tide_backend *bk, char *dst, const char *src, size_t bytes)
 {
     const char *op = "slot_load";
     bool locked = bk->pin && cuda_pin_covered(bk, src, bytes);
@@ -320,7 +320,22 @@ int cuda_bk_slot_create(struct tide_backend *bk, int64_t hidden, int64_t inter,
 {
     if (!bk || !out)
         return cuda_bk_inval("slot_create", "NULL argument");
-    return cuda_bk_expert_alloc(bk, hidden, inter, true, "slot_create", out);
+    return cuda_bk_expert_alloc(bk, hidden, inter, TIDE_QFMT_NONE, NULL, true, "slot_create", out);
+}
+
+/* Room for the compressed values and scales of one expert: a promotion then
+ * moves the checkpoint's bytes (about 1/2 of bf16 for q8_0 and fp8, 1/4 for
+ * q4_0), and the FFN decodes them on the device. */
+int cuda_bk_slot_create_q(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                          const int qblock[2], struct tide_expert **out)
+{
+    const char *op = "slot_create_q";
+    if (!bk || !out)
+        return cuda_bk_inval(op, "NULL argument");
+    *out = NULL;
+    if (qfmt < 0 || qfmt >= TIDE_QFMT_COUNT)
+        return cuda_bk_inval(op, "unknown weight format %d", qfmt);
+    return cuda_bk_expert_alloc(bk, hidden, inter, qfmt, qfmt ? qblock : NULL, true, op, out);
 }
 
 int cuda_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
@@ -334,7 +349,8 @@ int cuda_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
     if (!slot->is_slot)
         return cuda_bk_inval(op, "the expert was made by expert_create, not slot_create");
     int64_t H, I;
-    if ((rc = cuda_bk_check_expert_views(op, gate, up, down, &H, &I)))
+    /* The views must be in the slot's format: a quantized slot holds no bf16 expert. */
+    if ((rc = cuda_bk_check_expert_views(op, slot->qfmt, slot->qblock, gate, up, down, &H, &I)))
         return rc;
     if (H != slot->hidden || I != slot->inter)
         return cuda_bk_inval(op, "expert %s is [%lld,%lld] but the slot holds [%lld,%lld]",
@@ -348,11 +364,9 @@ int cuda_bk_slot_load(struct tide_backend *bk, struct tide_expert *slot,
     int t;
     if ((rc = cuda_timer_begin(&bk->copy_timer, bk->copy, &t)))
         return rc;
-    const size_t mat = (size_t)(H * I) * sizeof(uint16_t);
     const struct tide_view *v[3] = {gate, up, down};
-    for (int j = 0; j < 3; j++)
-        if ((rc = cuda_bk_promote(bk, (char *)slot->dev + (size_t)j * mat, v[j]->data, mat)))
-            return rc;
+    if ((rc = cuda_bk_expert_fill(bk, slot, v, false, op)))
+        return rc;
     if ((rc = cuda_timer_end(&bk->copy_timer, bk->copy, t)))
         return rc;
     CUDA_BK_TRY(op, cudaEventRecord(slot->loaded, bk->copy));

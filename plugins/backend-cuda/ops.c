@@ -21,8 +21,11 @@ static int64_t ld(const struct tide_tensor *t)
     return t->stride;
 }
 
-int cuda_bk_gemm(struct tide_backend *bk, const void *x, int64_t ldx, const void *w, int64_t n,
-                 int64_t k, int64_t t, float *y, int64_t ldy, const char *op)
+/* Row-major y[t,n] = x[t,k] W[n,k]^T with x and W of type `dt` (bf16 or
+ * f32), y f32, f32 accumulation. */
+static int cuda_bk_gemm_dt(struct tide_backend *bk, cudaDataType dt, const void *x, int64_t ldx,
+                           const void *w, int64_t n, int64_t k, int64_t t, float *y, int64_t ldy,
+                           const char *op)
 {
     if (t == 0 || n == 0)
         return TIDE_OK;
@@ -30,13 +33,20 @@ int cuda_bk_gemm(struct tide_backend *bk, const void *x, int64_t ldx, const void
         return cuda_bk_inval(op, "a %lldx%lldx%lld product exceeds cuBLAS's 32-bit sizes",
                              (long long)t, (long long)n, (long long)k);
     /* Row-major y[t,n] = x[t,k] W[n,k]^T is column-major y^T = W x^T: W is a
-     * column-major [k,n] matrix read transposed, x^T a column-major [k,t]. */
+     * column-major [k,n] matrix read transposed, x^T a column-major [k,t].
+     * With f32 inputs, CUBLAS_COMPUTE_32F and the handle's default math mode
+     * cuBLAS multiplies in full f32 (no TF32). */
     const float one = 1.0f, zero = 0.0f;
-    CUDA_BK_BLAS_TRY(op,
-                     cublasGemmEx(bk->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)t, (int)k, &one,
-                                  w, CUDA_R_16BF, (int)k, x, CUDA_R_16BF, (int)ldx, &zero, y,
-                                  CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUDA_BK_BLAS_TRY(op, cublasGemmEx(bk->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)t, (int)k,
+                                      &one, w, dt, (int)k, x, dt, (int)ldx, &zero, y, CUDA_R_32F,
+                                      (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return TIDE_OK;
+}
+
+int cuda_bk_gemm(struct tide_backend *bk, const void *x, int64_t ldx, const void *w, int64_t n,
+                 int64_t k, int64_t t, float *y, int64_t ldy, const char *op)
+{
+    return cuda_bk_gemm_dt(bk, CUDA_R_16BF, x, ldx, w, n, k, t, y, ldy, op);
 }
 
 int cuda_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
@@ -308,37 +318,94 @@ static int cuda_bk_scatter_maps(struct tide_backend *bk, const int32_t *rows, in
     return TIDE_OK;
 }
 
-int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
-                       const struct tide_tensor *x_all, const int32_t *rows,
-                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+/* Matrix j (0 gate, 1 up, 2 down) of a quantized expert, for the kernels. */
+static struct cuda_qmat cuda_bk_qmat(const struct tide_expert *e, int j)
 {
-    const char *op = "expert_ffn";
+    const struct cuda_qpart *p = &e->part[j];
+    struct cuda_qmat m = {
+        .values = (const char *)e->dev + p->values,
+        .scales = (const char *)e->dev + p->scales,
+        .fmt = e->qfmt,
+        .br = e->qblock[0],
+        .bc = e->qblock[1],
+        .rows = p->rows,
+        .cols = p->cols,
+        .scols = p->scols,
+    };
+    return m;
+}
+
+/* y [n, R] = x [n, C] W^T, W the quantized matrices j0 .. j0+np-1 of e
+ * stacked by rows (gate and up: [2I, H]); x bf16 packed, y f32 with row
+ * stride ldy. Up to CUDA_K_QGEMV_ROWS rows the kernel decodes W on the fly
+ * and reads it once; beyond that W is decoded into f32 scratch wf [R, C]
+ * once, x converted into xf [n, C], and cuBLAS multiplies in f32. */
+static int cuda_bk_qproduct(struct tide_backend *bk, const struct tide_expert *e, int j0, int np,
+                            const uint16_t *x, int64_t n, float *y, int64_t ldy, float *wf,
+                            float *xf, const char *op)
+{
+    const int64_t C = e->part[j0].cols;
+    int64_t R = 0;
+    for (int j = j0; j < j0 + np; j++) {
+        const struct cuda_qmat m = cuda_bk_qmat(e, j);
+        if (n <= CUDA_K_QGEMV_ROWS)
+            CUDA_BK_LAUNCH(op, cuda_k_qgemv(bk->compute, &m, x, C, n, y + R, ldy));
+        else
+            CUDA_BK_LAUNCH(op, cuda_k_qdequant(bk->compute, &m, wf + R * C, C));
+        R += m.rows;
+    }
+    if (n <= CUDA_K_QGEMV_ROWS)
+        return TIDE_OK;
+    CUDA_BK_LAUNCH(op, cuda_k_convert(bk->compute, x, true, C, xf, false, C, n, C));
+    return cuda_bk_gemm_dt(bk, CUDA_R_32F, xf, C, wf, R, C, n, y, ldy, op);
+}
+
+/* expert_ffn's argument checks, for `op`. */
+static int cuda_bk_ffn_check(const char *op, const struct tide_expert *e,
+                             const struct tide_tensor *x_all, const int32_t *rows,
+                             const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+{
     int rc = cuda_bk_check_expert(op, e);
     if (!rc)
         rc = bkc_check_ffn_io(&cuda_bk_id, e->hidden, x_all, out);
-    if (rc)
-        return rc;
-    if ((rc = cuda_bk_check_rows(op, "rows", rows, n, x_all->rows)) ||
-        (rc = cuda_bk_check_rows(op, "dst_rows", dst_rows, n, out->rows)))
-        return rc;
+    if (!rc)
+        rc = cuda_bk_check_rows(op, "rows", rows, n, x_all->rows);
+    if (!rc)
+        rc = cuda_bk_check_rows(op, "dst_rows", dst_rows, n, out->rows);
+    return rc;
+}
+
+/* expert_ffn once its arguments are checked. */
+static int cuda_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
+                           const struct tide_tensor *x_all, const int32_t *rows,
+                           const int32_t *dst_rows, int64_t n, const struct tide_tensor *out,
+                           const char *op)
+{
     if (n == 0)
         return TIDE_OK;
     const int64_t H = e->hidden, I = e->inter;
+    const bool quant = e->qfmt != TIDE_QFMT_NONE, dequant = quant && n > CUDA_K_QGEMV_ROWS;
     /* Host maps: rows [n] | smap [n] | dmap [n]; device: the same, then
-     * x [n,H] bf16 | gate,up [n,2I] f32 | h [n,I] bf16 | y [n,H] f32. */
+     * x [n,H] bf16 | gate,up [n,2I] f32 | h [n,I] bf16 | y [n,H] f32, and for
+     * a quantized expert of many rows the decoded weights w [3*I*H] f32
+     * (gate, up [2I,H], then down [H,I]) | x [n,H] f32 | h [n,I] f32. */
     const size_t mb = sizeof(int32_t) * (size_t)(3 * n);
     const size_t bm = cuda_bk_align(mb), bx = cuda_bk_align(sizeof(uint16_t) * (size_t)(n * H));
     const size_t bgu = cuda_bk_align(sizeof(float) * (size_t)(n * 2 * I));
     const size_t bh = cuda_bk_align(sizeof(uint16_t) * (size_t)(n * I));
+    const size_t by = cuda_bk_align(sizeof(float) * (size_t)(n * H));
+    const size_t bw = dequant ? cuda_bk_align(sizeof(float) * (size_t)(3 * I * H)) : 0;
+    const size_t bxf = dequant ? cuda_bk_align(sizeof(float) * (size_t)(n * H)) : 0;
+    const size_t bhf = dequant ? sizeof(float) * (size_t)(n * I) : 0;
     void *hm, *dev;
     int64_t m = 0;
+    int rc;
     if ((rc = cuda_bk_enter(bk, op)) || (rc = cuda_bk_host_scratch(bk, mb, op, &hm)))
         return rc;
     int32_t *hmap = hm;
     memcpy(hmap, rows, sizeof(int32_t) * (size_t)n);
     if ((rc = cuda_bk_scatter_maps(bk, dst_rows, n, hmap + n, hmap + 2 * n, &m, op)) ||
-        (rc =
-             cuda_bk_scratch(bk, bm + bx + bgu + bh + sizeof(float) * (size_t)(n * H), op, &dev)) ||
+        (rc = cuda_bk_scratch(bk, bm + bx + bgu + bh + by + bw + bxf + bhf, op, &dev)) ||
         (rc = cuda_bk_upload(bk, dev, hmap, mb, op)))
         return rc;
     const int32_t *drows = dev, *dsmap = drows + n, *ddmap = drows + 2 * n;
@@ -346,6 +413,9 @@ int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
     float *gu = (float *)((char *)xs + bx);
     uint16_t *hs = (uint16_t *)((char *)gu + bgu);
     float *ys = (float *)((char *)hs + bh);
+    float *wf = (float *)((char *)ys + by);
+    float *xf = (float *)((char *)wf + bw);
+    float *hf = (float *)((char *)xf + bxf);
     struct tide_expert *ew = (struct tide_expert *)e; /* its events are bookkeeping */
     int slot;
     if (ew->is_slot && ew->load_recorded) /* use the expert only after its copy landed */
@@ -354,10 +424,18 @@ int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
         return rc;
     CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, cuda_bk_at(x_all, 0, 0), ld(x_all), drows, xs,
                                         H, NULL, n, H, sizeof(uint16_t)));
-    if ((rc = cuda_bk_gemm(bk, xs, H, e->dev, 2 * I, H, n, gu, 2 * I, op)))
+    if (quant)
+        rc = cuda_bk_qproduct(bk, e, 0, 2, xs, n, gu, 2 * I, wf, xf, op);
+    else
+        rc = cuda_bk_gemm(bk, xs, H, e->dev, 2 * I, H, n, gu, 2 * I, op);
+    if (rc)
         return rc;
     CUDA_BK_LAUNCH(op, cuda_k_swiglu(bk->compute, gu, 2 * I, gu + I, 2 * I, hs, I, n, I));
-    if ((rc = cuda_bk_gemm(bk, hs, I, e->dev + 2 * I * H, H, I, n, ys, H, op)))
+    if (quant) /* down's decoded weights go after gate's and up's */
+        rc = cuda_bk_qproduct(bk, e, 2, 1, hs, n, ys, H, wf + 2 * I * H, hf, op);
+    else
+        rc = cuda_bk_gemm(bk, hs, I, (const uint16_t *)e->dev + 2 * I * H, H, I, n, ys, H, op);
+    if (rc)
         return rc;
     if (ew->is_slot) { /* the last read of the slot: a later slot_load waits for this */
         CUDA_BK_TRY(op, cudaEventRecord(ew->used, bk->compute));
@@ -366,6 +444,44 @@ int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
     CUDA_BK_LAUNCH(op, cuda_k_copy_rows(bk->compute, ys, H, dsmap, cuda_bk_at(out, 0, 0), ld(out),
                                         ddmap, m, H, sizeof(float)));
     return cuda_timer_end(&bk->expert_timer, bk->compute, slot);
+}
+
+int cuda_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
+                       const struct tide_tensor *x_all, const int32_t *rows,
+                       const int32_t *dst_rows, int64_t n, const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn";
+    int rc = cuda_bk_ffn_check(op, e, x_all, rows, dst_rows, n, out);
+    return rc ? rc : cuda_bk_ffn_run(bk, e, x_all, rows, dst_rows, n, out, op);
+}
+
+/* One expert after the other on the compute stream: exactly what one
+ * expert_ffn call each computes. Everything is checked before anything is
+ * issued, so a refused call leaves `out` untouched. */
+int cuda_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
+                             const struct tide_expert *const *experts,
+                             const struct tide_tensor *x_all, const int32_t *rows,
+                             const int32_t *dst_rows, const int64_t *offsets,
+                             const struct tide_tensor *out)
+{
+    const char *op = "expert_ffn_batch";
+    if (n_experts < 0 || (n_experts > 0 && (!experts || !offsets)) || (offsets && offsets[0]))
+        return cuda_bk_inval(op, "%d experts with experts %s and offsets %s (offsets[0] must be 0)",
+                             n_experts, experts ? "set" : "NULL", offsets ? "set" : "NULL");
+    int rc;
+    for (int j = 0; j < n_experts; j++) {
+        if (offsets[j + 1] < offsets[j])
+            return cuda_bk_inval(op, "offsets decrease at %d (%lld, then %lld)", j,
+                                 (long long)offsets[j], (long long)offsets[j + 1]);
+        if ((rc = cuda_bk_ffn_check(op, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                    offsets[j + 1] - offsets[j], out)))
+            return rc;
+    }
+    for (int j = 0; j < n_experts; j++)
+        if ((rc = cuda_bk_ffn_run(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                  offsets[j + 1] - offsets[j], out, op)))
+            return rc;
+    return TIDE_OK;
 }
 
 int cuda_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,

@@ -511,24 +511,78 @@ static int cuda_bk_weight_create(struct tide_backend *bk, const struct tide_view
 
 /* ---- experts ------------------------------------------------------------ */
 
-int cuda_bk_check_expert_views(const char *op, const struct tide_view *gate,
-                               const struct tide_view *up, const struct tide_view *down,
-                               int64_t *hidden, int64_t *inter)
+int cuda_bk_check_expert_views(const char *op, int qfmt, const int qblock[2],
+                               const struct tide_view *gate, const struct tide_view *up,
+                               const struct tide_view *down, int64_t *hidden, int64_t *inter)
 {
+    static const char *const what[3] = {"gate", "up", "down"};
+    const struct tide_view *v[3] = {gate, up, down};
+    *hidden = *inter = 0;
     if (!gate || gate->ndim != 2)
         return cuda_bk_inval(op, "gate is NULL or not 2-D");
     *inter = gate->shape[0];
     *hidden = gate->shape[1];
-    return bkc_check_expert_views(&cuda_bk_id, op, gate, up, down, *hidden, *inter);
+    if (qfmt == TIDE_QFMT_NONE) {
+        for (int j = 0; j < 3; j++)
+            if (v[j] && v[j]->qfmt != TIDE_QFMT_NONE)
+                return cuda_bk_inval(op,
+                                     "%s tensor '%s' is %s, expected bf16 (a bf16 expert or slot; "
+                                     "quantized slots come from slot_create_q)",
+                                     what[j], v[j]->name ? v[j]->name : "?",
+                                     tide_qfmt_name(v[j]->qfmt));
+        return bkc_check_expert_views(&cuda_bk_id, op, gate, up, down, *hidden, *inter);
+    }
+    char why[320];
+    for (int j = 0; j < 3; j++) {
+        const int64_t rows = j < 2 ? *inter : *hidden, cols = j < 2 ? *hidden : *inter;
+        if (tide_qview_check(v[j], qfmt, qblock, rows, cols, why, sizeof why))
+            return cuda_bk_inval(op, "%s: %s", what[j], why);
+    }
+    return TIDE_OK;
 }
 
-int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, bool slot,
-                         const char *op, struct tide_expert **out)
+/* Offsets and sizes of the values and scales of a quantized expert's gate,
+ * up and down in one allocation; returns its bytes. */
+static size_t cuda_bk_qlayout(int qfmt, const int qblock[2], int64_t hidden, int64_t inter,
+                              struct cuda_qpart part[3])
+{
+    const size_t vsz = tide_dtype_size(tide_qfmt_value_dtype(qfmt));
+    const size_t ssz = tide_dtype_size(tide_qfmt_scale_dtype(qfmt));
+    size_t off = 0;
+    for (int j = 0; j < 3; j++) {
+        struct cuda_qpart *p = &part[j];
+        int64_t vs[2], ss[2];
+        p->rows = j < 2 ? inter : hidden;
+        p->cols = j < 2 ? hidden : inter;
+        tide_qmat_value_shape(qfmt, p->rows, p->cols, vs);
+        tide_qmat_scale_shape(qblock, p->rows, p->cols, ss);
+        p->scols = ss[1];
+        p->n_values = (size_t)(vs[0] * vs[1]) * vsz;
+        p->n_scales = (size_t)(ss[0] * ss[1]) * ssz;
+        p->values = off;
+        p->scales = off = cuda_bk_align(off + p->n_values);
+        off = cuda_bk_align(off + p->n_scales);
+    }
+    return off;
+}
+
+int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
+                         const int qblock[2], bool slot, const char *op, struct tide_expert **out)
 {
     *out = NULL;
     if (hidden <= 0 || inter <= 0)
         return cuda_bk_inval(op, "hidden %lld and inter %lld must be positive", (long long)hidden,
                              (long long)inter);
+    if (qfmt != TIDE_QFMT_NONE) {
+        char why[200];
+        if (!qblock)
+            return cuda_bk_inval(op, "%s experts need a block (qblock is NULL)",
+                                 tide_qfmt_name(qfmt));
+        if (tide_qfmt_fits(qfmt, qblock, inter, hidden, why, sizeof why) ||
+            tide_qfmt_fits(qfmt, qblock, hidden, inter, why, sizeof why))
+            return cuda_bk_inval(op, "experts [%lld, %lld]: %s", (long long)inter,
+                                 (long long)hidden, why);
+    }
     int rc = cuda_bk_enter(bk, op);
     if (rc)
         return rc;
@@ -538,13 +592,20 @@ int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter,
     e->magic = CUDA_BK_EXPERT_MAGIC;
     e->hidden = hidden;
     e->inter = inter;
+    e->qfmt = qfmt;
     e->is_slot = slot;
+    if (qfmt != TIDE_QFMT_NONE) {
+        e->qblock[0] = qblock[0];
+        e->qblock[1] = qblock[1];
+        e->bytes = cuda_bk_qlayout(qfmt, qblock, hidden, inter, e->part);
+    } else {
+        e->bytes = (size_t)(3 * hidden * inter) * sizeof(uint16_t);
+    }
     bk->n_experts++;
-    const size_t bytes = (size_t)(3 * hidden * inter) * sizeof(uint16_t);
-    rc = cuda_bk_malloc((void **)&e->dev, bytes, op, slot ? "an expert slot" : "an expert");
+    rc = cuda_bk_malloc(&e->dev, e->bytes, op, slot ? "an expert slot" : "an expert");
     cudaError_t err = cudaSuccess;
     if (rc == TIDE_OK)
-        err = cudaMemsetAsync(e->dev, 0, bytes, bk->compute);
+        err = cudaMemsetAsync(e->dev, 0, e->bytes, bk->compute);
     if (rc == TIDE_OK && err == cudaSuccess && slot) {
         err = cudaEventCreateWithFlags(&e->loaded, cudaEventDisableTiming);
         if (err == cudaSuccess)
@@ -561,6 +622,33 @@ int cuda_bk_expert_alloc(struct tide_backend *bk, int64_t hidden, int64_t inter,
     }
     *out = e;
     return TIDE_OK;
+}
+
+int cuda_bk_expert_fill(struct tide_backend *bk, struct tide_expert *e,
+                        const struct tide_view *const v[3], bool sync, const char *op)
+{
+    char *dev = e->dev;
+    int rc = TIDE_OK;
+    for (int j = 0; j < 3 && rc == TIDE_OK; j++) {
+        /* bf16: the whole matrix; quantized: its values, then its scales. */
+        const void *src[2] = {v[j]->data, e->qfmt != TIDE_QFMT_NONE ? v[j]->scale->data : NULL};
+        size_t at[2], n[2];
+        if (e->qfmt == TIDE_QFMT_NONE) {
+            n[0] = (size_t)(e->hidden * e->inter) * sizeof(uint16_t);
+            at[0] = (size_t)j * n[0];
+            n[1] = at[1] = 0;
+        } else {
+            at[0] = e->part[j].values;
+            n[0] = e->part[j].n_values;
+            at[1] = e->part[j].scales;
+            n[1] = e->part[j].n_scales;
+        }
+        for (int k = 0; k < 2 && rc == TIDE_OK; k++)
+            if (n[k])
+                rc = sync ? cuda_bk_upload_sync(bk, dev + at[k], src[k], n[k], op)
+                          : cuda_bk_promote(bk, dev + at[k], src[k], n[k]);
+    }
+    return rc;
 }
 
 void cuda_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
@@ -588,7 +676,9 @@ void cuda_bk_expert_destroy(struct tide_backend *bk, struct tide_expert *e)
     free(e);
 }
 
-/* A resident device copy, uploaded synchronously. */
+/* A resident device copy, uploaded synchronously: bf16, or the compressed
+ * values and scales of a block-quantized expert (the format and block are
+ * gate's; up and down must match). */
 static int cuda_bk_expert_create(struct tide_backend *bk, const struct tide_view *gate,
                                  const struct tide_view *up, const struct tide_view *down,
                                  struct tide_expert **out)
@@ -597,18 +687,17 @@ static int cuda_bk_expert_create(struct tide_backend *bk, const struct tide_view
     if (!bk || !out)
         return cuda_bk_inval(op, "NULL argument");
     *out = NULL;
+    const int fmt = gate ? gate->qfmt : TIDE_QFMT_NONE;
+    const int *block = gate ? gate->qblock : NULL;
     int64_t H, I;
-    int rc = cuda_bk_check_expert_views(op, gate, up, down, &H, &I);
+    int rc = cuda_bk_check_expert_views(op, fmt, block, gate, up, down, &H, &I);
     struct tide_expert *e = NULL;
     if (!rc)
-        rc = cuda_bk_expert_alloc(bk, H, I, false, op, &e);
+        rc = cuda_bk_expert_alloc(bk, H, I, fmt, block, false, op, &e);
     if (rc)
         return rc;
-    const size_t mat = (size_t)(H * I) * sizeof(uint16_t);
     const struct tide_view *v[3] = {gate, up, down};
-    for (int j = 0; j < 3 && rc == TIDE_OK; j++)
-        rc = cuda_bk_upload_sync(bk, (char *)e->dev + (size_t)j * mat, v[j]->data, mat, op);
-    if (rc) {
+    if ((rc = cuda_bk_expert_fill(bk, e, v, true, op))) {
         cuda_bk_expert_destroy(bk, e);
         return rc;
     }
@@ -687,6 +776,8 @@ static const struct tide_backend_ops cuda_bk_ops = {
     .copy_sync = cuda_bk_copy_sync,
     .timings = cuda_bk_timings,
     .mem_info = cuda_bk_mem_info,
+    .expert_ffn_batch = cuda_bk_expert_ffn_batch,
+    .slot_create_q = cuda_bk_slot_create_q,
 };
 
 static const struct tide_plugin_desc cuda_bk_desc = {

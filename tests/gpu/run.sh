@@ -11,7 +11,9 @@
 #   env       GPU, driver, toolchain, and whether the build's libraries exist
 #   configure cmake -DCMAKE_BUILD_TYPE=Release -DTIDE_WITH_CUDA=ON (sm_90)
 #   build     all targets
-#   ctest     ctest -L gpu: op conformance, the offload slots, end to end
+#   ctest     ctest -L gpu: op conformance, the offload slots, quantized
+#             experts (test_cuda_quant: q8_0, q4_0, fp8 through expert_create
+#             and slot_create_q against the host reference), end to end
 #             against the CPU backend on a tiny model, bench-h2d --quick
 #   h2d       bench-h2d: host-to-device GB/s, pinned / pageable / in place /
 #             staged (h2d.csv)

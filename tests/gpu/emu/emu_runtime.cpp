@@ -945,8 +945,9 @@ const char *cublasGetStatusString(cublasStatus_t s)
     return s == CUBLAS_STATUS_SUCCESS ? "success" : "emulated cuBLAS error (see cuda-emu messages)";
 }
 
-/* C = alpha op(A) op(B) + beta C, column-major, bf16 inputs, f32 output and
- * accumulation (in order over k, one of the orders the contract allows). */
+/* C = alpha op(A) op(B) + beta C, column-major, bf16 or f32 inputs (both
+ * the same), f32 output and accumulation (in order over k, one of the orders
+ * the contract allows). */
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                             int n, int k, const void *alpha, const void *A, cudaDataType Atype,
                             int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
@@ -955,11 +956,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 {
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_32F ||
+    if ((Atype != CUDA_R_16BF && Atype != CUDA_R_32F) || Btype != Atype || Ctype != CUDA_R_32F ||
         compute != CUBLAS_COMPUTE_32F) {
-        fprintf(stderr, "cuda-emu: cublasGemmEx: only bf16 x bf16 -> f32 with 32F compute\n");
+        fprintf(stderr, "cuda-emu: cublasGemmEx: only bf16 x bf16 or f32 x f32 -> f32 with 32F "
+                        "compute\n");
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    const bool f32 = Atype == CUDA_R_32F;
+    const size_t es = f32 ? 4 : 2;
     const bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
     if ((!an && ta != CUBLAS_OP_T) || (!bn && tb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 ||
         lda < std::max(1, an ? m : k) || ldb < std::max(1, bn ? k : n) || ldc < std::max(1, m)) {
@@ -974,25 +978,28 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     auto span = [](int rows, int cols, int ld) { return (size_t)(cols - 1) * ld + rows; };
     const size_t ea = k ? span(an ? m : k, an ? k : m, lda) : 0;
     const size_t eb = k ? span(bn ? k : n, bn ? n : k, ldb) : 0;
-    if ((k && (!in_dev(A, 2 * ea) || !in_dev(B, 2 * eb))) || !in_dev(C, 4 * span(m, n, ldc))) {
+    if ((k && (!in_dev(A, es * ea) || !in_dev(B, es * eb))) || !in_dev(C, 4 * span(m, n, ldc))) {
         fprintf(stderr, "cuda-emu: cublasGemmEx: an operand lies outside device memory\n");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     Stream *s = stream_of(h->stream, "cublasGemmEx");
     if (!s)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const uint16_t *a = (const uint16_t *)A, *b = (const uint16_t *)B;
     float *c = (float *)C;
     enqueue(
         s,
         [=]() {
-            auto bf = [](uint16_t v) { return __uint_as_float((uint32_t)v << 16); };
+            /* Element i of an operand as f32. */
+            auto at = [f32](const void *p, size_t i) {
+                return f32 ? ((const float *)p)[i]
+                           : __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+            };
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++) {
                     float acc = 0.0f;
                     for (int l = 0; l < k; l++) {
-                        float x = bf(an ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
-                        float y = bf(bn ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
+                        float x = at(A, an ? i + (size_t)l * lda : l + (size_t)i * lda);
+                        float y = at(B, bn ? l + (size_t)j * ldb : j + (size_t)l * ldb);
                         acc += x * y;
                     }
                     float &out = c[i + (size_t)j * ldc];
