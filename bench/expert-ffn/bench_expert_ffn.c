@@ -337,12 +337,13 @@ static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tid
         return rc;
     r->slot_ms = slot_load_ms(r, raw, H, I);
     r->has_batch = TIDE_OPS_HAS(r->ops, expert_ffn_batch);
-    const int64_t out_rows = r->has_batch ? (int64_t)n_experts * BENCH_BATCH_MAX : 256;
+    int64_t out_rows = r->has_batch ? (int64_t)n_experts * BENCH_BATCH_MAX : 256;
+    out_rows = out_rows > 256 ? out_rows : 256; /* single calls write up to 256 rows */
     if ((rc = r->ops->buffer_alloc(r->bk, (size_t)(256 * H) * 2, &r->xb)) ||
         (rc = r->ops->buffer_alloc(r->bk, (size_t)(out_rows * H) * 4, &r->ob)))
         return rc;
     r->x = tide_tensor_2d(r->xb, TIDE_DTYPE_BF16, 256, H);
-    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, out_rows > 256 ? out_rows : 256, H);
+    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, out_rows, H);
     uint16_t *xh = malloc(sizeof *xh * (size_t)(256 * H));
     if (!xh)
         return TIDE_E_NOMEM;
