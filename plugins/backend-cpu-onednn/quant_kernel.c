@@ -3,11 +3,14 @@
  * (the checkpoint's memory, or a slot's copy of it): no matrix is ever
  * dequantized into a copy, each 32-value chunk is decoded in registers.
  *
- * oneDNN 2.6 cannot take these weights: its matmul has int8 weights only with
- * int8 or u8 sources (integer arithmetic with one scale per output channel or
- * per tensor, set by output_scales), and no f8 data type at all. Weight
- * decompression (bf16/f32 sources with int8/int4 weights and grouped scales)
- * came with oneDNN 3.3's fpmath mode and per-group scales, FP8 with 3.4/3.5.
+ * oneDNN 2.6 cannot take these weights. Its data types are f16, bf16, f32,
+ * s32, s8 and u8 (dnnl_types.h: no f8, no 4-bit), and its scales are set per
+ * argument with a mask over whole dimensions (dnnl_primitive_attr_set_scales,
+ * set_output_scales), so one scale per 32 values of a row (q8_0, q4_0) or per
+ * 128x128 block (fp8) cannot be expressed; an s8-weight matmul there is
+ * integer arithmetic that wants s8/u8 sources, not bf16. Weight
+ * decompression (floating-point sources with int8/int4 weights and grouped
+ * scales) and the f8 types arrived in the 3.x series.
  *
  * What is computed, for y = x W^T with x bf16 [m, K] and W [N, K]:
  *   - W[j][i] = value * scale, the exact product rounded once to f32, bit for
