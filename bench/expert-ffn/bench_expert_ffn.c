@@ -16,9 +16,14 @@
  * the median over sweeps of the median cycle; the ratio is taken against the
  * triad measured just before it.
  *
+ * --format runs the experts in bf16 (every layout, the default), q8_0, q4_0
+ * or fp8 (blocks 128x128), quantized from the same bf16 weights with
+ * tide_quantize_bf16, or all of them interleaved; the bandwidth counts the
+ * bytes of each format (values and scales), so /triad compares formats.
+ *
  * Usage: bench-expert-ffn [--backend NAME] [--threads N] [--mib MiB] [--hidden H]
  *                         [--inter I] [--seconds S] [--reps R] [--tokens 1,4,8,32,64]
- *                         [--huge 0|1]
+ *                         [--huge 0|1] [--format bf16|q8_0|q4_0|fp8|all]
  * --huge 1 puts the weights in transparent huge pages (2 MiB), as the
  * checkpoint is with [model] mmap = false; by default they are in 4 KiB
  * pages, as a mapped checkpoint is.
@@ -40,10 +45,11 @@
 #include "tide/backend.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
+#include "tide/quant.h"
 #include "tide/status.h"
 
 #define BENCH_MAX_TOKENS  16
-#define BENCH_MAX_LAYOUTS 4
+#define BENCH_MAX_LAYOUTS 8
 #define BENCH_MAX_REPS    16
 
 struct bench_cfg {
@@ -56,11 +62,24 @@ struct bench_cfg {
     int reps;                     /* sweeps */
     int tokens[BENCH_MAX_TOKENS]; /* token counts, each in [1, 256] */
     int n_tokens;
+    bool formats[TIDE_QFMT_COUNT]; /* formats measured (bf16 = TIDE_QFMT_NONE) */
+};
+
+/* The experts quantized to one format: expert e's matrix j (gate, up, down)
+ * has its values at data + e * per + voff[j] and its scales at soff[j]. */
+struct bench_q {
+    int fmt, block[2];
+    uint8_t *data;
+    size_t per;
+    size_t voff[3], soff[3];
 };
 
 /* One backend instance with its experts over the shared raw weights. */
 struct bench_run {
-    char layout[32]; /* "default" when the backend has no expert_layout */
+    char
+        layout[32]; /* "default" when the backend has no expert_layout; the format when quantized */
+    const struct bench_q *q; /* quantized experts, or NULL (bf16) */
+    double bytes;            /* bytes of one expert's weights (values and scales) */
     const struct tide_backend_ops *ops;
     struct tide_backend *bk;
     struct tide_expert **experts; /* [n_experts] */
@@ -115,18 +134,79 @@ static double median(double *v, int n)
     return n ? v[n / 2] : 0.0;
 }
 
-/* Expert e's three matrices inside the raw weights. */
-static void expert_views(const uint16_t *raw, int e, int64_t H, int64_t I, struct tide_view v[3])
+/* Expert e's three matrices inside the raw weights (q NULL), or inside the
+ * quantized copy q, whose scale views go to sv[3]. */
+static void expert_views(const uint16_t *raw, const struct bench_q *q, int e, int64_t H, int64_t I,
+                         struct tide_view v[3], struct tide_view sv[3])
 {
     const size_t mat = (size_t)(H * I);
     for (int j = 0; j < 3; j++) {
-        struct tide_view x = {.data = raw + ((size_t)e * 3 + (size_t)j) * mat,
-                              .dtype = TIDE_DTYPE_BF16,
+        const int64_t rows = j < 2 ? I : H, cols = j < 2 ? H : I;
+        if (!q) {
+            struct tide_view x = {.data = raw + ((size_t)e * 3 + (size_t)j) * mat,
+                                  .dtype = TIDE_DTYPE_BF16,
+                                  .ndim = 2,
+                                  .shape = {rows, cols},
+                                  .nbytes = mat * 2};
+            v[j] = x;
+            continue;
+        }
+        int64_t vs[2], ss[2];
+        tide_qmat_value_shape(q->fmt, rows, cols, vs);
+        tide_qmat_scale_shape(q->block, rows, cols, ss);
+        const uint8_t *base = q->data + (size_t)e * q->per;
+        struct tide_view s = {.data = base + q->soff[j],
+                              .dtype = tide_qfmt_scale_dtype(q->fmt),
                               .ndim = 2,
-                              .shape = {j < 2 ? I : H, j < 2 ? H : I},
-                              .nbytes = mat * 2};
+                              .shape = {ss[0], ss[1]},
+                              .nbytes = (size_t)(ss[0] * ss[1]) *
+                                        tide_dtype_size(tide_qfmt_scale_dtype(q->fmt))};
+        sv[j] = s;
+        struct tide_view x = {.data = base + q->voff[j],
+                              .dtype = tide_qfmt_value_dtype(q->fmt),
+                              .ndim = 2,
+                              .shape = {rows, cols},
+                              .nbytes = (size_t)(vs[0] * vs[1]),
+                              .qfmt = q->fmt,
+                              .qblock = {q->block[0], q->block[1]},
+                              .scale = &sv[j]};
         v[j] = x;
     }
+}
+
+/* Quantize the n_experts bf16 experts of raw into q (fmt with its default block). */
+static int bench_quantize(struct bench_q *q, int fmt, const uint16_t *raw, int n_experts, int64_t H,
+                          int64_t I)
+{
+    q->fmt = fmt;
+    tide_qfmt_default_block(fmt, q->block);
+    size_t at = 0;
+    for (int j = 0; j < 3; j++) {
+        const int64_t rows = j < 2 ? I : H, cols = j < 2 ? H : I;
+        int64_t vs[2], ss[2];
+        tide_qmat_value_shape(fmt, rows, cols, vs);
+        tide_qmat_scale_shape(q->block, rows, cols, ss);
+        q->voff[j] = at;
+        at += ((size_t)(vs[0] * vs[1]) + 63) & ~(size_t)63;
+        q->soff[j] = at;
+        at += ((size_t)(ss[0] * ss[1]) * tide_dtype_size(tide_qfmt_scale_dtype(fmt)) + 63) &
+              ~(size_t)63;
+    }
+    q->per = at;
+    q->data = aligned_alloc(2u << 20, (q->per * (size_t)n_experts + (2u << 20) - 1) &
+                                          ~(size_t)((2u << 20) - 1));
+    if (!q->data)
+        return TIDE_E_NOMEM;
+    int bad = 0;
+    const size_t mat = (size_t)(H * I);
+#pragma omp parallel for schedule(dynamic) reduction(| : bad)
+    for (int e = 0; e < n_experts; e++)
+        for (int j = 0; j < 3; j++)
+            bad |= tide_quantize_bf16(fmt, q->block, raw + ((size_t)e * 3 + (size_t)j) * mat,
+                                      j < 2 ? I : H, j < 2 ? H : I,
+                                      q->data + (size_t)e * q->per + q->voff[j],
+                                      q->data + (size_t)e * q->per + q->soff[j]) != 0;
+    return bad ? TIDE_E_INVAL : TIDE_OK;
 }
 
 /* Median microseconds per expert at n tokens, over cycles through all
@@ -193,7 +273,11 @@ static double slot_load_ms(struct bench_run *r, const uint16_t *raw, int64_t H, 
 {
     struct tide_expert *slot = NULL;
     if (!TIDE_OPS_HAS(r->ops, slot_create) || !TIDE_OPS_HAS(r->ops, slot_load) ||
-        !TIDE_OPS_HAS(r->ops, copy_sync) || r->ops->slot_create(r->bk, H, I, &slot))
+        !TIDE_OPS_HAS(r->ops, copy_sync))
+        return -1.0;
+    if (r->q ? !TIDE_OPS_HAS(r->ops, slot_create_q) ||
+                   r->ops->slot_create_q(r->bk, H, I, r->q->fmt, r->q->block, &slot)
+             : r->ops->slot_create(r->bk, H, I, &slot))
         return -1.0;
     const int loads = r->n_experts < 32 ? r->n_experts : 32;
     double t0 = 0.0;
@@ -201,8 +285,8 @@ static double slot_load_ms(struct bench_run *r, const uint16_t *raw, int64_t H, 
     for (int i = -1; i < loads && !rc; i++) { /* i = -1: first touch of the slot */
         if (i == 0)
             t0 = now_s();
-        struct tide_view v[3];
-        expert_views(raw, i < 0 ? 0 : i, H, I, v);
+        struct tide_view v[3], sv[3];
+        expert_views(raw, r->q, i < 0 ? 0 : i, H, I, v, sv);
         rc = r->ops->slot_load(r->bk, slot, &v[0], &v[1], &v[2]);
         if (!rc)
             rc = r->ops->copy_sync(r->bk);
@@ -215,7 +299,7 @@ static double slot_load_ms(struct bench_run *r, const uint16_t *raw, int64_t H, 
 /* Create a backend instance with `layout` (NULL: the backend's default) and its experts. */
 static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tide_config *cfg,
                     const struct bench_cfg *bc, const char *layout, const uint16_t *raw,
-                    int n_experts)
+                    const struct bench_q *q, int n_experts)
 {
     const char *sec = p->desc->name;
     char threads[32];
@@ -224,7 +308,13 @@ static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tid
          tide_config_set_value(cfg, sec, "threads", threads, "bench")) ||
         (layout && tide_config_set_value(cfg, sec, "expert_layout", layout, "bench")))
         return TIDE_E_CONFIG;
-    snprintf(r->layout, sizeof r->layout, "%s", layout ? layout : "default");
+    snprintf(r->layout, sizeof r->layout, "%s",
+             q        ? tide_qfmt_name(q->fmt)
+             : layout ? layout
+                      : "default");
+    r->q = q;
+    r->bytes = q ? (double)tide_qexpert_bytes(q->fmt, q->block, bc->hidden, bc->inter)
+                 : 3.0 * bc->hidden * bc->inter * 2.0;
     r->ops = p->desc->ops;
     r->n_experts = n_experts;
     struct tide_backend_args args = {
@@ -238,8 +328,8 @@ static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tid
         return TIDE_E_NOMEM;
     double t0 = now_s();
     for (int e = 0; e < n_experts && !rc; e++) {
-        struct tide_view v[3];
-        expert_views(raw, e, H, I, v);
+        struct tide_view v[3], sv[3];
+        expert_views(raw, q, e, H, I, v, sv);
         rc = r->ops->expert_create(r->bk, &v[0], &v[1], &v[2], &r->experts[e]);
     }
     r->create_ms = 1e3 * (now_s() - t0) / n_experts;
@@ -247,12 +337,13 @@ static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tid
         return rc;
     r->slot_ms = slot_load_ms(r, raw, H, I);
     r->has_batch = TIDE_OPS_HAS(r->ops, expert_ffn_batch);
-    const int64_t out_rows = r->has_batch ? (int64_t)n_experts * BENCH_BATCH_MAX : 256;
+    int64_t out_rows = r->has_batch ? (int64_t)n_experts * BENCH_BATCH_MAX : 256;
+    out_rows = out_rows > 256 ? out_rows : 256; /* single calls write up to 256 rows */
     if ((rc = r->ops->buffer_alloc(r->bk, (size_t)(256 * H) * 2, &r->xb)) ||
         (rc = r->ops->buffer_alloc(r->bk, (size_t)(out_rows * H) * 4, &r->ob)))
         return rc;
     r->x = tide_tensor_2d(r->xb, TIDE_DTYPE_BF16, 256, H);
-    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, out_rows > 256 ? out_rows : 256, H);
+    r->out = tide_tensor_2d(r->ob, TIDE_DTYPE_F32, out_rows, H);
     uint16_t *xh = malloc(sizeof *xh * (size_t)(256 * H));
     if (!xh)
         return TIDE_E_NOMEM;
@@ -294,7 +385,8 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--backend NAME] [--threads N] [--mib MiB] [--hidden H] [--inter I] "
-            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64] [--huge 0|1]\n",
+            "[--seconds S] [--reps R] [--tokens 1,4,8,32,64] [--huge 0|1] "
+            "[--format bf16|q8_0|q4_0|fp8|all]\n",
             argv0);
     return 2;
 }
@@ -321,7 +413,17 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
             bc->seconds = atof(v);
         else if (!strcmp(argv[i], "--reps"))
             bc->reps = atoi(v);
-        else if (strcmp(argv[i], "--tokens") || parse_tokens(v, bc))
+        else if (!strcmp(argv[i], "--format")) {
+            int f;
+            memset(bc->formats, 0, sizeof bc->formats);
+            if (!strcmp(v, "all"))
+                for (f = 0; f < TIDE_QFMT_COUNT; f++)
+                    bc->formats[f] = true;
+            else if (tide_qfmt_parse(v, &f))
+                return 1;
+            else
+                bc->formats[f] = true;
+        } else if (strcmp(argv[i], "--tokens") || parse_tokens(v, bc))
             return 1;
     }
     return bc->threads < 0 || bc->mib < 1 || bc->hidden < 1 || bc->inter < 1 ||
@@ -332,7 +434,7 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
 static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                  struct roof_triad *tr, double peak, double peak_cpu, int threads)
 {
-    const double mat = (double)bc->hidden * bc->inter, bytes = 3.0 * mat * 2.0;
+    const double mat = (double)bc->hidden * bc->inter;
     double triad[BENCH_MAX_TOKENS][BENCH_MAX_REPS];
     for (int rep = 0; rep < bc->reps; rep++)
         for (int i = 0; i < bc->n_tokens; i++) {
@@ -347,7 +449,7 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                         return TIDE_E_DEVICE;
                     runs[l].us[b][i][rep] = us;
                     runs[l].cpu_us[b][i][rep] = cus;
-                    runs[l].ratio[b][i][rep] = bytes / (1e-6 * us) / 1e9 / triad[i][rep];
+                    runs[l].ratio[b][i][rep] = runs[l].bytes / (1e-6 * us) / 1e9 / triad[i][rep];
                 }
         }
     printf("%6s  %-8s %-6s %10s %11s %8s %10s %8s %10s %9s %9s\n", "tokens", "layout", "call",
@@ -364,9 +466,10 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                 double cus = median(runs[l].cpu_us[b][i], bc->reps);
                 double gf_cpu = 2.0 * bc->tokens[i] * 3.0 * mat / (1e-6 * cus) / 1e9;
                 printf("%6d  %-8s %-6s %10.1f %11.1f %8.2f %10.1f %8.2f %10.1f %9.1f %9.2f\n",
-                       bc->tokens[i], runs[l].layout, b ? "batch" : "single", us, bytes / t / 1e9,
-                       median(runs[l].ratio[b][i], bc->reps), gf, peak > 0 ? gf / peak : 0.0, tri,
-                       cus, peak_cpu > 0 ? gf_cpu / peak_cpu : 0.0);
+                       bc->tokens[i], runs[l].layout, b ? "batch" : "single", us,
+                       runs[l].bytes / t / 1e9, median(runs[l].ratio[b][i], bc->reps), gf,
+                       peak > 0 ? gf / peak : 0.0, tri, cus,
+                       peak_cpu > 0 ? gf_cpu / peak_cpu : 0.0);
             }
     }
     /* Against the targets: memory-bound counts (<= 8 tokens) by the triad,
@@ -404,6 +507,7 @@ int main(int argc, char **argv)
         .reps = 3,
         .tokens = {1, 4, 8, 32, 64},
         .n_tokens = 5,
+        .formats = {[TIDE_QFMT_NONE] = true},
     };
     if (parse_args(argc, argv, &bc))
         return usage(argv[0]);
@@ -442,20 +546,32 @@ int main(int argc, char **argv)
         if (!strcmp(o->name, "expert_layout") && o->choices)
             snprintf(choices, sizeof choices, "%s", o->choices);
     char *save = NULL, *c = strtok_r(choices, "|", &save);
-    if (!c && !rc)
-        rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, raw, n_experts);
-    for (; c && !rc && n_runs < BENCH_MAX_LAYOUTS; c = strtok_r(NULL, "|", &save))
-        if (strcmp(c, "auto"))
-            rc = run_open(&runs[n_runs++], p, cfg, &bc, c, raw, n_experts);
+    if (bc.formats[TIDE_QFMT_NONE]) {
+        if (!c && !rc)
+            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, raw, NULL, n_experts);
+        for (; c && !rc && n_runs < BENCH_MAX_LAYOUTS; c = strtok_r(NULL, "|", &save))
+            if (strcmp(c, "auto"))
+                rc = run_open(&runs[n_runs++], p, cfg, &bc, c, raw, NULL, n_experts);
+    }
+    /* Quantized experts have one layout of their own, whatever expert_layout says. */
+    struct bench_q qs[TIDE_QFMT_COUNT];
+    memset(qs, 0, sizeof qs);
+    for (int f = 1; f < TIDE_QFMT_COUNT && !rc && n_runs < BENCH_MAX_LAYOUTS; f++)
+        if (bc.formats[f] && !(rc = bench_quantize(&qs[f], f, raw, n_experts, bc.hidden, bc.inter)))
+            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, raw, &qs[f], n_experts);
     struct roof_triad tr = {0};
     if (!rc)
         rc = roof_triad_init(&tr, (size_t)32 << 20, threads) ? TIDE_E_NOMEM
                                                              : TIDE_OK; /* 3 x 256 MiB */
     if (!rc) {
-        printf("# expert FFN H=%d I=%d bf16, %d experts x %.2f MiB = %.0f MiB cycled, %d "
-               "threads, %d sweeps\n",
-               bc.hidden, bc.inter, n_experts, expert_bytes / 1048576.0,
-               n_experts * expert_bytes / 1048576.0, threads, bc.reps);
+        char cpu[256];
+        roof_cpu_name(cpu, sizeof cpu);
+        printf("# expert FFN H=%d I=%d on %s, %d experts, %d threads, %d sweeps\n", bc.hidden,
+               bc.inter, cpu, n_experts, threads, bc.reps);
+        for (int l = 0; l < n_runs; l++)
+            printf("# %s: %.2f MiB per expert (values and scales), %.0f MiB cycled\n",
+                   runs[l].layout, runs[l].bytes / 1048576.0,
+                   n_experts * runs[l].bytes / 1048576.0);
         for (int l = 0; l < n_runs; l++)
             printf("# %s: %s; expert_create %.2f ms, slot_load %.2f ms per expert\n",
                    runs[l].layout, runs[l].ops->describe(runs[l].bk), runs[l].create_ms,
@@ -465,8 +581,6 @@ int main(int argc, char **argv)
                expert_bytes / 1048576.0);
         double peak_cpu = 0;
         const double peak = roof_peak2(threads, true, &peak_cpu);
-        char cpu[256];
-        roof_cpu_name(cpu, sizeof cpu);
         printf("# CPU: %s\n", cpu);
         printf("# STREAM triad: 3 x 256 MiB, %d threads, measured before each token count; "
                "bf16 peak (%s, %d threads) %.0f GFLOP/s (%.0f per CPU-second x "
@@ -484,6 +598,8 @@ int main(int argc, char **argv)
         run_close(&runs[l]);
     tide_config_destroy(cfg);
     free(raw);
+    for (int f = 0; f < TIDE_QFMT_COUNT; f++)
+        free(qs[f].data);
     tide_plugins_free(set);
     return rc ? 1 : 0;
 }

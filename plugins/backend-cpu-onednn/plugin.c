@@ -1,7 +1,7 @@
 /* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
  * memory and weights. Experts and slots live in experts.c, the matmuls and
  * the expert FFN in gemm.c (oneDNN) and raw_kernel.c (AVX512-BF16), the other
- * ops in ops.c (OpenMP loops).
+ * ops in ops.c (OpenMP loops); block-quantized experts run on quant_kernel.c.
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -43,7 +43,14 @@
  * layer), and costs a second copy of every expert, ~2.7-3.3 ms of packing
  * each on first use (~15 s over LLaDA2.0-mini's 4864 experts, stalling the
  * first steps) and 1.4-1.6 ms per slot promotion instead of 0.23 ms. Memory
- * and start-up decide: the default is inplace wherever its kernel runs. */
+ * and start-up decide: the default is inplace wherever its kernel runs.
+ * Block-quantized experts (q8_0, q4_0, fp8: tide/quant.h) ignore this option:
+ * they always keep their own compressed layout, the checkpoint's values and
+ * scales in place (or a slot's copy of them), read by quant_kernel.c; oneDNN
+ * 2.6 has no matmul for them (quant_kernel.c says why). The `simd` option
+ * also switches quant_kernel.c between its AVX2 code and its plain C twin
+ * (same bits). (The one-line helps below feed docs/config.md, which a test
+ * compares with `tide config doc`; they are left as they were.) */
 static const struct tide_option dnnl_bk_options[] = {
     {"threads", TIDE_OPT_INT, "0",
      "threads for oneDNN and the other ops (OpenMP); 0 = every core this process may use", NULL,

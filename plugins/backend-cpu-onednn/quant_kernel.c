@@ -3,11 +3,14 @@
  * (the checkpoint's memory, or a slot's copy of it): no matrix is ever
  * dequantized into a copy, each 32-value chunk is decoded in registers.
  *
- * oneDNN 2.6 cannot take these weights: its matmul has int8 weights only with
- * int8 or u8 sources (integer arithmetic with one scale per output channel or
- * per tensor, set by output_scales), and no f8 data type at all. Weight
- * decompression (bf16/f32 sources with int8/int4 weights and grouped scales)
- * came with oneDNN 3.3's fpmath mode and per-group scales, FP8 with 3.4/3.5.
+ * oneDNN 2.6 cannot take these weights. Its data types are f16, bf16, f32,
+ * s32, s8 and u8 (dnnl_types.h: no f8, no 4-bit), and its scales are set per
+ * argument with a mask over whole dimensions (dnnl_primitive_attr_set_scales,
+ * set_output_scales), so one scale per 32 values of a row (q8_0, q4_0) or per
+ * 128x128 block (fp8) cannot be expressed; an s8-weight matmul there is
+ * integer arithmetic that wants s8/u8 sources, not bf16. Weight
+ * decompression (floating-point sources with int8/int4 weights and grouped
+ * scales) and the f8 types arrived in the 3.x series.
  *
  * What is computed, for y = x W^T with x bf16 [m, K] and W [N, K]:
  *   - W[j][i] = value * scale, the exact product rounded once to f32, bit for
@@ -30,7 +33,7 @@
  * checks both against that order written out plainly on
  * tide_qview_row_f32's rows.
  *
- * AVX2 tiles are up to 4 tokens by QK_NR weight rows: each chunk of weights
+ * AVX2 tiles are up to 4 tokens by 3 to 8 weight rows: each chunk of weights
  * is decoded once per tile, so at 1-4 tokens the weights are read once.
  * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
  * passes over them) are split among the threads. */
@@ -41,12 +44,19 @@
 
 #include "dnnl_bk.h"
 
-/* Weight rows per block handed to a thread, and per register tile. */
-#define QK_RB 16
-#define QK_NR 2
+/* Weight rows per block handed to a thread (a multiple of every QK_NR). */
+#define QK_RB 24
+/* Weight rows of a register tile of mt tokens: mt x nr accumulators, with
+ * the weights and the scale, fit the 16 registers. Each output is one chain
+ * of dependent fused multiply-adds (the stated order), so at few tokens many
+ * rows are needed to cover the FMA latency. */
+#define QK_NR_MAX 8
+static const int qk_nr[5] = {0, 8, 6, 4, 3};
 
 #define QK_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QK_INLINE __attribute__((always_inline)) inline
+/* The tile loops unrolled completely, so that acc[t][r] are registers. */
+#define QK_UNROLL _Pragma("GCC unroll 8")
 
 bool dnnl_bk_q_avx2(void)
 {
@@ -168,73 +178,76 @@ static QK_TARGET QK_INLINE __m256 qk_dec8(int fmt, const uint8_t *q, int g)
     return _mm256_cvtph_ps(h);
 }
 
-/* mt (1..4) tokens by nr (1..QK_NR) weight rows j0 .. j0+nr-1 of w. xf: the
- * x rows widened to f32; x: the same bf16 rows, for the plain code. The
- * weights `pf` rows ahead are prefetched. */
+/* mt (1..4) tokens by nr (1..QK_NR_MAX) weight rows j0 .. j0+nr-1 of w.
+ * xf: the x rows widened to f32; x: the same bf16 rows, for the plain code.
+ * The weights `pf` rows ahead are prefetched. */
 static QK_TARGET QK_INLINE void qk_tile(int fmt, int mt, int nr, const float *const *xf,
                                         const uint16_t *const *x, const struct dnnl_bk_qmat *w,
                                         int64_t j0, float *const *y, int64_t pf)
 {
-    __m256 acc[4][QK_NR];
+    __m256 acc[4][QK_NR_MAX];
+    QK_UNROLL
     for (int t = 0; t < mt; t++)
-        for (int r = 0; r < nr; r++)
-            acc[t][r] = _mm256_setzero_ps();
+        QK_UNROLL
+    for (int r = 0; r < nr; r++)
+        acc[t][r] = _mm256_setzero_ps();
     const int64_t k = w->k, rb = qk_row_bytes(w), bc = w->bc;
     const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
-    const uint8_t *q[QK_NR];
-    int64_t srow[QK_NR]; /* first scale of each row */
-    for (int r = 0; r < nr; r++) {
-        q[r] = (const uint8_t *)w->q + (j0 + r) * rb;
-        srow[r] = (j0 + r) / w->br * w->sld;
-    }
+    const uint8_t *q0 = (const uint8_t *)w->q + j0 * rb;
+    /* Scale rows: the rows of a tile share one when br > 1 (fp8), else
+     * they are consecutive (q8_0, q4_0: br = 1). */
+    const int64_t s0 = j0 / w->br * w->sld;
     __m256i nan = _mm256_setzero_si256();
+    int64_t off = 0; /* bytes of a row's values before chunk i */
     for (int64_t c0 = 0, b = 0; c0 < k; c0 += bc, b++) {
-        __m256 s[QK_NR];
-        for (int r = 0; r < nr; r++) {
-            const int64_t si = srow[r] + b;
-            s[r] = fmt == TIDE_QFMT_FP8 ? _mm256_set1_ps(((const float *)w->s)[si] * 256.0f)
-                                        : _mm256_set1_ps(_cvtsh_ss(((const uint16_t *)w->s)[si]));
-        }
         const int64_t c1 = c0 + bc < k ? c0 + bc : k;
-        for (int64_t i = c0; i < c1; i += 32) {
-            const int64_t off = i / 32 * chunk_bytes;
-            if ((off & 63) == 0) /* one prefetch per 64-byte line */
-                for (int r = 0; r < nr; r++)
-                    _mm_prefetch((const char *)((uintptr_t)q[r] + (uintptr_t)(pf * rb + off)),
+        for (int64_t i = c0; i < c1; i += 32, off += chunk_bytes) {
+            QK_UNROLL
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *q = q0 + r * rb + off;
+                if ((off & 63) == 0) /* one prefetch per 64-byte line */
+                    _mm_prefetch((const char *)((uintptr_t)q + (uintptr_t)(pf * rb)),
                                  DNNL_BK_RAW_PF_HINT);
-            if (fmt == TIDE_QFMT_FP8)
-                for (int r = 0; r < nr; r++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q[r] + off));
+                __m256 s;
+                if (fmt == TIDE_QFMT_FP8) {
+                    const int64_t si = (j0 + r) / w->br * w->sld + b;
+                    s = _mm256_set1_ps(((const float *)w->s)[si] * 256.0f);
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
                     const __m256i m7 = _mm256_set1_epi8(0x7f);
                     nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7));
+                } else {
+                    s = _mm256_set1_ps(_cvtsh_ss(((const uint16_t *)w->s)[s0 + r * w->sld + b]));
                 }
-            for (int g = 0; g < 4; g++) {
-                __m256 wv[QK_NR];
-                for (int r = 0; r < nr; r++)
-                    wv[r] = _mm256_mul_ps(qk_dec8(fmt, q[r] + off, g), s[r]);
-                for (int t = 0; t < mt; t++) {
-                    const __m256 xv = _mm256_loadu_ps(xf[t] + i + 8 * g);
-                    for (int r = 0; r < nr; r++)
-                        acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+                QK_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    const __m256 wv = _mm256_mul_ps(qk_dec8(fmt, q, g), s);
+                    QK_UNROLL
+                    for (int t = 0; t < mt; t++)
+                        acc[t][r] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(xf[t] + i + 8 * g), wv, acc[t][r]);
                 }
             }
         }
     }
     if (fmt == TIDE_QFMT_FP8 && !_mm256_testz_si256(nan, nan)) {
+        QK_UNROLL
         for (int t = 0; t < mt; t++)
-            for (int r = 0; r < nr; r++)
-                y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
+            QK_UNROLL
+        for (int r = 0; r < nr; r++)
+            y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
         return;
     }
+    QK_UNROLL
     for (int t = 0; t < mt; t++)
-        for (int r = 0; r < nr; r++)
-            y[t][j0 + r] = qk_hsum(acc[t][r]);
+        QK_UNROLL
+    for (int r = 0; r < nr; r++)
+        y[t][j0 + r] = qk_hsum(acc[t][r]);
 }
 
 typedef void (*qk_tile_fn)(const float *const *xf, const uint16_t *const *x,
                            const struct dnnl_bk_qmat *w, int64_t j0, float *const *y, int64_t pf);
 
-/* qk_tile_<format>_<tokens>_<1 or n> (n: QK_NR rows) */
+/* qk_tile_<format>_<tokens>_<1 or n> (n: qk_nr[tokens] rows) */
 #define QK_TILE(fmt, name, mt, nr, tag)                                                            \
     static QK_TARGET void qk_tile_##name##_##mt##_##tag(                                           \
         const float *const *xf, const uint16_t *const *x, const struct dnnl_bk_qmat *w,            \
@@ -244,18 +257,18 @@ typedef void (*qk_tile_fn)(const float *const *xf, const uint16_t *const *x,
     }
 #define QK_TILES(fmt, name)                                                                        \
     QK_TILE(fmt, name, 1, 1, 1)                                                                    \
-    QK_TILE(fmt, name, 1, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 1, 8, n)                                                                    \
     QK_TILE(fmt, name, 2, 1, 1)                                                                    \
-    QK_TILE(fmt, name, 2, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 2, 6, n)                                                                    \
     QK_TILE(fmt, name, 3, 1, 1)                                                                    \
-    QK_TILE(fmt, name, 3, QK_NR, n)                                                                \
+    QK_TILE(fmt, name, 3, 4, n)                                                                    \
     QK_TILE(fmt, name, 4, 1, 1)                                                                    \
-    QK_TILE(fmt, name, 4, QK_NR, n)
+    QK_TILE(fmt, name, 4, 3, n)
 QK_TILES(TIDE_QFMT_Q8_0, q8)
 QK_TILES(TIDE_QFMT_Q4_0, q4)
 QK_TILES(TIDE_QFMT_FP8, f8)
 
-/* [format][tokens][1 or QK_NR rows] */
+/* [format][tokens][1 or qk_nr[tokens] rows] */
 static const qk_tile_fn qk_tiles[TIDE_QFMT_COUNT][5][2] = {
     [TIDE_QFMT_Q8_0] = {{NULL, NULL},
                         {qk_tile_q8_1_1, qk_tile_q8_1_n},
@@ -289,12 +302,12 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
      * least the next tile. */
     const int64_t rb = qk_row_bytes(w);
     int64_t pf = (DNNL_BK_RAW_PF_BYTES + rb - 1) / rb;
-    pf = pf > QK_NR ? pf : QK_NR;
+    pf = pf > QK_NR_MAX ? pf : QK_NR_MAX;
     const qk_tile_fn(*tiles)[2] = qk_tiles[w->fmt];
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
-        const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
+        const int mt = (int)(m - t0 < 4 ? m - t0 : 4), nr = qk_nr[mt];
         int64_t r = r0;
-        for (; r + QK_NR <= r1; r += QK_NR)
+        for (; r + nr <= r1; r += nr)
             tiles[mt][1](xf + t0, x + t0, w, r, s->y + t0, pf);
         for (; r < r1; r++)
             tiles[mt][0](xf + t0, x + t0, w, r, s->y + t0, pf);
