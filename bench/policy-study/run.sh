@@ -20,7 +20,10 @@
 #     a sequence's routing does not depend on its companions) under tide,
 #     lru, cost and static: batch.md, batch.csv and one SVG per trace and
 #     profile (plots/batch--TRACE--PROFILE.svg): modelled ms per sequence-step
-#     against batch size at a quarter of the experts, and TIDE's best interval.
+#     against batch size at a quarter of the experts, and TIDE's best interval;
+#  6. the format axis: each trace replayed with bf16, fp8, q8_0 and q4_0
+#     experts (`tide sim --experts`: the format's bytes per promotion, the
+#     profile's compute): format.md, format.csv (docs/quantization.md).
 #
 # usage: bench/policy-study/run.sh [-o OUT] [-t TIDE] [-p MAX_PROMPTS] [--quick] [--reuse]
 #                                  [CHECKPOINT_DIR ...]
@@ -50,7 +53,7 @@ while [ $# -gt 0 ]; do
     -p) max_prompts="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --reuse) reuse=1; shift ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) ckpts+=("$(cd "$1" && pwd)"); shift ;;
     esac
@@ -212,3 +215,26 @@ for t in "${traces[@]}"; do
     done
 done
 python3 "$root/bench/policy-study/batch_table.py" "$out"
+
+# 6. The format axis: each trace's routing replayed with experts in bf16,
+#    fp8, q8_0 and q4_0 (`tide sim --experts`): promotions move the format's
+#    bytes, expert compute keeps the profile's curves (measured in bf16);
+#    format.md and format.csv: TIDE's best interval and the best policy per
+#    format.
+mkdir -p "$out/sim-format"
+for t in "${traces[@]}"; do
+    name="$(basename "$t" .trc)"
+    experts="$("$tide" trace info "$t" | sed -n "s/^shape: [0-9]* MoE layers x \([0-9]*\) experts.*/\1/p")"
+    budgets="$((experts / 8)),$((experts / 4))"
+    for prof in "${profiles[@]}"; do
+        for fmt in bf16 fp8 q8_0 q4_0; do
+            echo "sim $name on $prof, $fmt experts"
+            "$tide" --quiet sim --trace "$t" --profile "$root/config/profiles/$prof.ini" \
+                --scale-profile --experts "$fmt" --policy tide,lru,cost,static \
+                --budget "$budgets" --interval "$intervals" \
+                --csv "$out/sim-format/$name--$prof--$fmt.csv" --force \
+                >"$out/sim-format/$name--$prof--$fmt.txt"
+        done
+    done
+done
+python3 "$root/bench/policy-study/format_table.py" "$out"

@@ -96,11 +96,14 @@ def main():
         ids_s = ",".join(map(str, ids))
         logits, gen = {}, {}
         for f in ["bf16"] + formats:
-            tide([a.tide, "--quiet", "forward", "--set", "model.path=" + dirs[f], "--ids", ids_s,
+            # check_weights off: the NaN scan reads the whole checkpoint per call
+            tide([a.tide, "--quiet", "forward", "--set", "model.path=" + dirs[f],
+                  "--set", "model.check_weights=false", "--ids", ids_s,
                   "--out", tmp, "--force"])
             logits[f] = np.fromfile(tmp, dtype="<f4").reshape(len(ids), vocab)
             if a.gen:
                 gen[f] = tide([a.tide, "--quiet", "run", "--set", "model.path=" + dirs[f],
+                               "--set", "model.check_weights=false",
                                "--set", "generation.gen_length=%d" % a.gen, "--set",
                                "output.progress=false", "--chat", "-p", p, "--print-ids"]).strip()
         ref = log_softmax(logits["bf16"])

@@ -463,7 +463,13 @@ int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32
     c->p = *p;
     c->expert_bytes = bytes;
     c->hidden = hidden;
-    c->scale = (double)bytes / (double)ref;
+    /* Expert compute scales with the shape (its bf16 bytes are its FLOPs);
+     * copies move the format's real bytes. A profile of another format keeps
+     * its own compute curves (allow_scale): dequantizing kernels are not
+     * faster in proportion to the bytes they read. */
+    const int none[2] = {0, 0};
+    c->scale = (double)tide_qexpert_bytes(TIDE_QFMT_NONE, none, hidden, inter) /
+               (double)tide_qexpert_bytes(TIDE_QFMT_NONE, none, p->hidden, p->inter);
     c->promote_us = (double)bytes / (p->h2d_gbps * 1e3);
     c->down_us_row = (double)hidden * 2.0 / (p->d2h_gbps * 1e3);
     c->up_us_row = (double)hidden * 4.0 / (p->h2d_gbps * 1e3);

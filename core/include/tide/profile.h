@@ -96,9 +96,10 @@ struct tide_cost {
 
 /* Bind p to experts of hidden x inter. A profile measured for another shape
  * is refused (TIDE_E_CONFIG, naming both shapes and `what`, e.g. the trace
- * file) unless allow_scale: then the curves scale linearly with expert bytes
- * (exact for bandwidth- and FLOP-bound times, approximate for launch
- * overheads). max_rows sizes the tables (larger rows are computed). */
+ * file) unless allow_scale: then the curves scale linearly with the
+ * expert's bf16 bytes, i.e. its FLOPs (exact for FLOP-bound times,
+ * approximate for launch overheads), while copies always move the expert's
+ * real bytes in its format. max_rows sizes the tables (larger rows are computed). */
 int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
                    uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows);
 /* The same for experts in weight format qfmt (tide/quant.h, default block):
