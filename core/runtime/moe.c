@@ -428,10 +428,10 @@ int tide_moe_configure(struct tide_moe *moe, const struct tide_moe_placement *p)
     if (p->costs && p->costs->expert_bytes != tide_moe_expert_bytes(moe)) {
         const char *fmt = tide_qfmt_name(moe->shape.qfmt);
         tide_error("[policy] profile: its costs are for experts of %llu bytes, but the model's "
-                   "%s experts have %llu bytes (hidden %d x inter %d); measure a profile for "
+                   "experts have %llu bytes (%s, hidden %d x inter %d); measure a profile for "
                    "this model with `tide profile --hidden %d --inter %d --format %s`",
-                   (unsigned long long)p->costs->expert_bytes, fmt,
-                   (unsigned long long)tide_moe_expert_bytes(moe), moe->shape.hidden,
+                   (unsigned long long)p->costs->expert_bytes,
+                   (unsigned long long)tide_moe_expert_bytes(moe), fmt, moe->shape.hidden,
                    moe->shape.inter, moe->shape.hidden, moe->shape.inter, fmt);
         return TIDE_E_CONFIG;
     }

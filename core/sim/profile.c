@@ -451,12 +451,12 @@ int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32
     const uint64_t bytes = tide_qexpert_bytes(qfmt, blk, hidden, inter);
     const uint64_t ref = tide_qexpert_bytes(p->qfmt, p->qblock, p->hidden, p->inter);
     if ((hidden != p->hidden || inter != p->inter || qfmt != p->qfmt) && !allow_scale) {
-        tide_error("profile %s was measured for %s experts of hidden %u x inter %u (%.2f MiB), "
-                   "but %s has %s experts of hidden %u x inter %u (%.2f MiB); measure a profile "
-                   "for that shape (tide profile --hidden %u --inter %u --format %s) or allow "
-                   "scaling by expert bytes",
-                   p->name, tide_qfmt_name(p->qfmt), p->hidden, p->inter, (double)ref / 1048576.0,
-                   what, tide_qfmt_name(qfmt), hidden, inter, (double)bytes / 1048576.0, hidden,
+        tide_error("profile %s was measured for experts of hidden %u x inter %u (%.2f MiB, %s), "
+                   "but %s has hidden %u x inter %u (%.2f MiB, %s); measure a profile for that "
+                   "shape (tide profile --hidden %u --inter %u --format %s) or allow scaling by "
+                   "expert bytes",
+                   p->name, p->hidden, p->inter, (double)ref / 1048576.0, tide_qfmt_name(p->qfmt),
+                   what, hidden, inter, (double)bytes / 1048576.0, tide_qfmt_name(qfmt), hidden,
                    inter, tide_qfmt_name(qfmt));
         return TIDE_E_CONFIG;
     }

@@ -35,10 +35,15 @@
  *
  * AVX2 tiles are up to 4 tokens by 3 to 8 weight rows: each chunk of weights
  * is decoded once per tile, so at 1-4 tokens the weights are read once.
+ * Above 4 tokens a row block is decoded once into f32 rows (the same
+ * products, in the thread's buffer, which stays in L2) and tiles of 4 tokens
+ * by 3 rows run over them: the same operations in the same order, so the
+ * same bits, without decoding the weights again for every 4 tokens.
  * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
  * passes over them) are split among the threads. */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,6 +292,103 @@ static const qk_tile_fn qk_tiles[TIDE_QFMT_COUNT][5][2] = {
                        {qk_tile_f8_4_1, qk_tile_f8_4_n}},
 };
 
+/* Weight row j of w as f32 into out[k]: each value times its scale, the
+ * products qk_tile multiplies (fp8 chunks holding a NaN code through the
+ * plain code, which decodes them to NaN). */
+static QK_TARGET void qk_decode_row(const struct dnnl_bk_qmat *w, int64_t j, float *out)
+{
+    const int fmt = w->fmt;
+    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
+    const uint8_t *q0 = (const uint8_t *)w->q + j * qk_row_bytes(w);
+    int64_t off = 0;
+    for (int64_t i = 0; i < w->k; i += 32, off += chunk_bytes) {
+        const uint8_t *q = q0 + off;
+        if (fmt == TIDE_QFMT_FP8) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+            const __m256i m7 = _mm256_set1_epi8(0x7f);
+            const __m256i nan = _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7);
+            if (!_mm256_testz_si256(nan, nan)) {
+                qk_chunk_scalar(w, j, i, out + i);
+                continue;
+            }
+        }
+        const __m256 s = _mm256_set1_ps(qk_scale(w, j, i / w->bc));
+        QK_UNROLL
+        for (int g = 0; g < 4; g++)
+            _mm256_storeu_ps(out + i + 8 * g, _mm256_mul_ps(qk_dec8(fmt, q, g), s));
+    }
+}
+
+/* mt (1..4) tokens by nr (1 or 3) decoded weight rows wf (nr rows of k),
+ * outputs col .. col+nr-1: qk_tile's order on f32 weights. */
+static QK_TARGET QK_INLINE void qk_ftile(int mt, int nr, const float *const *xf, const float *wf,
+                                         int64_t k, float *const *y, int64_t col)
+{
+    __m256 acc[4][3];
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int r = 0; r < nr; r++)
+        acc[t][r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) {
+        QK_UNROLL
+        for (int r = 0; r < nr; r++) {
+            const __m256 wv = _mm256_loadu_ps(wf + r * k + i);
+            QK_UNROLL
+            for (int t = 0; t < mt; t++)
+                acc[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xf[t] + i), wv, acc[t][r]);
+        }
+    }
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int r = 0; r < nr; r++)
+        y[t][col + r] = qk_hsum(acc[t][r]);
+}
+
+typedef void (*qk_ftile_fn)(const float *const *xf, const float *wf, int64_t k, float *const *y,
+                            int64_t col);
+#define QK_FTILE(mt, nr)                                                                           \
+    static QK_TARGET void qk_ftile_##mt##_##nr(const float *const *xf, const float *wf, int64_t k, \
+                                               float *const *y, int64_t col)                       \
+    {                                                                                              \
+        qk_ftile(mt, nr, xf, wf, k, y, col);                                                       \
+    }
+QK_FTILE(1, 1)
+QK_FTILE(1, 3)
+QK_FTILE(2, 1)
+QK_FTILE(2, 3)
+QK_FTILE(3, 1)
+QK_FTILE(3, 3)
+QK_FTILE(4, 1)
+QK_FTILE(4, 3)
+static const qk_ftile_fn qk_ftiles[5][2] = {
+    {NULL, NULL},
+    {qk_ftile_1_1, qk_ftile_1_3},
+    {qk_ftile_2_1, qk_ftile_2_3},
+    {qk_ftile_3_1, qk_ftile_3_3},
+    {qk_ftile_4_1, qk_ftile_4_3},
+};
+
+/* Rows [r0, r1) of one segment for m > 4 tokens: decoded once into wbuf
+ * (QK_RB rows of k floats), then every tile of tokens over them. */
+static void qk_block_decoded(const float *const *xf, int64_t m, const struct dnnl_bk_qseg *s,
+                             int64_t r0, int64_t r1, float *wbuf)
+{
+    const struct dnnl_bk_qmat *w = s->w;
+    const int64_t k = w->k;
+    for (int64_t r = r0; r < r1; r++)
+        qk_decode_row(w, r, wbuf + (r - r0) * k);
+    for (int64_t t0 = 0; t0 < m; t0 += 4) {
+        const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
+        int64_t r = r0;
+        for (; r + 3 <= r1; r += 3)
+            qk_ftiles[mt][1](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
+        for (; r < r1; r++)
+            qk_ftiles[mt][0](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
+    }
+}
+
 /* Rows [r0, r1) of one segment, for all m tokens. */
 static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m,
                      const struct dnnl_bk_qseg *s, int64_t r0, int64_t r1, bool avx2)
@@ -351,11 +453,18 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
+    const int nt = threads > 1 ? threads : 1;
+    /* Above 4 tokens: a buffer of QK_RB decoded rows per thread. */
+    float *wbuf = avx2 && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
     if (threads <= 1) {
         for (int i = 0; i < n_segs; i++)
-            for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB)
-                qk_block(xf, x, m, &segs[i], r0,
-                         r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n, avx2);
+            for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB) {
+                const int64_t r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
+                if (wbuf)
+                    qk_block_decoded(xf, m, &segs[i], r0, r1, wbuf);
+                else
+                    qk_block(xf, x, m, &segs[i], r0, r1, avx2);
+            }
     } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t b = 0; b < blocks; b++) {
@@ -363,10 +472,16 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
             int i = 0;
             while (rb >= (segs[i].w->n + QK_RB - 1) / QK_RB)
                 rb -= (segs[i++].w->n + QK_RB - 1) / QK_RB;
-            const int64_t r0 = rb * QK_RB, r1 = r0 + QK_RB;
-            qk_block(xf, x, m, &segs[i], r0, r1 < segs[i].w->n ? r1 : segs[i].w->n, avx2);
+            const int64_t r0 = rb * QK_RB,
+                          r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
+            if (wbuf)
+                qk_block_decoded(xf, m, &segs[i], r0, r1,
+                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k));
+            else
+                qk_block(xf, x, m, &segs[i], r0, r1, avx2);
         }
     }
+    free(wbuf);
     free(buf);
     free(xf);
 }

@@ -62,6 +62,7 @@
 #include "tide/plugin.h"
 #include "tide/policy.h"
 #include "tide/profile.h"
+#include "tide/quant.h"
 #include "tide/solver.h"
 #include "tide/status.h"
 
@@ -227,13 +228,15 @@ static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
     int rc = tide_profile_load(path, &p->profile);
     if (rc != TIDE_OK)
         return rc;
-    const uint64_t pb = tide_expert_bytes(p->profile.hidden, p->profile.inter);
+    /* The profile's expert: shape and weight format (tide/quant.h). */
+    const uint64_t pb =
+        tide_qexpert_bytes(p->profile.qfmt, p->profile.qblock, p->profile.hidden, p->profile.inter);
     if (pb != p->shape.expert_bytes) {
-        tide_error("%s: profile %s was measured for experts of %llu bytes (hidden %u x inter %u) "
-                   "but the model's experts have %llu bytes; measure one for this model with "
-                   "`tide profile`",
-                   TIDEP_NAME, path, (unsigned long long)pb, p->profile.hidden, p->profile.inter,
-                   (unsigned long long)p->shape.expert_bytes);
+        tide_error("%s: profile %s was measured for %s experts of %llu bytes (hidden %u x inter "
+                   "%u) but the model's experts have %llu bytes; measure one for this model "
+                   "with `tide profile --model DIR` (it takes the model's shape and format)",
+                   TIDEP_NAME, path, tide_qfmt_name(p->profile.qfmt), (unsigned long long)pb,
+                   p->profile.hidden, p->profile.inter, (unsigned long long)p->shape.expert_bytes);
         return TIDE_E_CONFIG;
     }
     if ((rc = tide_cost_init(&p->cost, &p->profile, p->profile.hidden, p->profile.inter, false,

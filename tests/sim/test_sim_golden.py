@@ -244,7 +244,7 @@ def cli(binary, tmp, profiles):
         fails += 1
     # The sweep with a profile of another shape: refused, then accepted with scaling.
     fails += expect_fail(binary, ["sim", "--trace", syn, "--profile", h100], 2,
-                         "was measured for experts of hidden 2048 x inter 512 (6.00 MiB), but the trace")
+                         "was measured for experts of hidden 2048 x inter 512 (6.00 MiB, bf16), but the trace")
     # ... and the refusal names the flag that accepts it.
     fails += expect_fail(binary, ["sim", "--trace", syn, "--profile", h100], 2, "--scale-profile")
     # A profile of this machine for the trace's expert shape.
