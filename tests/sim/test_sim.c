@@ -13,6 +13,7 @@
 #include "sim/sim_test_util.h"
 #include "loader.h"
 #include "sim.h"
+#include "tide/quant.h"
 #include "tide/trace_write.h"
 #include "tide/log.h"
 #include "tide/solver.h"
@@ -86,6 +87,7 @@ static void test_profile_load(void)
         {"[host]\nrows = 2,1\nus = 5,6\n", "[host] rows must be >= 1 and strictly ascending"},
         {"[transfer]\noverlap = maybe\n", "overlap = 'maybe': expected true or false"},
         {"[profile]\n", "[transfer] h2d_gbps is missing"},
+        {"[expert]\nformat = int3\n", "[expert] format = 'int3': expected bf16, q8_0, q4_0 or fp8"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(tpath("bad.ini"), bad[i].text);
@@ -140,6 +142,38 @@ static void test_cost_model(void)
     w.promotions = 1000;
     CHECK_NEAR(tide_cost_layer_us(&c, &w), 5 + 1228.8, 1e-9);
     tide_cost_free(&c);
+
+    /* Expert formats (tide/quant.h): a q4_0 expert of 64 x 32 is 3456 bytes
+     * (each matrix 1024 bytes of nibbles and 128 of f16 scales); a bf16
+     * profile binds to it only with scaling, which keeps the compute curves
+     * (same shape) and moves the q4_0 bytes. */
+    capture();
+    CHECK_EQ_INT(tide_cost_init_fmt(&c, &p, 64, 32, TIDE_QFMT_Q4_0, false, "model M", 16),
+                 TIDE_E_CONFIG);
+    release();
+    CHECK_CONTAINS(logbuf, "(0.01 MiB, bf16), but model M has hidden 64 x inter 32");
+    CHECK_CONTAINS(logbuf, "--format q4_0");
+    CHECK_EQ_INT(tide_cost_init_fmt(&c, &p, 64, 32, TIDE_QFMT_Q4_0, true, "model M", 16), TIDE_OK);
+    CHECK_EQ_INT(c.expert_bytes, 3456);
+    CHECK_NEAR(c.scale, 1, 0);
+    CHECK_NEAR(c.promote_us, 0.3456, 1e-12);
+    tide_cost_free(&c);
+    /* A q8_0 profile ([expert] format) binds to q8_0 experts of its shape. */
+    char text[1024];
+    snprintf(text, sizeof text, "%s", good_profile);
+    char *at = strstr(text, "inter = 32\n") + strlen("inter = 32\n");
+    memmove(at + strlen("format = q8_0\n"), at, strlen(at) + 1);
+    memcpy(at, "format = q8_0\n", strlen("format = q8_0\n"));
+    write_text(tpath("q8.ini"), text);
+    CHECK_EQ_INT(tide_profile_load(tpath("q8.ini"), &p), TIDE_OK);
+    CHECK_EQ_INT(p.qfmt, TIDE_QFMT_Q8_0);
+    CHECK_EQ_INT(tide_cost_init(&c, &p, 64, 32, false, "m", 16), TIDE_OK);
+    CHECK_EQ_INT(c.expert_bytes, 6528);
+    tide_cost_free(&c);
+    CHECK_EQ_INT(tide_profile_save(&p, tpath("q8-saved.ini"), true, NULL, NULL), TIDE_OK);
+    struct tide_profile q;
+    CHECK_EQ_INT(tide_profile_load(tpath("q8-saved.ini"), &q), TIDE_OK);
+    CHECK_EQ_INT(q.qfmt, TIDE_QFMT_Q8_0);
 }
 
 /* ---- the solver ------------------------------------------------------------ */
