@@ -48,8 +48,9 @@ static inline int mc_view_cmp(const void *a, const void *b)
 static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
                                    const struct tide_st *st, FILE *f)
 {
-    int problems = 0, missing = 0, n_found = 0;
-    const struct tide_view **found = malloc(sizeof *found * (size_t)(n ? n : 1));
+    int problems = 0, missing = 0, n_found = 0, fp8_dense = 0;
+    /* room for a scale beside each expected tensor (fp8 dense weights) */
+    const struct tide_view **found = malloc(sizeof *found * (size_t)(2 * n + 1));
     if (!found) {
         tide_error("inspect: out of memory listing %d tensors", n);
         return 1;
@@ -70,9 +71,23 @@ static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
             continue;
         }
         found[n_found++] = v;
-        bool ok = v->dtype == dt && v->ndim == nd;
+        bool ok = v->ndim == nd;
         for (int d = 0; ok && d < nd; d++)
             ok = v->shape[d] == shape[d];
+        if (ok && v->dtype != dt) {
+            /* A published FP8 checkpoint's dense weight: F8_E4M3 with its
+             * weight_scale_inv beside it, dequantized to bf16 at load. */
+            char sn[MC_NAME_MAX + 16];
+            const size_t len = strlen(name);
+            snprintf(sn, sizeof sn, "%.*sweight_scale_inv", (int)(len > 6 ? len - 6 : 0), name);
+            const struct tide_view *sv = tide_st_find(st, sn);
+            ok = dt == TIDE_DTYPE_BF16 && v->dtype == TIDE_DTYPE_F8_E4M3 && nd == 2 && sv &&
+                 len > 6 && !strcmp(name + len - 6, "weight");
+            if (ok) {
+                found[n_found++] = sv;
+                fp8_dense++;
+            }
+        }
         if (!ok) {
             fprintf(f, "  mismatch    %s: expected %s ", name, tide_dtype_name(dt));
             mc_print_shape(f, nd, shape);
@@ -84,6 +99,11 @@ static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
     }
     if (missing > 20)
         fprintf(f, "  ... and %d more missing tensors\n", missing - 20);
+    if (fp8_dense)
+        fprintf(f,
+                "  %d dense weights are fp8 with their weight_scale_inv: dequantized to bf16 at "
+                "load (docs/quantization.md)\n",
+                fp8_dense);
     qsort(found, (size_t)n_found, sizeof *found, mc_view_cmp);
     int unexpected = 0;
     for (int j = 0; j < tide_st_count(st); j++) {
