@@ -19,17 +19,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import cpu_name  # noqa: E402
+
 PROMPT = "Write a short poem about the morning sea."
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip() + ", %d CPUs" % os.cpu_count()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def run(binary, model, gen, sets):

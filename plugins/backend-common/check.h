@@ -235,6 +235,24 @@ static inline int bkc_check_expert_views(const struct bkc_id *id, const char *op
     return rc;
 }
 
+/* expert_ffn_batch's experts and offsets: n_experts >= 0, both arrays set
+ * when there are experts, offsets[0] = 0 and never decreasing. The experts'
+ * own arguments are the backend's to check (its expert_ffn check). */
+static inline int bkc_check_batch_offsets(const struct bkc_id *id, int n_experts,
+                                          const void *experts, const int64_t *offsets)
+{
+    const char *op = "expert_ffn_batch";
+    if (n_experts < 0 || (n_experts > 0 && (!experts || !offsets)) || (offsets && offsets[0]))
+        return bkc_inval(id->name, op,
+                         "%d experts with experts %s and offsets %s (offsets[0] must be 0)",
+                         n_experts, experts ? "set" : "NULL", offsets ? "set" : "NULL");
+    for (int j = 0; j < n_experts; j++)
+        if (offsets[j + 1] < offsets[j])
+            return bkc_inval(id->name, op, "offsets decrease at %d (%lld, then %lld)", j,
+                             (long long)offsets[j], (long long)offsets[j + 1]);
+    return TIDE_OK;
+}
+
 /* ---- ops (backend.h states each contract) -------------------------------- */
 
 /* embed: an id outside the table is TIDE_E_RANGE. */

@@ -486,15 +486,10 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
                              const int32_t *dst_rows, const int64_t *offsets,
                              const struct tide_tensor *out)
 {
-    const char *op = "expert_ffn_batch";
-    if (n_experts < 0 || (n_experts > 0 && (!experts || !offsets)) || (offsets && offsets[0]))
-        return dnnl_bk_inval(op, "%d experts with experts %s and offsets %s (offsets[0] must be 0)",
-                             n_experts, experts ? "set" : "NULL", offsets ? "set" : "NULL");
-    int rc;
+    int rc = bkc_check_batch_offsets(&dnnl_bk_id, n_experts, experts, offsets);
+    if (rc)
+        return rc;
     for (int j = 0; j < n_experts; j++) {
-        if (offsets[j + 1] < offsets[j])
-            return dnnl_bk_inval(op, "offsets decrease at %d (%lld, then %lld)", j,
-                                 (long long)offsets[j], (long long)offsets[j + 1]);
         if ((rc = dnnl_bk_ffn_check(experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
                                     offsets[j + 1] - offsets[j], out)))
             return rc;

@@ -465,14 +465,10 @@ int cuda_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
                              const struct tide_tensor *out)
 {
     const char *op = "expert_ffn_batch";
-    if (n_experts < 0 || (n_experts > 0 && (!experts || !offsets)) || (offsets && offsets[0]))
-        return cuda_bk_inval(op, "%d experts with experts %s and offsets %s (offsets[0] must be 0)",
-                             n_experts, experts ? "set" : "NULL", offsets ? "set" : "NULL");
-    int rc;
+    int rc = bkc_check_batch_offsets(&cuda_bk_id, n_experts, experts, offsets);
+    if (rc)
+        return rc;
     for (int j = 0; j < n_experts; j++) {
-        if (offsets[j + 1] < offsets[j])
-            return cuda_bk_inval(op, "offsets decrease at %d (%lld, then %lld)", j,
-                                 (long long)offsets[j], (long long)offsets[j + 1]);
         if ((rc = cuda_bk_ffn_check(op, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
                                     offsets[j + 1] - offsets[j], out)))
             return rc;
