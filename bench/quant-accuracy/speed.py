@@ -5,7 +5,8 @@ bytes promoted (docs/quantization.md).
 For each checkpoint given as FORMAT=DIR, one generation of --gen tokens of a
 fixed chat prompt with no offload, and one with --budget experts per MoE
 layer under policy-tide (the CPU backend plays the device: promotions are
-copies into its slots, counted like PCIe bytes). Each is timed as the engine
+copies into its slots, counted like PCIe bytes). A first, untimed run per
+checkpoint pages it in from disk. Each is timed as the engine
 reports it ("done: ... N forwards, T s"); peak RSS is the process's
 (wait4's rusage, so the mapped checkpoint pages it touched count).
 Prints one Markdown table naming the CPU.
@@ -69,6 +70,8 @@ def main():
         fmt, d = spec.split("=", 1)
         size = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)
                    if n.endswith(".safetensors"))
+        # a first run pages the checkpoint in: time the second
+        run(a.tide, d, a.gen, ["policy.budget=-1"])
         full = run(a.tide, d, a.gen, ["policy.budget=-1"])
         off = run(a.tide, d, a.gen, ["policy.budget=%d" % a.budget,
                                      "policy.plugin=policy-tide"])
