@@ -46,7 +46,8 @@ static void quantize_usage(FILE *f)
                "  --block R,C     fp8 block of R rows by C columns per scale (default 128,128)\n"
                "  --dense bf16    dense weights stay bf16 (the only choice for now)\n\n"
                "OUT_DIR is written through a hidden folder beside it and renamed at the end:\n"
-               "an error or Ctrl-C leaves no partial output. Progress goes to stderr.\n");
+               "an error or Ctrl-C leaves no partial output. Progress goes to stderr\n"
+               "(`tide --quiet quantize ...` leaves it out).\n");
 }
 
 struct qz {
@@ -81,6 +82,8 @@ static bool qz_is_expert(const struct qz *q, const struct tide_view *v)
 
 static void qz_progress(struct qz *q, bool final)
 {
+    if (tide_log_get_level() < TIDE_LOG_INFO) /* --quiet */
+        return;
     const double now = qz_now(), el = now - q->t0;
     const double frac = q->total_bytes ? (double)q->done_bytes / (double)q->total_bytes : 1.0;
     const int decile = (int)(frac * 10);
