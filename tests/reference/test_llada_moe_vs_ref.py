@@ -173,6 +173,32 @@ def main():
                 print("    tide:", got)
                 print("    ref: ", want)
             failures += not ok
+        # Quantized experts (docs/quantization.md): the same forward on the
+        # checkpoint with q4_0 and with fp8 experts, against the reference's
+        # own dequantization.
+        for fmt in ("q4_0", "fp8"):
+            cases += 1
+            qdir = os.path.join(tmp, "q-" + fmt)
+            run([tide, "--quiet", "quantize", model, qdir, "--experts", fmt])
+            ids = seqs["random 70"]
+            out = os.path.join(tmp, "q.f32")
+            trace = os.path.join(tmp, "q.trace")
+            run([tide, "--quiet", "forward", "-c", cfg, "--set", "model.path=" + qdir, "--ids",
+                 ",".join(map(str, ids)), "--out", out, "--chunk", "0", "--trace", trace,
+                 "--force"])
+            got = np.fromfile(out, dtype="<f4").reshape(len(ids), vocab)
+            qref = R.Model(qdir)
+            force = llada2_ref.read_trace_routes(trace)
+            want = qref.forward(ids, force=force)
+            scale = float(np.abs(want).max())
+            diff = float(np.abs(got - want).max())
+            st = qref.route_stats
+            ok = diff <= REL_TOL * scale and not st["unexplained"] and not force
+            print("%-22s max|diff| %.3g (scale %.3g, tol %.3g); routing: %d token-layers, %d "
+                  "differ, %d unexplained: %s"
+                  % (fmt + " experts", diff, scale, REL_TOL * scale, st["tokens"],
+                     st["different"], st["unexplained"], "ok" if ok else "FAIL"))
+            failures += not ok
         # The reference must tell a causal mask from the full one (the test
         # can fail): the logits of position 0 change once later tokens do.
         cases += 1
