@@ -94,8 +94,8 @@ static void st_json_text(const json_t *v, char *buf, size_t len)
 
 static enum tide_dtype st_dtype_parse(const char *s)
 {
-    static const enum tide_dtype all[] = {TIDE_DTYPE_F32, TIDE_DTYPE_F16, TIDE_DTYPE_BF16,
-                                          TIDE_DTYPE_I64, TIDE_DTYPE_I32, TIDE_DTYPE_I8,
+    static const enum tide_dtype all[] = {TIDE_DTYPE_F32, TIDE_DTYPE_F16,    TIDE_DTYPE_BF16,
+                                          TIDE_DTYPE_I64, TIDE_DTYPE_I32,    TIDE_DTYPE_I8,
                                           TIDE_DTYPE_U8,  TIDE_DTYPE_F8_E4M3};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(s, tide_dtype_name(all[i])))

@@ -230,4 +230,16 @@ static inline void mc_rd_quant(struct mc_cfg_reader *r, struct mc_quant *q)
     r->errors++;
 }
 
+/* The rule between quantization_config and the expert shape: the format
+ * fits gate/up [inter, hidden] and down [hidden, inter] (tide_qfmt_fits). */
+static inline void mc_quant_rule(struct mc_cfg_reader *r, const struct mc_quant *q, int inter,
+                                 int hidden)
+{
+    char why[200] = "";
+    mc_cfg_rule(r,
+                !tide_qfmt_fits(q->fmt, q->block, inter, hidden, why, sizeof why) &&
+                    !tide_qfmt_fits(q->fmt, q->block, hidden, inter, why, sizeof why),
+                "quantization_config: routed experts [%d, %d]: %s", inter, hidden, why);
+}
+
 #endif

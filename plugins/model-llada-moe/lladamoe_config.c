@@ -240,14 +240,7 @@ int lmoe_cfg_load(const char *dir, struct lmoe_cfg *c)
                     "%d MoE layers times num_experts (%d) is %lld routed experts; TIDE supports at "
                     "most %d",
                     n_moe, c->n_experts, (long long)routed, LMOE_MAX_ROUTED);
-        char qwhy[200] = "";
-        mc_cfg_rule(&r,
-                    !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->moe_inter, c->hidden, qwhy,
-                                    sizeof qwhy) &&
-                        !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter, qwhy,
-                                        sizeof qwhy),
-                    "quantization_config: routed experts [%d, %d]: %s", c->moe_inter, c->hidden,
-                    qwhy);
+        mc_quant_rule(&r, &c->quant, c->moe_inter, c->hidden);
         mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }

@@ -30,12 +30,12 @@ struct llada2_cfg {
     int vocab;       /* vocab_size */
     int64_t max_pos; /* max_position_embeddings */
     double rope_theta;
-    double eps;          /* rms_norm_eps */
-    double routed_scale; /* routed_scaling_factor */
-    bool norm_topk;      /* top_k > 1 (norm_topk_prob is not read, as upstream) */
-    bool qk_norm;        /* use_qk_norm */
-    bool tied;           /* tie_word_embeddings */
-    bool expert_bias;    /* moe_router_enable_expert_bias */
+    double eps;            /* rms_norm_eps */
+    double routed_scale;   /* routed_scaling_factor */
+    bool norm_topk;        /* top_k > 1 (norm_topk_prob is not read, as upstream) */
+    bool qk_norm;          /* use_qk_norm */
+    bool tied;             /* tie_word_embeddings */
+    bool expert_bias;      /* moe_router_enable_expert_bias */
     struct mc_quant quant; /* routed experts' format (quantization_config) */
 };
 

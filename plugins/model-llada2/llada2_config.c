@@ -161,14 +161,7 @@ int llada2_cfg_load(const char *dir, struct llada2_cfg *c)
                     "routed experts; TIDE supports at most %d",
                     c->n_layers - c->first_dense, c->n_experts, (long long)routed,
                     LLADA2_MAX_ROUTED);
-        char qwhy[200] = "";
-        mc_cfg_rule(&r,
-                    !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->moe_inter, c->hidden, qwhy,
-                                    sizeof qwhy) &&
-                        !tide_qfmt_fits(c->quant.fmt, c->quant.block, c->hidden, c->moe_inter, qwhy,
-                                        sizeof qwhy),
-                    "quantization_config: routed experts [%d, %d]: %s", c->moe_inter, c->hidden,
-                    qwhy);
+        mc_quant_rule(&r, &c->quant, c->moe_inter, c->hidden);
         mc_cfg_rule(&r, c->eps > 0, "rms_norm_eps must be positive");
         mc_cfg_rule(&r, c->rope_theta > 0, "rope_theta must be positive");
     }
