@@ -229,6 +229,10 @@ bool dnnl_bk_own_avx2(void);
  * states it), so a row's result does not depend on m, the threads or avx2.
  * avx2: run the AVX2 code (dnnl_bk_own_avx2() must be true), else plain C.
  * threads <= 1 runs inline on the calling thread. */
+/* own_kernel.c: the bf16 rows x[m] of k values widened to f32 (exact) in
+ * one malloc'd buffer *buf; returns the row pointers (free both), or NULL
+ * when out of memory. Needs AVX2 (dnnl_bk_own_avx2). */
+const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k, float **buf);
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2);
 

@@ -191,6 +191,23 @@ static OK_TARGET void ok_widen(const uint16_t *x, float *xf, int64_t k)
         xf[i] = ok_bf16(x[i]);
 }
 
+const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k, float **buf)
+{
+    *buf = malloc(sizeof **buf * (size_t)(m * k));
+    const float **xf = malloc(sizeof *xf * (size_t)m);
+    if (!*buf || !xf) {
+        free(*buf);
+        free(xf);
+        *buf = NULL;
+        return NULL;
+    }
+    for (int64_t t = 0; t < m; t++) {
+        ok_widen(x[t], *buf + t * k, k);
+        xf[t] = *buf + t * k;
+    }
+    return xf;
+}
+
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2)
 {
@@ -198,22 +215,8 @@ void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
      * no result, only how often the conversion runs. */
     float *buf = NULL;
     const float **xf = NULL;
-    if (avx2 && m > 0) {
-        buf = malloc(sizeof *buf * (size_t)(m * k));
-        xf = malloc(sizeof *xf * (size_t)m);
-        if (!buf || !xf) {
-            free(buf);
-            free(xf);
-            buf = NULL;
-            xf = NULL;
-            avx2 = false; /* the plain code gives the same bits */
-        } else {
-            for (int64_t t = 0; t < m; t++) {
-                ok_widen(x[t], buf + t * k, k);
-                xf[t] = buf + t * k;
-            }
-        }
-    }
+    if (avx2 && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
+        avx2 = false; /* the plain code gives the same bits */
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + OK_RB - 1) / OK_RB;

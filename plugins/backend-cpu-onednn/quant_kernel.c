@@ -416,40 +416,14 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
     }
 }
 
-static QK_TARGET void qk_widen(const uint16_t *x, float *xf, int64_t k)
-{
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
-        _mm256_storeu_ps(xf + i,
-                         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    }
-    for (; i < k; i++)
-        xf[i] = qk_bf16(x[i]);
-}
-
 void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                     int n_segs, int64_t k, int threads, bool avx2)
 {
     /* x widened once per call: the same bits as the bf16 rows. */
     float *buf = NULL;
     const float **xf = NULL;
-    if (avx2 && m > 0) {
-        buf = malloc(sizeof *buf * (size_t)(m * k));
-        xf = malloc(sizeof *xf * (size_t)m);
-        if (!buf || !xf) {
-            free(buf);
-            free(xf);
-            buf = NULL;
-            xf = NULL;
-            avx2 = false; /* the plain code gives the same bits */
-        } else {
-            for (int64_t t = 0; t < m; t++) {
-                qk_widen(x[t], buf + t * k, k);
-                xf[t] = buf + t * k;
-            }
-        }
-    }
+    if (avx2 && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
+        avx2 = false; /* the plain code gives the same bits */
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
