@@ -4,6 +4,7 @@
  * metrics into a new timestamped folder. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "engine.h"
 #include "sweep.h"
 #include "tide/log.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
 
@@ -111,10 +113,13 @@ struct bench_prompts {
     int n;
 };
 
-static int bench_load_prompts(const char *path, int max, struct bench_prompts *p)
+static int bench_load_prompts(const char *given, int max, struct bench_prompts *p, char *path,
+                              size_t path_len)
 {
     size_t len;
-    int rc = cli_read_file(path, &p->text, &len);
+    int rc = tide_shipped_path(given, "[bench] prompts", path, path_len);
+    if (rc == TIDE_OK)
+        rc = cli_read_file(path, &p->text, &len);
     if (rc != TIDE_OK)
         return rc;
     int cap = 0;
@@ -232,6 +237,7 @@ struct bench {
     struct cli_ctx *c;
     struct tide_engine *e;
     struct bench_prompts prompts;
+    char prompts_path[PATH_MAX]; /* the file read (cli_shipped_path) */
     int repeats;
     bool chat;
     uint64_t *want;     /* [n prompts] baseline hash of the generated ids, 0 = none yet (of the
@@ -586,8 +592,9 @@ int cmd_bench(int argc, char **argv)
     const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
     b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
     b.repeats = (int)tide_opts_int(bo, "repeats");
-    if ((rc = bench_load_prompts(tide_opts_str(bo, "prompts"),
-                                 (int)tide_opts_int(bo, "max_prompts"), &b.prompts)) != TIDE_OK ||
+    if ((rc =
+             bench_load_prompts(tide_opts_str(bo, "prompts"), (int)tide_opts_int(bo, "max_prompts"),
+                                &b.prompts, b.prompts_path, sizeof b.prompts_path)) != TIDE_OK ||
         (rc = cli_engine_open(&c, &b.e)) != TIDE_OK)
         goto done;
     const struct tide_moe_shape *sh = tide_moe_get_shape(b.e->moe);
@@ -796,7 +803,7 @@ int cmd_bench(int argc, char **argv)
      * device and the host experts; across two backends (cuBLAS and oneDNN)
      * float summation orders differ, so a mismatch is reported, not fatal. */
     const bool strict = !strcmp(b.e->dev.name, b.e->host.name);
-    int mrc = bench_manifest(b.dir, b.e, tide_opts_str(bo, "prompts"),
+    int mrc = bench_manifest(b.dir, b.e, b.prompts_path,
                              bench_shard_end(&run, b.dir, b.want_all, b.prompts.n * (int)points,
                                              strict, rc == TIDE_E_INTERRUPTED));
     if (rc == TIDE_OK)

@@ -1,9 +1,12 @@
 /* `tide config check FILE` and `tide config doc`. */
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "tide/log.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 
 static void config_usage(FILE *f)
@@ -55,12 +58,20 @@ int cmd_config(int argc, char **argv)
         fprintf(stderr, "tide config doc takes no file or --set\n");
         return CLI_EXIT_USAGE;
     }
+    int rc = cli_setup(&c);
     char files[4096] = "";
     size_t used = 0;
-    for (int i = 0; i < c.n_configs && used < sizeof files; i++)
-        used += (size_t)snprintf(files + used, sizeof files - used, "%s%s", i ? ", then " : "",
-                                 c.configs[i]);
-    int rc = cli_setup(&c);
+    for (int i = 0; i < c.n_configs && used < sizeof files; i++) {
+        /* The file read, where it is a shipped one found elsewhere (after a
+         * successful setup, so a missing file is reported once). */
+        char found[PATH_MAX];
+        const bool moved = rc == TIDE_OK &&
+                           tide_shipped_path(c.configs[i], "-c", found, sizeof found) == TIDE_OK &&
+                           strcmp(found, c.configs[i]);
+        used +=
+            (size_t)snprintf(files + used, sizeof files - used, "%s%s%s%s%s", i ? ", then " : "",
+                             c.configs[i], moved ? " (" : "", moved ? found : "", moved ? ")" : "");
+    }
     if (rc == TIDE_OK) {
         if (check) {
             printf("; effective configuration of %s\n", files);

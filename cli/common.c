@@ -14,6 +14,7 @@
 #include "decode.h"
 #include "tide/log.h"
 #include "tide/profile.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
 
@@ -66,9 +67,12 @@ int cli_setup(struct cli_ctx *c)
     if ((rc = tide_core_register_sections(c->cfg)) != TIDE_OK ||
         (rc = tide_config_add_plugins(c->cfg, c->plugins)) != TIDE_OK)
         return rc;
-    for (int i = 0; i < c->n_configs; i++)
-        if ((rc = tide_config_load_file(c->cfg, c->configs[i])) != TIDE_OK)
+    for (int i = 0; i < c->n_configs; i++) {
+        char path[PATH_MAX];
+        if ((rc = tide_shipped_path(c->configs[i], "-c", path, sizeof path)) != TIDE_OK ||
+            (rc = tide_config_load_file(c->cfg, path)) != TIDE_OK)
             return rc;
+    }
     int bad = 0;
     for (int i = 0; i < c->n_sets; i++)
         if (tide_config_set(c->cfg, c->sets[i]) != TIDE_OK)

@@ -1032,6 +1032,13 @@ void tide_config_doc(const struct tide_config *cfg, FILE *out)
                  "including file's folder (from the current directory in INI text given "
                  "through the API). A missing file and a cycle of includes are errors that name "
                  "both files.\n\n"
+                 "Shipped files are found from any working directory: a relative `-c` file, "
+                 "`[bench] prompts` or hardware profile that does not exist from the working "
+                 "directory is looked up in the installed `<prefix>/share/tide` (beside the "
+                 "library or the binary, so a moved install still finds it), in the source "
+                 "tree for a binary run from its build folder, then at the configured prefix; "
+                 "`tide config check` shows the path used, and a file found nowhere is an error "
+                 "naming every folder searched.\n\n"
                  "Sizes take units: "
                  "`4096`, `512MiB`, `12GiB`, `1.5GB`. Ranges use `[lo,hi]` (inclusive) and "
                  "`(lo,hi)` (exclusive) bounds.\n");

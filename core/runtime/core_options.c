@@ -61,8 +61,9 @@ static const struct tide_option policy_options[] = {
      "budget is derived from it; 0 = unset",
      NULL, NULL},
     {"profile", TIDE_OPT_STRING, "",
-     "hardware profile (config/profiles/*.ini) whose modelled costs are handed to the policy; "
-     "cost-aware policies need one (tide sim uses --profile)",
+     "hardware profile (config/profiles/*.ini, found from any working directory) whose "
+     "modelled costs are handed to the policy; cost-aware policies need one (tide sim uses "
+     "--profile)",
      NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
@@ -166,7 +167,9 @@ static const struct tide_option bench_options[] = {
      "policy-tide refresh intervals to sweep, comma-separated (ignored by other policies)", NULL,
      NULL},
     {"prompts", TIDE_OPT_STRING, "bench/prompts/prompts.txt",
-     "prompt file: one prompt per line, '#' starts a comment", NULL, NULL},
+     "prompt file: one prompt per line, '#' starts a comment; a relative path not found from "
+     "the working directory is looked up among the shipped files (docs/config.md)",
+     NULL, NULL},
     {"max_prompts", TIDE_OPT_INT, "0", "use only the first N prompts; 0 = all", NULL, "[0,]"},
     {"batch", TIDE_OPT_STRING, "1",
      "batch sizes to sweep (comma list, 1-256): each configuration decodes the prompts with up "

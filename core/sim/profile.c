@@ -2,6 +2,7 @@
  * (tide/profile.h, docs/profiles.md). The reader is a small line parser of
  * its own so that every message names the profile file, line and key. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "tide/log.h"
 #include "tide/profile.h"
 #include "tide/quant.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 
 enum prof_key {
@@ -251,8 +253,12 @@ static void prof_curve(struct prof_parse *ps, int c, struct tide_profile_curve *
     memcpy(out->us, ps->us[c], sizeof out->us);
 }
 
-int tide_profile_load(const char *path, struct tide_profile *out)
+int tide_profile_load(const char *given, struct tide_profile *out)
 {
+    char path[PATH_MAX];
+    int src = tide_shipped_path(given, "profile", path, sizeof path);
+    if (src != TIDE_OK)
+        return src;
     FILE *f = fopen(path, "r");
     if (!f) {
         int err = errno;
@@ -326,7 +332,7 @@ int tide_profile_load(const char *path, struct tide_profile *out)
         return TIDE_E_FORMAT;
     if (!p.name[0]) {
         const char *base = strrchr(path, '/');
-        snprintf(p.name, sizeof p.name, "%s", base ? base + 1 : path);
+        snprintf(p.name, sizeof p.name, "%.*s", (int)sizeof p.name - 1, base ? base + 1 : path);
         char *dot = strrchr(p.name, '.');
         if (dot && dot != p.name)
             *dot = 0;
