@@ -90,19 +90,35 @@ static void bench_usage(FILE *f)
             "  tide bench -c my.ini --emit-slurm 8 --gres gpu:1 --time 4:00:00 --out runs\n");
 }
 
-/* Split "a,b,c" into at most max trimmed items (pointers into buf). */
-static int bench_split(char *buf, char **items, int max)
+/* Split "a,b,c" into at most max trimmed items (pointers into buf). An
+ * empty list is 0 items; an empty item ("4,,8", "4,") or too many items is
+ * an error (-1, logged naming [bench] what). */
+static int bench_split(char *buf, char **items, int max, const char *what)
 {
     int n = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    const char *given = buf;
+    while (*given == ' ')
+        given++;
+    if (!*given)
+        return 0;
+    for (char *t = buf, *next; t; t = next) {
+        next = strchr(t, ',');
+        if (next)
+            *next++ = 0;
         while (*t == ' ')
             t++;
         char *end = t + strlen(t);
         while (end > t && end[-1] == ' ')
             *--end = 0;
-        if (*t && n < max)
-            items[n++] = t;
+        if (!*t) {
+            tide_error("[bench] %s: item %d of the list is empty (a stray comma?)", what, n + 1);
+            return -1;
+        }
+        if (n == max) {
+            tide_error("[bench] %s: more than %d items", what, max);
+            return -1;
+        }
+        items[n++] = t;
     }
     return n;
 }
@@ -612,10 +628,14 @@ int cmd_bench(int argc, char **argv)
         rc = TIDE_E_NOMEM;
         goto done;
     }
-    int np = bench_split(lists[0], pol, BENCH_MAX_LIST);
-    int nb = bench_split(lists[1], bud, BENCH_MAX_LIST);
-    int ni = bench_split(lists[2], itv, BENCH_MAX_LIST);
-    int nt = bench_split(lists[3], bat, BENCH_MAX_LIST);
+    int np = bench_split(lists[0], pol, BENCH_MAX_LIST, "policies");
+    int nb = bench_split(lists[1], bud, BENCH_MAX_LIST, "budgets");
+    int ni = bench_split(lists[2], itv, BENCH_MAX_LIST, "intervals");
+    int nt = bench_split(lists[3], bat, BENCH_MAX_LIST, "batch");
+    if (np < 0 || nb < 0 || ni < 0 || nt < 0) {
+        rc = TIDE_E_CONFIG;
+        goto done;
+    }
     int budgets[BENCH_MAX_LIST], intervals[BENCH_MAX_LIST], batches[BENCH_MAX_LIST];
     if (!nt) {
         batches[0] = 1;

@@ -115,10 +115,17 @@ static int sim_parse_list(const char *text, const char *what, bool allow_auto, i
     char buf[512];
     snprintf(buf, sizeof buf, "%s", text);
     *n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = buf, *next; tok; tok = next) {
         long a, b;
         char *end;
+        if ((next = strchr(tok, ',')))
+            *next++ = 0;
+        if (!*tok) {
+            tide_error("--%s %s: an empty item (a stray comma?); expected numbers or ranges "
+                       "within [%d, %d]%s",
+                       what, text, lo, hi, allow_auto ? " or auto" : "");
+            return TIDE_E_CONFIG;
+        }
         if (allow_auto && !strcmp(tok, "auto")) {
             a = b = 0;
         } else {
@@ -375,8 +382,13 @@ static int sim_setup(struct sim_cli *s)
         snprintf(s->policies, sizeof s->policies, "tide,lru,static");
     char buf[512];
     snprintf(buf, sizeof buf, "%s", s->policies);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = buf, *next; tok; tok = next) {
+        if ((next = strchr(tok, ',')))
+            *next++ = 0;
+        if (!*tok) {
+            tide_error("--policy %s: an empty item (a stray comma?)", s->policies);
+            return TIDE_E_CONFIG;
+        }
         char name[80];
         snprintf(name, sizeof name, strchr(tok, '-') ? "%s" : "policy-%s", tok);
         if (s->n_pol == (int)(sizeof s->pol / sizeof s->pol[0])) {

@@ -36,14 +36,17 @@ int cli_sweep_add(struct cli_sweep *s, const char *text)
     if (!(a->text = strdup(eq + 1)))
         return TIDE_E_NOMEM;
     s->n++;
-    char *save = NULL;
-    for (char *t = strtok_r(a->text, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = a->text, *next; t; t = next) {
+        if ((next = strchr(t, ',')))
+            *next++ = 0;
         while (*t == ' ')
             t++;
         for (char *end = t + strlen(t); end > t && end[-1] == ' ';)
             *--end = 0;
-        if (!*t)
-            continue;
+        if (!*t) {
+            tide_error("--sweep %s: value %d is empty (a stray comma?)", a->name, a->n + 1);
+            return TIDE_E_CONFIG;
+        }
         if (a->n == CLI_SWEEP_MAX_VALUES) {
             tide_error("--sweep %s: at most %d values per key", a->name, CLI_SWEEP_MAX_VALUES);
             return TIDE_E_CONFIG;

@@ -399,9 +399,18 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
         for (int i = 0; i < set->n_dirs && used < sizeof dirs; i++)
             used += (size_t)snprintf(dirs + used, sizeof dirs - used, "%s%s", i ? ", " : "",
                                      set->dirs[i]);
-        tide_error("%s = %s: no %s plugin of that name was found%s (plugin not found in the "
-                   "folders searched: %s; TIDE_PLUGIN_PATH adds folders; see `tide plugins`)",
-                   what, name, tide_plugin_kind_str(kind), hint, set->n_dirs ? dirs : "none");
+        /* The valid values: every usable plugin of the kind. */
+        char found[1024] = "";
+        used = 0;
+        for (int i = 0; i < set->n && used < sizeof found; i++)
+            if (set->items[i].desc->kind == (uint32_t)kind && set->items[i].usable)
+                used += (size_t)snprintf(found + used, sizeof found - used, "%s%s",
+                                         used ? ", " : "", set->items[i].desc->name);
+        tide_error("%s = %s: no %s plugin of that name was found%s (%s plugins found: %s; "
+                   "plugin not found in the folders searched: %s; TIDE_PLUGIN_PATH adds "
+                   "folders; see `tide plugins`)",
+                   what, name, tide_plugin_kind_str(kind), hint, tide_plugin_kind_str(kind),
+                   used ? found : "none", set->n_dirs ? dirs : "none");
         for (int i = 0; i < set->n_refused; i++)
             if (strstr(set->refused[i].path, name))
                 tide_error("  %s was refused: %s", set->refused[i].path, set->refused[i].reason);
