@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_shard.h"
 #include "tide/log.h"
@@ -24,7 +25,14 @@ static void merge_usage(FILE *f)
                "twice (exit 2). Missing shards are listed by index; an interrupted or\n"
                "unfinished shard, or shards whose reference tokens differ, are reported (exit\n"
                "1). As for a single run, tokens that differ from the baseline fail the merge\n"
-               "(exit 1, after writing) when one backend computed every expert.\n");
+               "(exit 1, after writing) when one backend computed every expert.\n\n"
+               "Separate unsharded runs (e.g. one per value of a key given with --set) merge\n"
+               "too when they share the code, checkpoint and grid: results.csv and\n"
+               "summary.csv hold every run's rows in the order given, with a column per\n"
+               "configuration key whose value differs between the runs; metrics files are\n"
+               "renamed runK-FILE, each run's config.ini is kept as config-runK.ini, and the\n"
+               "manifest lists the runs and the varied keys. Runs of one configuration are\n"
+               "refused (use --repeats N).\n");
 }
 
 /* One shard's results.csv cut into lines (each with its newline). */
@@ -74,6 +82,27 @@ struct merge_grid {
     long repeats; /* results.csv lines per configuration */
     bool baseline;
 };
+
+/* The grid of a result folder, from its manifest. */
+static int merge_grid_read(const struct cli_part *p, struct merge_grid *grid)
+{
+    const json_t *g = json_object_get(p->m, "grid"), *a;
+    size_t i;
+    *grid = (struct merge_grid){.points = 1, .repeats = 1};
+    grid->configs = (long)json_integer_value(json_object_get(g, "configurations"));
+    grid->baseline = json_is_true(json_object_get(g, "baseline"));
+    grid->repeats = (long)json_integer_value(json_object_get(g, "repeats"));
+    json_array_foreach(json_object_get(g, "sweep"), i, a) grid->points *=
+        (long)json_array_size(json_object_get(a, "values"));
+    if (grid->points < 1 || grid->configs < 0 || grid->configs % grid->points ||
+        grid->repeats < 1) {
+        tide_error("%s: grid in manifest.json: %ld configurations do not divide into %ld "
+                   "sweep points",
+                   p->dir, grid->configs, grid->points);
+        return TIDE_E_FORMAT;
+    }
+    return TIDE_OK;
+}
 
 /* Entry e of an unsharded run's rows (a baseline per sweep point, then that
  * point's configurations): its configuration, or -1 for a baseline. */
@@ -231,6 +260,287 @@ static int merge_write(const struct cli_parts *ps, const struct merge_csv *csv,
     return rc;
 }
 
+/* Tokens that differ from the baseline fail the merge (after writing) when
+ * one backend computed every expert, else they are expected (a warning). */
+static int merge_token_verdict(bool differ, bool strict)
+{
+    if (differ && strict) {
+        tide_error("bench merge: some configurations generated different tokens than the "
+                   "baseline (column 'same'); placement must be lossless");
+        return TIDE_E_INVAL;
+    }
+    if (differ)
+        tide_warn("bench merge: some configurations generated different tokens than the "
+                  "baseline; their device and host experts ran on different backends, so this "
+                  "is expected");
+    return TIDE_OK;
+}
+
+/* ---- Separate runs that differ in configuration keys ---- */
+
+/* A CSV field: quoted when it holds a comma, a quote or a newline. */
+static void merge_csv_field(FILE *f, const char *v)
+{
+    if (!strpbrk(v, ",\"\n")) {
+        fprintf(f, ",%s", v);
+        return;
+    }
+    fputs(",\"", f);
+    for (; *v; v++) {
+        if (*v == '"')
+            fputc('"', f);
+        fputc(*v, f);
+    }
+    fputc('"', f);
+}
+
+/* The keys ("section.key") whose values differ between the runs' "config". */
+static json_t *merge_varied_keys(const struct cli_parts *ps)
+{
+    json_t *keys = json_array();
+    for (int k = 0; keys && k < ps->n; k++) {
+        const char *sec;
+        const json_t *vals;
+        json_object_foreach(json_object_get(ps->part[k].m, "config"), sec, vals)
+        {
+            const char *key;
+            const json_t *v;
+            json_object_foreach((json_t *)vals, key, v)
+            {
+                char name[256];
+                snprintf(name, sizeof name, "%s.%s", sec, key);
+                bool varies = false, listed = false;
+                for (int j = 0; j < ps->n && !varies; j++) {
+                    const json_t *w = json_object_get(
+                        json_object_get(json_object_get(ps->part[j].m, "config"), sec), key);
+                    varies = !w || !json_equal((json_t *)v, (json_t *)w);
+                }
+                size_t i;
+                const json_t *x;
+                json_array_foreach(keys, i, x) listed |= !strcmp(json_string_value(x), name);
+                if (varies && !listed)
+                    json_array_append_new(keys, json_string(name));
+            }
+        }
+    }
+    return keys;
+}
+
+/* Run k's value of key "section.key" ("" when it does not set it). */
+static const char *merge_run_value(const struct cli_part *p, const char *name)
+{
+    char sec[128];
+    const char *dot = strchr(name, '.');
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
+    const char *v = json_string_value(
+        json_object_get(json_object_get(json_object_get(p->m, "config"), sec), dot + 1));
+    return v ? v : "";
+}
+
+/* Copy csv's rows (all after the header) to f, each with the run's values of
+ * the varied keys appended. */
+static void merge_runs_rows(FILE *f, const struct merge_csv *csv, const struct cli_part *p,
+                            const json_t *keys, bool *differ)
+{
+    for (int r = 1; r < csv->n; r++) {
+        fwrite(csv->line[r], 1, merge_len(csv->line[r]) - 1, f);
+        if (differ)
+            *differ |= strstr(csv->line[r], ",NO,") != NULL;
+        size_t i;
+        const json_t *x;
+        json_array_foreach(keys, i, x) merge_csv_field(f, merge_run_value(p, json_string_value(x)));
+        fputc('\n', f);
+    }
+}
+
+static void merge_runs_header(FILE *f, const struct merge_csv *csv, const json_t *keys)
+{
+    fwrite(csv->line[0], 1, merge_len(csv->line[0]) - 1, f);
+    size_t i;
+    const json_t *x;
+    json_array_foreach(keys, i, x) fprintf(f, ",%s", json_string_value(x));
+    fputc('\n', f);
+}
+
+/* Write OUT for runs: results.csv and summary.csv with a column per varied
+ * key, each run's metrics as runK-FILE, config.ini (run 0's) and
+ * config-runK.ini, and manifest.json (run 0's, with "runs", "varied" and
+ * every run's rows). */
+static int merge_runs_write(const struct cli_parts *ps, const struct merge_csv *csv,
+                            const struct merge_csv *sum, const json_t *keys, const char *out,
+                            bool *differ)
+{
+    char path[4400], src[4400];
+    FILE *f[2] = {NULL, NULL};
+    static const char *const names[2] = {"results.csv", "summary.csv"};
+    const struct merge_csv *in[2] = {csv, sum};
+    *differ = false;
+    int rc = TIDE_OK;
+    for (int t = 0; t < 2 && rc == TIDE_OK; t++) {
+        snprintf(path, sizeof path, "%s/%s", out, names[t]);
+        if (!(f[t] = fopen(path, "w"))) {
+            tide_error("cannot create %s", path);
+            rc = TIDE_E_IO;
+            break;
+        }
+        merge_runs_header(f[t], &in[t][0], keys);
+        for (int k = 0; k < ps->n; k++)
+            merge_runs_rows(f[t], &in[t][k], &ps->part[k], keys, t ? NULL : differ);
+    }
+    for (int t = 0; t < 2; t++)
+        if (f[t] && fclose(f[t]) != 0 && rc == TIDE_OK) {
+            tide_error("cannot write %s/%s", out, names[t]);
+            rc = TIDE_E_IO;
+        }
+    json_t *m = json_deep_copy(ps->part[0].m), *rows = json_array(), *runs = json_array();
+    if (rc == TIDE_OK && (!m || !rows || !runs))
+        rc = TIDE_E_NOMEM;
+    bool strict = true;
+    for (int k = 0; k < ps->n && rc == TIDE_OK; k++) {
+        const struct cli_part *p = &ps->part[k];
+        strict &= json_is_true(json_object_get(p->m, "strict_tokens"));
+        size_t i;
+        const json_t *row, *x;
+        json_array_foreach(json_object_get(p->m, "rows"), i, row)
+        {
+            const char *file = json_string_value(json_object_get(row, "metrics"));
+            char renamed[512];
+            snprintf(renamed, sizeof renamed, "run%d-%s", k, file);
+            snprintf(src, sizeof src, "%s/%s", p->dir, file);
+            snprintf(path, sizeof path, "%s/%s", out, renamed);
+            if (rc == TIDE_OK)
+                rc = cli_copy_file(src, path);
+            json_t *nr = json_deep_copy(row);
+            json_object_set_new(nr, "metrics", json_string(renamed));
+            json_object_set_new(nr, "run", json_integer(k));
+            json_array_append_new(rows, nr);
+        }
+        snprintf(src, sizeof src, "%s/config.ini", p->dir);
+        snprintf(path, sizeof path, "%s/config-run%d.ini", out, k);
+        if (rc == TIDE_OK)
+            rc = cli_copy_file(src, path);
+        json_t *r = json_object(), *values = json_object();
+        json_object_set_new(r, "index", json_integer(k));
+        json_object_set_new(r, "dir", json_string(p->dir));
+        static const char *const keep[] = {"host", "date", "cpu", "cores"};
+        for (size_t j = 0; j < sizeof keep / sizeof keep[0]; j++)
+            if (json_object_get(p->m, keep[j]))
+                json_object_set(r, keep[j], json_object_get(p->m, keep[j]));
+        json_array_foreach(keys, i, x) json_object_set_new(
+            values, json_string_value(x), json_string(merge_run_value(p, json_string_value(x))));
+        json_object_set_new(r, "values", values);
+        json_array_append_new(runs, r);
+    }
+    snprintf(src, sizeof src, "%s/config.ini", ps->part[0].dir);
+    snprintf(path, sizeof path, "%s/config.ini", out);
+    if (rc == TIDE_OK)
+        rc = cli_copy_file(src, path);
+    if (rc == TIDE_OK) {
+        char date[64];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_object_set_new(m, "merged", json_string(date));
+        json_object_set(m, "varied", (json_t *)keys);
+        json_object_set(m, "runs", runs);
+        json_object_set(m, "rows", rows);
+        json_object_set_new(m, "strict_tokens", json_boolean(strict));
+        json_object_set_new(m, "interrupted", json_false());
+        snprintf(path, sizeof path, "%s/manifest.json", out);
+        rc = cli_json_write(path, m);
+    }
+    json_decref(m);
+    json_decref(rows);
+    json_decref(runs);
+    return rc;
+}
+
+/* `merge` of separate unsharded runs (e.g. one per value of a key set with
+ * --set in a shell loop): the same code, checkpoint and grid, configurations
+ * that differ in some keys, which become columns. */
+static int merge_runs(struct cli_parts *ps, const char *out, bool *differ, json_t **varied)
+{
+    static const char *const same[] = {"tide_version", "git_revision", "grid", "checkpoint", NULL};
+    const struct cli_part *p0 = &ps->part[0];
+    for (int k = 0; k < ps->n; k++) {
+        const struct cli_part *p = &ps->part[k];
+        if (json_is_true(json_object_get(p->m, "interrupted"))) {
+            tide_error("tide bench merge: %s was interrupted; run it again", p->dir);
+            return TIDE_E_INVAL;
+        }
+        for (const char *const *f = same; k && *f; f++) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s", *f);
+            if (cli_json_diff(json_object_get(p0->m, *f), json_object_get(p->m, *f), path,
+                              sizeof path)) {
+                char *va = cli_json_at(p0->m, path), *vb = cli_json_at(p->m, path);
+                tide_error("tide bench merge: %s and %s are runs of different sweeps: %s differs "
+                           "(%s in the first, %s in the second); runs merge when only their "
+                           "configuration differs",
+                           p0->dir, p->dir, path, va ? va : "?", vb ? vb : "?");
+                free(va);
+                free(vb);
+                return TIDE_E_CONFIG;
+            }
+        }
+    }
+    json_t *keys = merge_varied_keys(ps);
+    if (!keys)
+        return TIDE_E_NOMEM;
+    *varied = keys;
+    if (!json_array_size(keys)) {
+        tide_error("tide bench merge: %s and %s have the same configuration, so nothing tells "
+                   "their rows apart; for repeats of one configuration use --repeats N, for "
+                   "shards --shard K/N",
+                   p0->dir, ps->part[1].dir);
+        return TIDE_E_CONFIG;
+    }
+    struct merge_grid grid;
+    struct merge_csv *csv = calloc((size_t)ps->n, sizeof *csv);
+    struct merge_csv *sum = calloc((size_t)ps->n, sizeof *sum);
+    int rc = csv && sum ? merge_grid_read(p0, &grid) : TIDE_E_NOMEM;
+    for (int k = 0; k < ps->n && rc == TIDE_OK; k++)
+        if ((rc = merge_read_csv(ps->part[k].dir, "results.csv", &csv[k])) == TIDE_OK &&
+            (rc = merge_read_csv(ps->part[k].dir, "summary.csv", &sum[k])) == TIDE_OK)
+            rc = merge_check_rows(&ps->part[k], &csv[k], &grid);
+    for (int k = 1; k < ps->n && rc == TIDE_OK; k++)
+        if (merge_len(csv[k].line[0]) != merge_len(csv[0].line[0]) ||
+            memcmp(csv[k].line[0], csv[0].line[0], merge_len(csv[0].line[0]))) {
+            tide_error("tide bench merge: %s and %s have different results.csv columns", p0->dir,
+                       ps->part[k].dir);
+            rc = TIDE_E_FORMAT;
+        }
+    /* A varied key cannot also be a swept column of the runs. */
+    char *header = rc == TIDE_OK ? strndup(csv[0].line[0], merge_len(csv[0].line[0])) : NULL;
+    for (size_t i = 0; header && i < json_array_size(keys); i++) {
+        const char *key = json_string_value(json_array_get(keys, i));
+        if (strstr(header, key)) {
+            tide_error("tide bench merge: %s varies between the runs and is also swept within "
+                       "them (a column of results.csv)",
+                       key);
+            rc = TIDE_E_CONFIG;
+            break;
+        }
+    }
+    free(header);
+    bool created = false;
+    if (rc == TIDE_OK && (rc = cli_out_dir_create("--out", out, &created)) == TIDE_OK) {
+        rc = merge_runs_write(ps, csv, sum, keys, out, differ);
+        if (rc != TIDE_OK)
+            cli_out_dir_discard(out, created);
+    }
+    for (int k = 0; csv && sum && k < ps->n; k++) {
+        free(csv[k].text);
+        free(csv[k].line);
+        free(sum[k].text);
+        free(sum[k].line);
+    }
+    free(csv);
+    free(sum);
+    return rc;
+}
+
 int cmd_bench_merge(int argc, char **argv)
 {
     const char *out = NULL;
@@ -266,6 +576,32 @@ int cmd_bench_merge(int argc, char **argv)
     static const char *const same[] = {"tide_version", "git_revision", "grid",
                                        "checkpoint",   "config",       NULL};
     int rc = cli_parts_load("bench", dirs, n_dirs, &ps);
+    bool runs = rc == TIDE_OK && ps.n > 1;
+    for (int k = 0; runs && k < ps.n; k++)
+        runs = ps.part[k].shard.count == 1;
+    if (runs) {
+        bool differ = false;
+        json_t *keys = NULL;
+        rc = merge_runs(&ps, out, &differ, &keys);
+        if (rc == TIDE_OK) {
+            char list[512] = "";
+            size_t i, at = 0;
+            const json_t *x;
+            json_array_foreach(keys, i, x) if (at < sizeof list) at += (size_t)snprintf(
+                list + at, sizeof list - at, "%s%s", i ? ", " : "", json_string_value(x));
+            tide_info("bench merge: %d runs differing in %s written to %s/results.csv (a column "
+                      "per key)",
+                      ps.n, list, out);
+            bool strict = true;
+            for (int k = 0; k < ps.n; k++)
+                strict &= json_is_true(json_object_get(ps.part[k].m, "strict_tokens"));
+            rc = merge_token_verdict(differ, strict);
+        }
+        json_decref(keys);
+        cli_parts_free(&ps);
+        free(dirs);
+        return cli_exit_code(rc);
+    }
     if (rc == TIDE_OK)
         rc = cli_parts_check("bench", &ps, same);
     struct merge_csv *csv = rc == TIDE_OK ? calloc((size_t)ps.count, sizeof *csv) : NULL;
@@ -273,21 +609,8 @@ int cmd_bench_merge(int argc, char **argv)
     if (rc == TIDE_OK && (!csv || !sum))
         rc = TIDE_E_NOMEM;
     struct merge_grid grid = {.points = 1, .repeats = 1};
-    if (rc == TIDE_OK) {
-        const json_t *g = json_object_get(ps.by_index[0]->m, "grid"), *a;
-        size_t i;
-        grid.configs = (long)json_integer_value(json_object_get(g, "configurations"));
-        grid.baseline = json_is_true(json_object_get(g, "baseline"));
-        grid.repeats = (long)json_integer_value(json_object_get(g, "repeats"));
-        json_array_foreach(json_object_get(g, "sweep"), i, a) grid.points *=
-            (long)json_array_size(json_object_get(a, "values"));
-        if (grid.points < 1 || grid.configs < 0 || grid.configs % grid.points || grid.repeats < 1) {
-            tide_error("%s: grid in manifest.json: %ld configurations do not divide into %ld "
-                       "sweep points",
-                       ps.by_index[0]->dir, grid.configs, grid.points);
-            rc = TIDE_E_FORMAT;
-        }
-    }
+    if (rc == TIDE_OK)
+        rc = merge_grid_read(ps.by_index[0], &grid);
     for (int k = 0; k < (csv ? ps.count : 0) && rc == TIDE_OK; k++)
         if ((rc = merge_read_csv(ps.by_index[k]->dir, "results.csv", &csv[k])) == TIDE_OK &&
             (rc = merge_read_csv(ps.by_index[k]->dir, "summary.csv", &sum[k])) == TIDE_OK)
@@ -324,15 +647,7 @@ int cmd_bench_merge(int argc, char **argv)
         bool strict = true;
         for (int k = 0; k < ps.count; k++)
             strict &= json_is_true(json_object_get(ps.by_index[k]->m, "strict_tokens"));
-        if (differ && strict) {
-            tide_error("bench merge: some configurations generated different tokens than the "
-                       "baseline (column 'same'); placement must be lossless");
-            rc = TIDE_E_INVAL;
-        } else if (differ) {
-            tide_warn("bench merge: some configurations generated different tokens than the "
-                      "baseline; their device and host experts ran on different backends, so "
-                      "this is expected");
-        }
+        rc = merge_token_verdict(differ, strict);
     }
     for (int k = 0; csv && sum && k < ps.count; k++) {
         free(csv[k].text);

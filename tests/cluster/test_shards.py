@@ -166,6 +166,39 @@ def bench(binary, tmp):
         tide(binary, sweep + ["--shard", bad], 2, "expected K/N")
     tide(binary, sweep + ["--set", "generation.threshold=0.9", "--baseline", s0, "--out",
                           tmp + "/b"], 2, "config.generation.threshold differs")
+    # Separate unsharded runs that differ in a key (a shell loop over --set):
+    # one folder, a column per key that differs, every run's rows and metrics.
+    tide(binary, sweep + ["--set", "generation.threshold=0.9", "--out", tmp + "/t09"])
+    t09 = one(tmp + "/t09/*")
+    runs = tmp + "/runs"
+    tide(binary, ["bench", "merge", whole, t09, "--out", runs], 0,
+         "2 runs differing in generation.threshold written to")
+    with open(runs + "/results.csv") as f:
+        r = list(csv.reader(f))
+    check(r[0][-1] == "generation.threshold" and len(r) == 19,
+          "runs merge: header %s, %d lines" % (r[0], len(r)))
+    check([row[-1] for row in r[1:]] == ["0.95"] * 9 + ["0.9"] * 9,
+          "runs merge: the threshold column is %s" % [row[-1] for row in r[1:]])
+    a = rows(whole + "/results.csv", BENCH_TIMING)
+    b = rows(runs + "/results.csv", BENCH_TIMING | {"generation.threshold"})
+    check(b[:10] == a, "runs merge: the first run's rows are not its own")
+    mr = json.load(open(runs + "/manifest.json"))
+    check(mr["varied"] == ["generation.threshold"] and len(mr["runs"]) == 2 and
+          len(mr["rows"]) == 18 and
+          all(os.path.exists(runs + "/" + row["metrics"]) for row in mr["rows"]),
+          "runs merge manifest: %s" % {k: mr.get(k) for k in ("varied", "runs")})
+    with open(runs + "/summary.csv") as f:
+        check(next(csv.reader(f))[-1] == "generation.threshold", "runs merge: summary.csv column")
+    tide(binary, ["bench", "merge", whole, t09, "--out", tmp + "/m"] +
+         [one(tmp + "/other/*")], 2, "are not shards of one sweep")
+    tide(binary, sweep + ["--budgets", "4", "--out", tmp + "/b4"])
+    tide(binary, ["bench", "merge", whole, one(tmp + "/b4/*"), "--out", tmp + "/m"], 2,
+         "are runs of different sweeps: grid.budgets differs")
+    tide(binary, sweep + ["--out", tmp + "/again"])
+    tide(binary, ["bench", "merge", whole, one(tmp + "/again/*"), "--out", tmp + "/m"], 2,
+         "have the same configuration, so nothing tells their rows apart")
+    check(not os.path.exists(tmp + "/m"), "a refused runs merge left %s/m" % tmp)
+
     tide(binary, ["bench", "merge", "--help"], 0, "usage: tide bench merge")
     tide(binary, ["bench", "--help"], 0, ["--shard K/N", "--emit-slurm N", "merge DIR"])
     return 0
