@@ -61,8 +61,9 @@ static void sim_usage(FILE *f)
            "  --model DIR                check that the trace was recorded for this checkpoint\n"
            "  --sweep SECTION.KEY=v1,v2  any key of any section (repeatable; e.g.\n"
            "                             policy-lfu.decay=0.5,0.9): every point replays the\n"
-           "                             whole grid, a table and a CSV column per key (not\n"
-           "                             yet with --out, --shard, --layer-budgets, --plot)\n"
+           "                             whole grid, a table and a CSV column per key; with\n"
+           "                             --out and --shard too (not with --layer-budgets or\n"
+           "                             --plot: python -m tide.plot draws the CSV)\n"
            "  --batch N                  replay the trace's prompts as the engine decodes them\n"
            "                             in batches of up to N (continuous batching: each\n"
            "                             forward holds every running prompt's next forward;\n"
@@ -847,9 +848,9 @@ int sim_main(struct sim_cli *s)
     int rc = sim_setup(s);
     if (rc == TIDE_OK)
         rc = sim_out_begin(s);
-    if (rc == TIDE_OK && s->sweep.n && (s->out || s->shard.count || s->layer_budgets || s->plot)) {
-        tide_error("tide sim --sweep: not yet with --out, --shard, --layer-budgets or --plot "
-                   "(run them per point with --set)");
+    if (rc == TIDE_OK && s->sweep.n && (s->layer_budgets || s->plot)) {
+        tide_error("tide sim --sweep: not with --layer-budgets or --plot (run them per point "
+                   "with --set; python -m tide.plot draws a swept results.csv)");
         rc = TIDE_E_CONFIG;
     }
     if (rc == TIDE_OK)

@@ -105,7 +105,9 @@ int sim_out_begin(struct sim_cli *s)
     o->ready = true;
     snprintf(o->csv, sizeof o->csv, "%s/results.csv", s->out);
     s->csv = o->csv;
-    if (!s->shard.count) { /* a shard's plots would show a part of the sweep */
+    /* A shard's plots would show a part of the grid; the plots do not draw
+     * --sweep points (python -m tide.plot does, from results.csv). */
+    if (!s->shard.count && !s->sweep.n) {
         snprintf(o->plot, sizeof o->plot, "%s/plots", s->out);
         s->plot = o->plot;
     }
@@ -145,6 +147,7 @@ static json_t *sim_row_json(const struct sim_row *r, long config, int L)
     json_object_set_new(j, "interval", json_string(r->interval));
     json_object_set_new(j, "interval_n", json_integer(r->interval_n));
     json_object_set_new(j, "budget", json_integer(r->budget));
+    json_object_set_new(j, "point", json_integer(r->point));
     json_object_set_new(j, "bound", json_boolean(r->bound));
     json_object_set_new(j, "no_counters", json_boolean(r->no_counters));
     json_object_set_new(j, "seconds", json_real(r->seconds));
@@ -172,6 +175,10 @@ static bool sim_row_read(const json_t *j, struct sim_row *r, int L)
              json_string_value(json_object_get(j, "interval")));
     r->interval_n = (int)sim_num(j, "interval_n", &ok);
     r->budget = (int)sim_num(j, "budget", &ok);
+    /* Shards written before --sweep went with --out have no point: 0. */
+    const json_t *pt = json_object_get(j, "point");
+    if (pt && json_integer_value(pt) != r->point)
+        return false;
     r->seconds = sim_num(j, "seconds", &ok);
     r->bound = json_is_true(json_object_get(j, "bound"));
     r->no_counters = json_is_true(json_object_get(j, "no_counters"));
@@ -212,8 +219,8 @@ bool sim_take(struct sim_cli *s, const char *policy, int budget, int interval, i
         !sim_row_read(j, r, s->L) || strcmp(r->policy, policy) || r->budget != budget ||
         r->interval_n != interval) {
         tide_error("%s/rows.json: row %ld is not configuration %ld of the sweep (%s, budget %d, "
-                   "interval %d) with all its counters",
-                   ps->by_index[k]->dir, i / ps->count, i, policy, budget, interval);
+                   "interval %d, sweep point %ld) with all its counters",
+                   ps->by_index[k]->dir, i / ps->count, i, policy, budget, interval, s->point);
         *rc = TIDE_E_FORMAT;
     }
     return false;
@@ -237,6 +244,7 @@ static json_t *sim_grid_json(const struct sim_cli *s)
     json_object_set_new(g, "scale_profile", json_boolean(s->scale));
     json_object_set_new(g, "batch", json_integer(s->batch > 1 ? s->batch : 1));
     json_object_set_new(g, "configurations", json_integer(s->n_config));
+    json_object_set_new(g, "sweep", cli_sweep_json(&s->sweep));
     return g;
 }
 
@@ -361,6 +369,24 @@ static int sim_merge_grid(struct sim_cli *s, const json_t *g)
     const json_t *bj = json_object_get(g, "batch");
     s->batch = json_is_integer(bj) ? (int)json_integer_value(bj) : 1;
     s->o->configs = (long)json_integer_value(json_object_get(g, "configurations"));
+    /* --sweep: [{"key": "section.key", "values": [...]}] back into axes. */
+    const json_t *a;
+    size_t k;
+    json_array_foreach(json_object_get(g, "sweep"), i, a)
+    {
+        const char *key = json_string_value(json_object_get(a, "key"));
+        char text[2048];
+        size_t at = (size_t)snprintf(text, sizeof text, "%s=", key ? key : "");
+        json_array_foreach(json_object_get(a, "values"), k, v)
+        {
+            if (!json_is_string(v) || at >= sizeof text)
+                return TIDE_E_FORMAT;
+            at += (size_t)snprintf(text + at, sizeof text - at, "%s%s", k ? "," : "",
+                                   json_string_value(v));
+        }
+        if (!key || at >= sizeof text || cli_sweep_add(&s->sweep, text) != TIDE_OK)
+            return TIDE_E_FORMAT;
+    }
     return TIDE_OK;
 }
 

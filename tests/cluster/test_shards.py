@@ -256,6 +256,25 @@ def sim(binary, tmp, profiles):
     tide(binary, sweep + ["--shard", "1/3", "--out", tmp + "/x", "--metrics", tmp + "/x.jsonl"],
          2, "does not go with --shard")
     tide(binary, sweep + ["--out", tmp + "/x", "--csv", tmp + "/x.csv"], 2, "drop --csv")
+    # --sweep over a policy option, whole and in shards: the shards number the
+    # configurations over every sweep point, and the merge equals the whole.
+    swept = ["--quiet", "sim", "--trace", trace, "--policy", "lru,lfu", "--budget", "4,8",
+             "--sweep", "policy-lfu.decay=0.5,0.9"]
+    tide(binary, swept + ["--out", tmp + "/sw-whole"])
+    for k in range(2):
+        tide(binary, swept + ["--shard", "%d/2" % k, "--out", tmp + "/sw-shards/%d" % k])
+    tide(binary, ["--quiet", "sim", "merge", tmp + "/sw-shards", "--out", tmp + "/sw-merged"])
+    a = rows(tmp + "/sw-whole/results.csv", drop)
+    b = rows(tmp + "/sw-merged/results.csv", drop)
+    check(a[0][-1] == "policy-lfu.decay" and len(a) == 21 and a == b and
+          [r[-1] for r in a[1:]] == ["0.5"] * 10 + ["0.9"] * 10,
+          "swept sim: merged results.csv differs or lacks the key's column:\n%s\n%s"
+          % ("\n".join(map(",".join, a)), "\n".join(map(",".join, b))))
+    m = json.load(open(tmp + "/sw-merged/manifest.json"))
+    check(m["grid"]["sweep"] == [{"key": "policy-lfu.decay", "values": ["0.5", "0.9"]}],
+          "swept sim manifest grid: %s" % m["grid"])
+    tide(binary, swept + ["--plot", tmp + "/sw-plot"], 2, "not with --layer-budgets or --plot")
+
     tide(binary, ["sim", "merge", "--help"], 0, "usage: tide sim merge")
     return 0
 
