@@ -491,9 +491,13 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
         const bool budgets = !strcmp(what, "budgets");
         long v = strtol(items[i], &end, 10);
         if (*end || v < (budgets ? 0 : 1) || v > 1000000) {
+            char range[128];
+            snprintf(range, sizeof range,
+                     "expected experts per MoE layer: a number from 0 to %d (the model's experts "
+                     "per layer), or 'all' for no offload",
+                     n_experts);
             tide_error("[bench] %s: '%s' is not a valid value (%s)", what, items[i],
-                       budgets ? "expected experts per MoE layer: a number from 0 to the model's "
-                                 "experts per layer, or 'all' for no offload"
+                       budgets ? range
                        : strcmp(what, "batch")
                            ? "expected a refresh interval in steps: a number >= 1"
                            : "expected a batch size: a number from 1 to 256");
