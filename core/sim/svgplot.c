@@ -175,7 +175,7 @@ bool svg_is_log2(const struct svg_series *s, int n_series, bool use_y)
             lo = fmin(lo, v);
             hi = fmax(hi, v);
         }
-    return isfinite(lo) && hi >= 4 * lo;
+    return isfinite(lo) && hi >= 2 * lo;
 }
 
 /* One axis: the data range in its own space (log2 of the value on a log2
@@ -313,7 +313,7 @@ int svg_line_chart(const char *path, const char *title, const char *xlabel, cons
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n_series; i++) {
             const struct svg_series *q = &s[i];
-            if (q->bound != (pass == 0))
+            if (q->bound != (pass == 0) || q->n <= 0)
                 continue;
             const int slot = q->bound ? n_bound++ : n_pol++;
             const char *col = q->bound ? "#666666" : svg_colors[slot % SVG_N_COLORS];
@@ -347,14 +347,25 @@ int svg_line_chart(const char *path, const char *title, const char *xlabel, cons
                 if (svg_usable(&ax, q->x[k]) && svg_usable(&ay, q->y[k]))
                     svg_marker(f, shape, svg_px(&ax, q->x[k]), svg_px(&ay, q->y[k]), col);
             if (q->bound && last >= 0) {
+                /* Along the line, at a place that differs between bounds
+                 * (the ends are where the policies' markers are). */
+                static const double at[3] = {0.5, 0.25, 0.75};
+                int first = 0;
+                while (!svg_usable(&ax, q->x[first]) || !svg_usable(&ay, q->y[first]))
+                    first++;
+                const double fx = at[slot % 3], x0 = svg_px(&ax, q->x[first]),
+                             y0 = svg_px(&ay, q->y[first]), x1 = svg_px(&ax, q->x[last]),
+                             y1 = svg_px(&ay, q->y[last]);
                 fprintf(f, "<g fill=\"#444\">\n");
-                /* Alternate above and below the line: close bounds keep apart. */
-                svg_label(f, svg_px(&ax, q->x[last]) - 4,
-                          svg_px(&ay, q->y[last]) + (slot % 2 ? 14 : -6), "end", 10, 0, q->name);
+                svg_label(f, x0 + fx * (x1 - x0), y0 + fx * (y1 - y0) + (slot % 2 ? 14 : -6),
+                          "middle", 10, 0, q->name);
                 fprintf(f, "</g>\n");
             }
             /* Legend, in the order given. */
-            const double ly = SVG_TOP + 10 + 18 * i, lx = SVG_LEFT + pw + 12;
+            int row = 0; /* series without points have no legend row */
+            for (int j = 0; j < i; j++)
+                row += s[j].n > 0;
+            const double ly = SVG_TOP + 10 + 18 * row, lx = SVG_LEFT + pw + 12;
             fprintf(f,
                     "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                     "stroke-width=\"%s\"",

@@ -15,8 +15,9 @@
 
 #include <stdbool.h>
 
-/* One line of a chart. Points with a non-finite y are skipped. Fields are
- * only ever added at the end, so positional initialisers stay valid. */
+/* One line of a chart. Points with a non-finite y are skipped; a series
+ * with no points is left out, legend too. Fields are only ever added at
+ * the end, so positional initialisers stay valid. */
 struct svg_series {
     const char *name; /* legend text */
     const double *x;  /* [n] */
@@ -31,7 +32,7 @@ struct svg_series {
 };
 
 /* How an axis is scaled. AUTO picks LOG2 when every value on it is a
- * positive power of two and they span at least a factor of 4, else LINEAR. */
+ * positive power of two and there are two or more, else LINEAR. */
 enum svg_scale {
     SVG_SCALE_LINEAR = 0,
     SVG_SCALE_LOG2 = 1,
@@ -48,8 +49,7 @@ int svg_line_chart(const char *path, const char *title, const char *xlabel, cons
                    enum svg_scale yscale);
 
 /* True when every finite x of every series (y when use_y) is a positive
- * power of two and they span at least a factor of 4: what SVG_SCALE_AUTO
- * decides. */
+ * power of two and they are not all equal: what SVG_SCALE_AUTO decides. */
 bool svg_is_log2(const struct svg_series *s, int n_series, bool use_y);
 
 /* A heat map of v[rows][cols] (>= 0): darker is larger, on a square-root
