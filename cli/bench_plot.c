@@ -49,12 +49,10 @@ struct bp_cfg {
 };
 
 struct bp_data {
-    const char *csv; /* for messages */
     struct bp_cfg *cfg;
     int n, cap;
     bool several_batches;
 };
-
 
 static void bp_free(struct bp_data *d)
 {
@@ -141,7 +139,6 @@ static int bp_read(const char *path, struct bp_data *d)
     int rc = cli_read_file(path, &text, &len);
     if (rc != TIDE_OK)
         return rc;
-    d->csv = path;
     char *save = NULL, *line = strtok_r(text, "\n", &save);
     char *head[BP_MAX_COLS], *f[BP_MAX_COLS];
     const int nh = line ? bp_fields(line, head, BP_MAX_COLS) : 0;
