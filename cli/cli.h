@@ -121,6 +121,8 @@ int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* `tide bench plot DIR [--out PLOTDIR]` (bench_plot.c). Returns an exit code. */
+int cmd_bench_plot(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_profile(int argc, char **argv);

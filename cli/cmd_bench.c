@@ -32,7 +32,8 @@ static void bench_usage(FILE *f)
             "                  [--sweep SECTION.KEY=v1,v2,... ...] [--shard K/N]\n"
             "                  [--baseline DIR]\n"
             "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
-            "       tide bench merge DIR... --out DIR\n\n"
+            "       tide bench merge DIR... --out DIR\n"
+            "       tide bench plot DIR [--out PLOTDIR]\n\n"
             "Runs the prompt set under every combination of policy, budget and (for\n"
             "policy-tide) interval, loading the model once. Prints a table and writes, into\n"
             "a new folder DIR/YYYYmmdd-HHMMSS: results.csv (one row per configuration),\n"
@@ -82,7 +83,11 @@ static void bench_usage(FILE *f)
             "                     join shards (result folders, or folders holding them)\n"
             "                     into DIR exactly as one run would have written it; refuses\n"
             "                     shards of another grid, configuration, checkpoint or\n"
-            "                     revision (naming the field), and reports missing shards\n\n"
+            "                     revision (naming the field), and reports missing shards\n"
+            "  plot DIR [--out PLOTDIR]\n"
+            "                     SVG charts of a result folder: time, tok/s and hit rate\n"
+            "                     against budget and interval, error bars from repeats\n"
+            "                     (tide bench plot --help; PDF/PNG: python -m tide.plot)\n\n"
             "examples:\n"
             "  tide bench -c config/llada2-tiny.ini --policies tide,lru,static --budgets 4,8\n"
             "  tide bench -c my.ini --shard 1/4 --out runs/shards   # one of 4 processes\n"
@@ -518,6 +523,8 @@ int cmd_bench(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "merge"))
         return cmd_bench_merge(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "plot"))
+        return cmd_bench_plot(argc - 1, argv + 1);
     struct cli_ctx c = {0};
     struct bench_shard_args sa = {0};
     /* tide sim's spellings too: the two commands take the same flags. */

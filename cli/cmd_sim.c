@@ -25,7 +25,8 @@ static void sim_usage(FILE *f)
 {
     fprintf(
         f, "usage: tide sim --trace FILE [--profile FILE] [--policy LIST] [--budget LIST]\n"
-           "                [--interval LIST] [--csv FILE] [--plot DIR] [--metrics FILE]\n"
+           "                [--interval LIST] [--csv FILE] [--plot DIR [--plot-series LIST]]\n"
+           "                [--metrics FILE]\n"
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
            "                [--model DIR] [--batch N] [--experts FMT] [--force] [-c CONFIG]\n"
            "                [--set section.key=value] [--sweep SECTION.KEY=v1,v2,...]\n"
@@ -45,7 +46,11 @@ static void sim_usage(FILE *f)
            "                             block recorded, in steps, at most 64)\n"
            "  --csv FILE                 also write the table as CSV\n"
            "  --plot DIR                 write SVG plots: time against interval per budget,\n"
-           "                             hit rate against budget, expert heat maps\n"
+           "                             hit rate against budget, expert heat maps (log2\n"
+           "                             axes for powers of two; the hindsight rows drawn\n"
+           "                             as grey dashed bounds; docs/sim.md)\n"
+           "  --plot-series tide,lru     draw only these policies (x means policy-x) and\n"
+           "                             hindsight rows (belady, best-static, oracle)\n"
            "  --metrics FILE             one configuration only: the engine's per-layer JSON\n"
            "                             Lines, for comparison with a live run\n"
            "  --layer-budgets            also share each budget's memory (budget x layers)\n"
@@ -226,6 +231,14 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             i++;
             continue;
         }
+        if (!strcmp(a, "--plot-series")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                tide_error("--plot-series needs a list of policies, e.g. tide,lru,oracle");
+                return TIDE_E_CONFIG;
+            }
+            s->plot_series = argv[++i];
+            continue;
+        }
         if (!strcmp(a, "--batch")) {
             char *end;
             const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -262,6 +275,7 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
             names[n++] = "--batch";
             names[n++] = "--experts";
             names[n++] = "--sweep";
+            names[n++] = "--plot-series";
             names[n] = NULL;
             char hint[128];
             cli_suggest_flag(a, names, hint, sizeof hint);
@@ -279,6 +293,10 @@ static int sim_args(struct sim_cli *s, int argc, char **argv)
     }
     if (!s->trace_path) {
         tide_error("sim: name the routing trace with --trace FILE");
+        return TIDE_E_CONFIG;
+    }
+    if (s->plot_series && !s->plot && !s->out) {
+        tide_error("--plot-series chooses what --plot DIR (or --out DIR) draws; give one");
         return TIDE_E_CONFIG;
     }
     if (!s->hindsight)
@@ -688,14 +706,76 @@ static void sim_print_best(const struct sim_cli *s, int budget)
     printf("\n");
 }
 
+/* Whether item (one of --plot-series, "x" meaning policy-x) names series
+ * `name`. */
+static bool sim_series_is(const char *item, size_t len, const char *name)
+{
+    if (strlen(name) == len && !strncmp(name, item, len))
+        return true;
+    return !strncmp(name, "policy-", 7) && strlen(name + 7) == len && !strncmp(name + 7, item, len);
+}
+
+/* --plot-series: whether series `name` (a plugin or a hindsight row) is drawn. */
+static bool sim_plot_wants(const struct sim_cli *s, const char *name)
+{
+    if (!s->plot_series)
+        return true;
+    for (const char *p = s->plot_series; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (sim_series_is(p, n, name))
+            return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
+/* Every --plot-series item must name a row of this replay. */
+static int sim_plot_series_check(const struct sim_cli *s)
+{
+    for (const char *p = s->plot_series; p && *p;) {
+        const size_t n = strcspn(p, ",");
+        bool found = false;
+        for (int i = 0; i < s->n_rows && !found; i++)
+            found = sim_series_is(p, n, s->rows[i].policy);
+        if (!found) {
+            char have[1024] = "";
+            size_t len = 0;
+            for (int i = 0; i < s->n_rows; i++) {
+                bool dup = false;
+                for (int j = 0; j < i && !dup; j++)
+                    dup = !strcmp(s->rows[j].policy, s->rows[i].policy);
+                if (!dup && len < sizeof have)
+                    len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", len ? ", " : "",
+                                            s->rows[i].policy);
+            }
+            tide_error("--plot-series: '%.*s' is none of this replay's policies and hindsight "
+                       "rows (%s)",
+                       (int)n, p, have);
+            return TIDE_E_CONFIG;
+        }
+        p += n + (p[n] == ',');
+    }
+    return TIDE_OK;
+}
+
+/* The legend text of a hindsight row, drawn as a bound. */
+static const char *sim_bound_name(const char *row)
+{
+    return !strcmp(row, "oracle")   ? "oracle (bound)"
+           : !strcmp(row, "belady") ? "belady (hindsight)"
+                                    : "best-static (hindsight)";
+}
+
 static int sim_plots(struct sim_cli *s)
 {
+    int rc = sim_plot_series_check(s);
+    if (rc != TIDE_OK)
+        return rc;
     if (mkdir(s->plot, 0777) != 0 && errno != EEXIST) {
         tide_error("--plot %s: cannot create the folder: %s", s->plot, strerror(errno));
         return TIDE_E_IO;
     }
     char path[4200], title[256];
-    int rc = TIDE_OK;
     /* Every other policy replayed, then the hindsight rows. */
     const char *refs[24];
     size_t n_refs = 0;
@@ -711,7 +791,8 @@ static int sim_plots(struct sim_cli *s)
     for (size_t k = 0; k < 3; k++)
         refs[n_refs++] = hindsight[k];
     double xs[SIM_MAX_LIST], ys[SIM_MAX_LIST], ref_y[24][2], ref_x[2];
-    /* Modelled time against interval, one chart per budget. */
+    /* Modelled time against interval, one chart per budget: policy-tide's
+     * curve, the other policies and the bounds as horizontal lines. */
     for (int bi = 0; s->have_prof && bi < s->n_budget && rc == TIDE_OK; bi++) {
         const int b = s->budget[bi];
         int n = 0;
@@ -723,23 +804,40 @@ static int sim_plots(struct sim_cli *s)
             }
         if (!n)
             continue;
-        struct svg_series ser[24] = {{"policy-tide", xs, ys, n, false, true}};
-        int ns = 1;
-        ref_x[0] = xs[0];
-        ref_x[1] = xs[n - 1];
+        struct svg_series ser[24];
+        int ns = 0;
+        if (sim_plot_wants(s, "policy-tide"))
+            ser[ns++] = (struct svg_series){
+                .name = "policy-tide", .x = xs, .y = ys, .n = n, .markers = true};
+        double lo = xs[0], hi = xs[0];
+        for (int k = 1; k < n; k++) {
+            lo = fmin(lo, xs[k]);
+            hi = fmax(hi, xs[k]);
+        }
+        ref_x[0] = lo;
+        ref_x[1] = hi;
         for (size_t k = 0; k < n_refs; k++) {
             const struct sim_row *r = sim_find(s, refs[k], b);
-            if (!r)
+            if (!r || !sim_plot_wants(s, refs[k]))
                 continue;
             ref_y[ns][0] = ref_y[ns][1] = tide_sim_ms_per_step(s->t, &r->c);
-            ser[ns] = (struct svg_series){refs[k], ref_x, ref_y[ns], 2, true, false};
+            const bool bound = k >= n_plugins;
+            ser[ns] = (struct svg_series){.name = bound ? sim_bound_name(refs[k]) : refs[k],
+                                          .x = ref_x,
+                                          .y = ref_y[ns],
+                                          .n = 2,
+                                          .dashed = true,
+                                          .markers = !bound,
+                                          .bound = bound};
             ns++;
         }
+        if (!ns)
+            continue;
         snprintf(path, sizeof path, "%s/interval-b%d.svg", s->plot, b);
         snprintf(title, sizeof title, "Modelled time against interval, budget %d (%s)", b,
                  s->prof.name);
         rc = svg_line_chart(path, title, "refresh interval (steps)", "modelled ms per step", ser,
-                            ns, false);
+                            ns, SVG_SCALE_AUTO, SVG_SCALE_LINEAR);
     }
     /* Hit rate against budget. */
     if (rc == TIDE_OK && s->n_budget > 0) {
@@ -750,6 +848,8 @@ static int sim_plots(struct sim_cli *s)
         struct svg_series ser[25];
         int ns = 0;
         for (size_t k = 0; k < n_refs + 1; k++) {
+            if (!sim_plot_wants(s, pols[k]))
+                continue;
             int n = 0;
             for (int bi = 0; bi < s->n_budget; bi++) {
                 /* policy-tide: its best interval by modelled time (or the first). */
@@ -766,15 +866,21 @@ static int sim_plots(struct sim_cli *s)
                     hy[ns][n++] = 100.0 * sim_hit(&best->c);
                 }
             }
+            const bool bound = k > n_plugins;
             if (n)
-                ser[ns] = (struct svg_series){pols[k], hx[ns], hy[ns], n, k > n_plugins, true},
+                ser[ns] = (struct svg_series){.name = bound ? sim_bound_name(pols[k]) : pols[k],
+                                              .x = hx[ns],
+                                              .y = hy[ns],
+                                              .n = n,
+                                              .markers = true,
+                                              .bound = bound},
                 ns++;
         }
         snprintf(path, sizeof path, "%s/hitrate-budget.svg", s->plot);
         if (ns)
             rc = svg_line_chart(path, "Hit rate against budget (policy-tide at its best interval)",
                                 "experts per MoE layer on the device", "hit rate (%)", ser, ns,
-                                false);
+                                SVG_SCALE_AUTO, SVG_SCALE_LINEAR);
     }
     /* Heat maps of expert activity over the step forwards: first, middle, last layer. */
     const int layers[3] = {0, s->L / 2, s->L - 1};

@@ -33,6 +33,7 @@ struct sim_out;
 struct sim_cli {
     struct cli_ctx c;
     const char *trace_path, *profile_path, *csv, *plot, *metrics, *model_dir;
+    const char *plot_series; /* --plot-series LIST: only these series in plots; NULL: all */
     char policies[512], budgets[512], intervals[512];
     bool hindsight, oracle, layer_budgets, scale, force;
     int batch; /* --batch N: the trace's prompts replayed as batches of N (0: as recorded) */

@@ -1,6 +1,7 @@
 /* SVG line charts and heat maps (svgplot.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +16,6 @@
 #define SVG_RIGHT  200
 #define SVG_TOP    40
 #define SVG_BOTTOM 60
-
-static const char *const svg_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
 struct svg_file {
     FILE *f;
@@ -96,97 +94,303 @@ static double svg_step(double range, int want)
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
-int svg_line_chart(const char *path, const char *title, const char *xlabel, const char *ylabel,
-                   const struct svg_series *s, int n_series, bool log_x)
+/* Okabe & Ito's palette (black last: it reads as an axis; yellow late: it
+ * is faint on white). */
+static const char *const svg_colors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                         "#E69F00", "#56B4E9", "#F0E442", "#000000"};
+#define SVG_N_COLORS  8
+#define SVG_N_MARKERS 7 /* coprime with SVG_N_COLORS: colour x marker repeats at 56 */
+
+/* Grey dash patterns for bounds, so that several bounds differ. */
+static const char *const svg_bound_dash[] = {"10 5", "3 4", "14 4 3 4"};
+
+static const char *const svg_marker_name[SVG_N_MARKERS] = {
+    "circle", "square", "triangle-up", "diamond", "triangle-down", "cross", "plus"};
+
+/* Marker `shape` (0 .. SVG_N_MARKERS-1) at (x, y), classed "marker NAME". */
+static void svg_marker(FILE *f, int shape, double x, double y, const char *col)
 {
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    const double r = 4;
+    switch (shape) {
+    case 0:
+        fprintf(f, "<circle class=\"marker %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
+                svg_marker_name[shape], x, y, col);
+        break;
+    case 1:
+        fprintf(f,
+                "<rect class=\"marker %s\" x=\"%.1f\" y=\"%.1f\" width=\"6.6\" height=\"6.6\" "
+                "fill=\"%s\"/>\n",
+                svg_marker_name[shape], x - 3.3, y - 3.3, col);
+        break;
+    case 2:
+    case 4: {
+        const double d = shape == 2 ? 1 : -1;
+        fprintf(f,
+                "<polygon class=\"marker %s\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                "fill=\"%s\"/>\n",
+                svg_marker_name[shape], x, y - d * r * 1.1, x - r, y + d * r * 0.8, x + r,
+                y + d * r * 0.8, col);
+        break;
+    }
+    case 3:
+        fprintf(f,
+                "<polygon class=\"marker %s\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                "fill=\"%s\"/>\n",
+                svg_marker_name[shape], x, y - r * 1.2, x + r, y, x, y + r * 1.2, x - r, y, col);
+        break;
+    case 5: /* x: stroked, it has no area */
+        fprintf(f,
+                "<path class=\"marker %s\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" "
+                "stroke=\"%s\" stroke-width=\"2.2\" fill=\"none\"/>\n",
+                svg_marker_name[shape], x - r, y - r, x + r, y + r, x - r, y + r, x + r, y - r,
+                col);
+        break;
+    default: /* + */
+        fprintf(f,
+                "<path class=\"marker %s\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" "
+                "stroke=\"%s\" stroke-width=\"2.2\" fill=\"none\"/>\n",
+                svg_marker_name[shape], x - r, y, x + r, y, x, y - r, x, y + r, col);
+        break;
+    }
+}
+
+static bool svg_pow2(double v)
+{
+    if (!(v > 0) || !isfinite(v))
+        return false;
+    int e;
+    return frexp(v, &e) == 0.5;
+}
+
+bool svg_is_log2(const struct svg_series *s, int n_series, bool use_y)
+{
+    double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < n_series; i++)
         for (int k = 0; k < s[i].n; k++) {
-            double x = s[i].x[k], y = s[i].y[k];
-            if (!isfinite(y) || !isfinite(x) || (log_x && x <= 0))
+            const double v = use_y ? s[i].y[k] : s[i].x[k];
+            if (!isfinite(s[i].y[k]) || !isfinite(s[i].x[k]))
                 continue;
-            x = log_x ? log2(x) : x;
-            x0 = fmin(x0, x);
-            x1 = fmax(x1, x);
-            y0 = fmin(y0, y);
-            y1 = fmax(y1, y);
+            if (!svg_pow2(v))
+                return false;
+            lo = fmin(lo, v);
+            hi = fmax(hi, v);
         }
-    if (!isfinite(x0) || !isfinite(y0)) {
+    return isfinite(lo) && hi >= 2 * lo;
+}
+
+/* One axis: the data range in its own space (log2 of the value on a log2
+ * axis) and where it lands on the page. */
+struct svg_axis {
+    bool log2;
+    double lo, hi;  /* in axis space */
+    double p0, len; /* page position of lo, and signed length to hi */
+};
+
+static double svg_t(const struct svg_axis *a, double v)
+{
+    return a->log2 ? log2(v) : v;
+}
+
+static double svg_px(const struct svg_axis *a, double v)
+{
+    return a->p0 + (svg_t(a, v) - a->lo) / (a->hi - a->lo) * a->len;
+}
+
+static bool svg_usable(const struct svg_axis *a, double v)
+{
+    return isfinite(v) && (!a->log2 || v > 0);
+}
+
+/* Widen [lo, hi] by a margin so that no point sits on the frame. */
+static void svg_pad(struct svg_axis *a, double frac)
+{
+    double r = a->hi - a->lo;
+    if (r <= 0)
+        r = a->log2 ? 2 : fabs(a->hi) > 0 ? 0.2 * fabs(a->hi) : 2;
+    a->lo -= frac * r;
+    a->hi += frac * r;
+}
+
+/* Tick positions (values, not axis space) into t[max]; returns how many. */
+static int svg_ticks(const struct svg_axis *a, int want, double *t, int max)
+{
+    int n = 0;
+    if (a->log2) {
+        const double e0 = ceil(a->lo - 1e-9), e1 = floor(a->hi + 1e-9);
+        const double stride = fmax(1, ceil((e1 - e0 + 1) / (want + 3)));
+        for (double e = e0; e <= e1 && n < max; e += stride)
+            t[n++] = pow(2, e);
+        if (n >= 2)
+            return n;
+        /* Less than a doubling shown: plain ticks inside it. */
+        struct svg_axis lin = {false, pow(2, a->lo), pow(2, a->hi), 0, 0};
+        return svg_ticks(&lin, want, t, max);
+    }
+    const double st = svg_step(a->hi - a->lo, want);
+    for (double v = ceil(a->lo / st) * st; v <= a->hi + st * 1e-6 && n < max; v += st)
+        t[n++] = fabs(v) < st * 1e-9 ? 0.0 : round(v / st) * st;
+    return n;
+}
+
+int svg_line_chart(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                   const struct svg_series *s, int n_series, enum svg_scale xscale,
+                   enum svg_scale yscale)
+{
+    struct svg_axis ax = {xscale == SVG_SCALE_LOG2 ||
+                              (xscale == SVG_SCALE_AUTO && svg_is_log2(s, n_series, false)),
+                          INFINITY, -INFINITY, 0, 0};
+    struct svg_axis ay = {yscale == SVG_SCALE_LOG2 ||
+                              (yscale == SVG_SCALE_AUTO && svg_is_log2(s, n_series, true)),
+                          INFINITY, -INFINITY, 0, 0};
+    for (int i = 0; i < n_series; i++)
+        for (int k = 0; k < s[i].n; k++) {
+            const double x = s[i].x[k], y = s[i].y[k];
+            if (!svg_usable(&ax, x) || !svg_usable(&ay, y))
+                continue;
+            ax.lo = fmin(ax.lo, svg_t(&ax, x));
+            ax.hi = fmax(ax.hi, svg_t(&ax, x));
+            ay.lo = fmin(ay.lo, svg_t(&ay, y));
+            ay.hi = fmax(ay.hi, svg_t(&ay, y));
+            const double e[2] = {s[i].ylo ? s[i].ylo[k] : NAN, s[i].yhi ? s[i].yhi[k] : NAN};
+            for (int j = 0; j < 2; j++)
+                if (svg_usable(&ay, e[j])) {
+                    ay.lo = fmin(ay.lo, svg_t(&ay, e[j]));
+                    ay.hi = fmax(ay.hi, svg_t(&ay, e[j]));
+                }
+        }
+    if (!isfinite(ax.lo) || !isfinite(ay.lo)) {
         tide_error("plot %s: nothing to draw", path);
         return TIDE_E_INVAL;
     }
-    if (x1 == x0)
-        x1 = x0 + 1;
-    /* y from a rounded floor (0 when close) to a rounded ceiling. */
-    double ys = svg_step(y1 - y0 > 0 ? y1 - y0 : fabs(y1) + 1, 6);
-    y0 = y0 > 0 && y0 < 0.35 * y1 ? 0 : floor(y0 / ys) * ys;
-    y1 = ceil(y1 / ys) * ys;
-    if (y1 <= y0)
-        y1 = y0 + ys;
-    ys = svg_step(y1 - y0, 6);
+    svg_pad(&ax, 0.04);
+    svg_pad(&ay, 0.07);
+    /* The legend sets the height when it is the taller. */
+    const int h = SVG_H > SVG_TOP + 18 * n_series + 40 ? SVG_H : SVG_TOP + 18 * n_series + 40;
+    const double pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = h - SVG_TOP - SVG_BOTTOM;
+    ax.p0 = SVG_LEFT;
+    ax.len = pw;
+    ay.p0 = SVG_TOP + ph;
+    ay.len = -ph;
     struct svg_file sf;
-    int rc = svg_open(&sf, path, SVG_W, SVG_H);
+    int rc = svg_open(&sf, path, SVG_W, h);
     if (rc != TIDE_OK)
         return rc;
     FILE *f = sf.f;
-    const double pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = SVG_H - SVG_TOP - SVG_BOTTOM;
-#define SX(v) (SVG_LEFT + ((log_x ? log2(v) : (v)) - x0) / (x1 - x0) * pw)
-#define SY(v) (SVG_TOP + ph - ((v)-y0) / (y1 - y0) * ph)
-    svg_label(f, SVG_LEFT + pw / 2, 24, "middle", 15, 0, title);
-    fprintf(f, "<g stroke=\"#ddd\" stroke-width=\"1\">\n");
     char buf[64];
-    for (double y = y0; y <= y1 + ys * 1e-6; y += ys)
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", SVG_LEFT, SY(y),
-                SVG_LEFT + pw, SY(y));
+    double tx[64], ty[64];
+    const int ntx = svg_ticks(&ax, 8, tx, 64), nty = svg_ticks(&ay, 6, ty, 64);
+    svg_label(f, SVG_LEFT + pw / 2, 24, "middle", 15, 0, title);
+    fprintf(f, "<g stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
+    for (int i = 0; i < nty; i++)
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", SVG_LEFT,
+                svg_px(&ay, ty[i]), SVG_LEFT + pw, svg_px(&ay, ty[i]));
+    for (int i = 0; i < ntx; i++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\"/>\n", svg_px(&ax, tx[i]),
+                SVG_TOP, svg_px(&ax, tx[i]), SVG_TOP + ph);
+    fprintf(f, "</g>\n<g class=\"tick-y\">\n");
+    for (int i = 0; i < nty; i++) {
+        snprintf(buf, sizeof buf, "%g", ty[i]);
+        svg_label(f, SVG_LEFT - 6, svg_px(&ay, ty[i]) + 4, "end", 11, 0, buf);
+    }
+    fprintf(f, "</g>\n<g class=\"tick-x\">\n");
+    for (int i = 0; i < ntx; i++) {
+        snprintf(buf, sizeof buf, "%g", tx[i]);
+        svg_label(f, svg_px(&ax, tx[i]), SVG_TOP + ph + 16, "middle", 11, 0, buf);
+    }
     fprintf(f, "</g>\n");
-    for (double y = y0; y <= y1 + ys * 1e-6; y += ys) {
-        snprintf(buf, sizeof buf, "%g", fabs(y) < ys * 1e-9 ? 0.0 : y);
-        svg_label(f, SVG_LEFT - 6, SY(y) + 4, "end", 11, 0, buf);
-    }
-    if (log_x) {
-        for (double e = ceil(x0); e <= x1 + 1e-9; e++) {
-            double v = pow(2, e);
-            snprintf(buf, sizeof buf, "%g", v);
-            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n",
-                    SX(v), (double)SVG_TOP, SX(v), SVG_TOP + ph);
-            svg_label(f, SX(v), SVG_TOP + ph + 16, "middle", 11, 0, buf);
-        }
-    } else {
-        double xs = svg_step(x1 - x0, 8);
-        for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-6; x += xs) {
-            snprintf(buf, sizeof buf, "%g", x);
-            svg_label(f, SX(x), SVG_TOP + ph + 16, "middle", 11, 0, buf);
-        }
-    }
     fprintf(f,
             "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
             "stroke=\"#333\"/>\n",
             SVG_LEFT, SVG_TOP, pw, ph);
-    svg_label(f, SVG_LEFT + pw / 2, SVG_H - 18, "middle", 12, 0, xlabel);
-    svg_label(f, 20, SVG_TOP + ph / 2, "middle", 12, -90, ylabel);
-    for (int i = 0; i < n_series; i++) {
-        const char *col = svg_colors[i % (int)(sizeof svg_colors / sizeof svg_colors[0])];
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", col,
-                s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
-        for (int k = 0; k < s[i].n; k++)
-            if (isfinite(s[i].y[k]) && (!log_x || s[i].x[k] > 0))
-                fprintf(f, "%.1f,%.1f ", SX(s[i].x[k]), SY(s[i].y[k]));
-        fprintf(f, "\"/>\n");
-        for (int k = 0; s[i].markers && k < s[i].n; k++)
-            if (isfinite(s[i].y[k]) && (!log_x || s[i].x[k] > 0))
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", SX(s[i].x[k]),
-                        SY(s[i].y[k]), col);
-        double ly = SVG_TOP + 10 + 20 * i;
-        fprintf(f,
-                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                "stroke-width=\"2\"%s/>\n",
-                SVG_LEFT + pw + 12, ly, SVG_LEFT + pw + 40, ly, col,
-                s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
-        svg_label(f, SVG_LEFT + pw + 46, ly + 4, "start", 11, 0, s[i].name);
-    }
-#undef SX
-#undef SY
+    char lab[320];
+    snprintf(lab, sizeof lab, "%s%s", xlabel, ax.log2 ? " (log2 scale)" : "");
+    svg_label(f, SVG_LEFT + pw / 2, h - 18, "middle", 12, 0, lab);
+    snprintf(lab, sizeof lab, "%s%s", ylabel, ay.log2 ? " (log2 scale)" : "");
+    svg_label(f, 20, SVG_TOP + ph / 2, "middle", 12, -90, lab);
+    /* Bounds first (under the policies), then each policy: line, error
+     * bars, markers. Colours and markers count policies only. */
+    int n_bound = 0, n_pol = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n_series; i++) {
+            const struct svg_series *q = &s[i];
+            if (q->bound != (pass == 0) || q->n <= 0)
+                continue;
+            const int slot = q->bound ? n_bound++ : n_pol++;
+            const char *col = q->bound ? "#666666" : svg_colors[slot % SVG_N_COLORS];
+            const int shape = slot % SVG_N_MARKERS;
+            const char *dash = q->bound ? svg_bound_dash[slot % 3] : q->dashed ? "6 4" : NULL;
+            fprintf(f, "<g class=\"%s\">\n", q->bound ? "bound" : "series");
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"", col,
+                    q->bound ? "3" : "2");
+            if (dash)
+                fprintf(f, " stroke-dasharray=\"%s\"", dash);
+            fputs(" points=\"", f);
+            int last = -1;
+            for (int k = 0; k < q->n; k++)
+                if (svg_usable(&ax, q->x[k]) && svg_usable(&ay, q->y[k])) {
+                    fprintf(f, "%.1f,%.1f ", svg_px(&ax, q->x[k]), svg_px(&ay, q->y[k]));
+                    last = k;
+                }
+            fputs("\"/>\n", f);
+            for (int k = 0; !q->bound && k < q->n; k++) {
+                if (!svg_usable(&ax, q->x[k]) || !q->ylo || !q->yhi ||
+                    !svg_usable(&ay, q->ylo[k]) || !svg_usable(&ay, q->yhi[k]))
+                    continue;
+                const double x = svg_px(&ax, q->x[k]), y0 = svg_px(&ay, q->ylo[k]),
+                             y1 = svg_px(&ay, q->yhi[k]);
+                fprintf(f,
+                        "<path class=\"errorbar\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f "
+                        "%.1fM%.1f %.1fL%.1f %.1f\" stroke=\"%s\" stroke-width=\"1.2\"/>\n",
+                        x, y0, x, y1, x - 4, y0, x + 4, y0, x - 4, y1, x + 4, y1, col);
+            }
+            for (int k = 0; q->markers && !q->bound && k < q->n; k++)
+                if (svg_usable(&ax, q->x[k]) && svg_usable(&ay, q->y[k]))
+                    svg_marker(f, shape, svg_px(&ax, q->x[k]), svg_px(&ay, q->y[k]), col);
+            if (q->bound && last >= 0) {
+                /* Along the line, at a place that differs between bounds
+                 * (the ends are where the policies' markers are). */
+                static const double at[3] = {0.5, 0.25, 0.75};
+                int first = 0;
+                while (!svg_usable(&ax, q->x[first]) || !svg_usable(&ay, q->y[first]))
+                    first++;
+                const double fx = at[slot % 3], x0 = svg_px(&ax, q->x[first]),
+                             y0 = svg_px(&ay, q->y[first]), x1 = svg_px(&ax, q->x[last]),
+                             y1 = svg_px(&ay, q->y[last]);
+                fprintf(f, "<g fill=\"#444\">\n");
+                svg_label(f, x0 + fx * (x1 - x0), y0 + fx * (y1 - y0) + (slot % 2 ? 14 : -6),
+                          "middle", 10, 0, q->name);
+                fprintf(f, "</g>\n");
+            }
+            /* Legend, in the order given. */
+            int row = 0; /* series without points have no legend row */
+            for (int j = 0; j < i; j++)
+                row += s[j].n > 0;
+            const double ly = SVG_TOP + 10 + 18 * row, lx = SVG_LEFT + pw + 12;
+            fprintf(f,
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"%s\"",
+                    lx, ly, lx + 28, ly, col, q->bound ? "3" : "2");
+            if (dash)
+                fprintf(f, " stroke-dasharray=\"%s\"", dash);
+            fputs("/>\n", f);
+            if (q->markers && !q->bound)
+                svg_marker(f, shape, lx + 14, ly, col);
+            svg_label(f, lx + 34, ly + 4, "start", 11, 0, q->name);
+            fputs("</g>\n", f);
+        }
     return svg_close(&sf);
+}
+
+/* A tick spacing of 1, 2 or 5 times a power of ten cells that puts ticks
+ * at least min_px apart for cells of cell_px. */
+static int svg_heat_step(int n, double cell_px, double min_px)
+{
+    static const int m[3] = {1, 2, 5};
+    for (int p = 1; p < 1000000; p *= 10)
+        for (int k = 0; k < 3; k++)
+            if (m[k] * p * cell_px >= min_px || m[k] * p >= n)
+                return m[k] * p;
+    return n;
 }
 
 int svg_heatmap(const char *path, const char *title, const char *xlabel, const char *row_label,
@@ -233,9 +437,29 @@ int svg_heatmap(const char *path, const char *title, const char *xlabel, const c
             "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
             "stroke=\"#333\"/>\n",
             left, top, cw * cols, ch * rows);
-    svg_label(f, left + cw * cols / 2, top + ch * rows + 30, "middle", 12, 0, xlabel);
-    svg_label(f, 30, top + ch * rows / 2, "middle", 12, -90, row_label);
+    svg_label(f, left + cw * cols / 2, top + ch * rows + 32, "middle", 12, 0, xlabel);
+    svg_label(f, 24, top + ch * rows / 2, "middle", 12, -90, row_label);
     char buf[64];
+    /* Ticks at a whole-number spacing that leaves room for the labels:
+     * column (step) indices below, row indices on the left. */
+    const int xs = svg_heat_step(cols, cw, 34), ys = svg_heat_step(rows, ch, 14);
+    fprintf(f, "<g class=\"tick-x\">\n");
+    for (int c = 0; c < cols; c += xs) {
+        const double x = left + (c + 0.5) * cw, y = top + ch * rows;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#333\"/>\n", x,
+                y, x, y + 4);
+        snprintf(buf, sizeof buf, "%d", c);
+        svg_label(f, x, y + 15, "middle", 9, 0, buf);
+    }
+    fprintf(f, "</g>\n<g class=\"tick-y\">\n");
+    for (int r = 0; r < rows; r += ys) {
+        const double y = top + (r + 0.5) * ch;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#333\"/>\n",
+                left - 4, y, left, y);
+        snprintf(buf, sizeof buf, "%d", r);
+        svg_label(f, left - 6, y + 3, "end", 9, 0, buf);
+    }
+    fprintf(f, "</g>\n");
     /* Legend: five swatches of the scale. */
     for (int i = 0; i <= 4; i++) {
         double t = i / 4.0;

@@ -11,6 +11,9 @@ compiled extension), run `tide sim` / `tide bench` and read their results.
 
     rows = tide.sim("run.tidetrace", policies=["tide", "lru"], budgets=[4, 8])
 
+Figures (PDF, PNG, SVG; needs matplotlib): python -m tide.plot RESULTS.csv
+(tide/plot.py).
+
 How libtide is found: tide._lib (TIDE_LIBRARY first); docs/sdk.md.
 """
 from ._lib import find_library

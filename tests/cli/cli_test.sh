@@ -491,6 +491,76 @@ config-doc)
         "| \`mode\` | enum: keep/host | \`keep\` | what the test policy does |" \
         "## [test-good-backend]" "No options."
     ;;
+plot)
+    # tide sim --plot: log2 ticks over intervals 1..32, the oracle drawn as a
+    # bound, heat-map ticks, --plot-series; tide bench plot: error bars from
+    # repeats, the baseline as a bound, a missing column named with the file.
+    profiles=$fixtures/../../../config/profiles
+    "$tide" --quiet trace synth "$work/syn.trc" --layers 2 --experts 32 --top-k 4 --hidden 64 \
+        --inter 32 --blocks 2 --seed 3 >/dev/null 2>&1 || fail "trace synth"
+    ticks() { # the labels of the <g class="CLASS"> group of an SVG, on one line
+        sed -n "/<g class=\"$2\">/,/<\/g>/p" "$1" | sed -n 's/.*>\([^<]*\)<\/text>.*/\1/p' | tr '\n' ' '
+    }
+    sim="sim --trace $work/syn.trc --profile $profiles/h100-pcie5.ini --scale-profile --budget 4,8 --interval 1,2,4,8,16,32 --policy tide,lru,lfu"
+    # shellcheck disable=SC2086
+    run -- $sim --plot "$work/p1"
+    expect_status 0
+    [ "$(ticks "$work/p1/interval-b4.svg" tick-x)" = "1 2 4 8 16 32 " ] ||
+        fail "interval axis ticks: '$(ticks "$work/p1/interval-b4.svg" tick-x)'"
+    grep -q 'log2 scale' "$work/p1/interval-b4.svg" || fail "interval axis not log2"
+    grep -A3 '<g class="bound">' "$work/p1/interval-b4.svg" | grep -q 'oracle (bound)' ||
+        fail "the oracle is not drawn as a bound"
+    grep -A2 '<g class="series">' "$work/p1/interval-b4.svg" | grep -q '#666666' &&
+        fail "a policy is drawn in the bounds' grey"
+    [ -n "$(ticks "$work/p1/heatmap-layer00.svg" tick-x)" ] || fail "heat map: no x ticks"
+    [ -n "$(ticks "$work/p1/heatmap-layer00.svg" tick-y)" ] || fail "heat map: no y ticks"
+    # shellcheck disable=SC2086
+    run -- $sim --plot "$work/p2" --plot-series tide,lru
+    expect_status 0
+    for f in "$work/p2/hitrate-budget.svg" "$work/p2/interval-b8.svg"; do
+        grep -q '>policy-tide<' "$f" && grep -q '>policy-lru<' "$f" || fail "$f lacks a chosen series"
+        grep -q 'policy-lfu\|oracle' "$f" && fail "$f draws a series not chosen"
+    done
+    # shellcheck disable=SC2086
+    run -- $sim --plot "$work/p3" --plot-series tide,nosuch
+    expect_status 2
+    expect_in err "--plot-series: 'nosuch' is none of" "policy-lfu" "oracle"
+    run -- sim --trace "$work/syn.trc" --plot-series tide
+    expect_status 2
+    expect_in err "--plot-series chooses what --plot DIR"
+    # tide bench plot.
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies tide,lru --budgets 4,8 \
+        --intervals 1,4 --repeats 2 --out "$work/b"
+    expect_status 0
+    run -- bench plot "$work/b"
+    expect_status 0
+    expect_in out "6 plots of"
+    d=$(dirname "$(ls "$work"/b/*/results.csv)")
+    for f in time-budget tokps-budget hitrate-budget time-interval tokps-interval hitrate-interval; do
+        [ -s "$d/plots/$f.svg" ] || fail "no $f.svg"
+    done
+    grep -q 'class="errorbar"' "$d/plots/time-budget.svg" || fail "no error bars from repeats"
+    grep -A3 '<g class="bound">' "$d/plots/tokps-budget.svg" | grep -q '>no offload<' ||
+        fail "the baseline is not a bound"
+    [ "$(ticks "$d/plots/time-interval.svg" tick-x)" = "1 2 4 " ] ||
+        fail "interval ticks: '$(ticks "$d/plots/time-interval.svg" tick-x)'"
+    grep -q '>policy-tide b4<' "$d/plots/time-interval.svg" || fail "no policy-tide b4 line"
+    run -- bench plot "$d/results.csv" --out "$work/q"
+    expect_status 0
+    [ -s "$work/q/time-budget.svg" ] || fail "--out: no time-budget.svg"
+    # Columns are read by name: a missing one is named with the file.
+    cut -d, -f1-6,8- "$d/results.csv" >"$work/nohit.csv"
+    run -- bench plot "$work/nohit.csv" --out "$work/q2"
+    expect_status 1
+    expect_in err "$work/nohit.csv: no column 'hit_rate'"
+    run -- bench plot "$work/none"
+    expect_status 1
+    expect_in err "$work/none"
+    ;;
 *)
     echo "cli_test.sh: unknown case '$case_name'"
     exit 2
