@@ -29,7 +29,7 @@ static void sim_usage(FILE *f)
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
            "                [--model DIR] [--batch N] [--experts FMT] [--force] [-c CONFIG]\n"
            "                [--set section.key=value] [--sweep SECTION.KEY=v1,v2,...]\n"
-           "                [--out DIR [--shard K/N]]\n"
+           "                [--out DIR [--shard K/N]] [-q]\n"
            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
            "through the same policy plugins the engine uses, for every policy, budget and\n"
@@ -69,6 +69,9 @@ static void sim_usage(FILE *f)
            "                             the policy sees the oldest one's blocks and steps;\n"
            "                             docs/batching.md). Default 1: as recorded\n"
            "  --force                    replace existing --csv, --metrics and plot files\n"
+           "  -q, --quiet                no progress line and no info messages; the line\n"
+           "                             (configuration i/n, the oracle's layer, ETA) shows\n"
+           "                             only when stderr is a terminal\n"
            "  --out DIR                  write a result folder (new or empty): results.csv,\n"
            "                             plots/, rows.json (exact rows) and manifest.json\n"
            "                             (trace and profile hashes, grid, configuration)\n"
@@ -536,11 +539,39 @@ static int sim_layer_budgets(struct sim_cli *s, int budget, int interval, FILE *
     return rc;
 }
 
+/* The next configuration this process replays starts: the progress line. */
+static void sim_progress(struct sim_cli *s, const char *what, int budget, int interval)
+{
+    char more[520] = "";
+    if (interval >= 0)
+        snprintf(more, sizeof more, interval ? " i%d" : " i auto", interval);
+    if (s->sweep.n) {
+        strcat(more, " ");
+        cli_sweep_label(&s->sweep, s->point, more + strlen(more), sizeof more - strlen(more));
+    }
+    snprintf(s->pg_label, sizeof s->pg_label, "configuration %ld/%ld (%s b%d%s)", s->cfg_i + 1,
+             s->n_cfg, what, budget, more);
+    cli_progress_update(&s->pg, (double)s->cfg_i, "%s", s->pg_label);
+    s->cfg_i++;
+}
+
+/* The oracle's layers, on the progress line; Ctrl-C stops it between them. */
+static int sim_oracle_progress(void *user, uint64_t done, uint64_t total)
+{
+    struct sim_cli *s = user;
+    const uint64_t passes = total / (uint64_t)s->L; /* two per layer with overlap */
+    cli_progress_update(&s->pg, (double)(s->cfg_i - 1) + (double)done / (double)total,
+                        "%s layer %llu/%d", s->pg_label,
+                        (unsigned long long)((done - 1) / passes + 1), s->L);
+    return tide_stop_requested() ? TIDE_E_INTERRUPTED : TIDE_OK;
+}
+
 static int sim_oracle_row(struct sim_cli *s, int budget)
 {
     struct tide_sim_oracle o;
     clock_t t0 = clock();
-    int rc = tide_sim_oracle(s->t, budget, NULL, &s->cost, &o);
+    const struct tide_progress pg = {.fn = sim_oracle_progress, .user = s};
+    int rc = tide_sim_oracle(s->t, budget, NULL, &s->cost, &pg, &o);
     if (rc != TIDE_OK)
         return rc;
     struct sim_row *r;
@@ -902,6 +933,16 @@ int sim_main(struct sim_cli *s)
     cli_catch_interrupt();
     double replay_s = 0;
     uint64_t replays = 0;
+    /* The configurations this process replays, in the loop's order below. */
+    s->n_cfg = s->cfg_i = 0;
+    for (long pt = 0, idx = 0; pt < points; pt++)
+        for (int bi = 0; bi < s->n_budget; bi++) {
+            const bool past = s->budget[bi] >= s->E;
+            const int more = past ? 0 : (s->hindsight ? 2 : 0) + (s->oracle ? 1 : 0);
+            for (int k = 0; k < n_cfg / s->n_budget + more; k++)
+                s->n_cfg += cli_shard_mine(&s->shard, idx++);
+        }
+    cli_progress_begin(&s->pg, "tide sim", (double)s->n_cfg);
     for (s->point = 0; s->point < points && rc == TIDE_OK; s->point++) {
         if (s->point > 0 && (rc = cli_sweep_apply(&s->sweep, s->c.cfg, s->point)) != TIDE_OK)
             break;
@@ -919,6 +960,7 @@ int sim_main(struct sim_cli *s)
                         continue;
                     if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
                         break;
+                    sim_progress(s, pl->desc->name, b, is_tide ? s->interval[k] : -1);
                     rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
                                     is_tide ? s->interval[k] : -1, mf);
                     if (rc == TIDE_OK) {
@@ -928,15 +970,22 @@ int sim_main(struct sim_cli *s)
                 }
             }
             if (rc == TIDE_OK && s->hindsight && b < s->E) {
-                if (sim_take(s, "belady", b, -1, &rc))
+                if (sim_take(s, "belady", b, -1, &rc)) {
+                    sim_progress(s, "belady", b, -1);
                     rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL);
-                if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc))
+                }
+                if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc)) {
+                    sim_progress(s, "best-static", b, -1);
                     rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
+                }
             }
-            if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc))
+            if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc)) {
+                sim_progress(s, "oracle", b, -1);
                 rc = sim_oracle_row(s, b);
+            }
         }
     }
+    cli_progress_end(&s->pg);
     if (mf && sim_finish(mf, mtmp, s->metrics, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK)
         rc = TIDE_E_IO;
     if (rc != TIDE_OK)

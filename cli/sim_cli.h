@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "shard.h"
 #include "sim.h"
 #include "sweep.h"
@@ -60,6 +61,11 @@ struct sim_cli {
     struct sim_out *o;      /* the result folder being written, and a merge's shards */
     struct cli_sweep sweep; /* --sweep keys */
     long point;             /* the sweep point being replayed or printed */
+    /* The progress line: configuration cfg_i of n_cfg (those this process
+     * replays) is pg_label. */
+    struct cli_progress pg;
+    long cfg_i, n_cfg;
+    char pg_label[600];
 };
 
 /* cmd_sim.c: a new zeroed row at the end of s->rows; the sweep (setup,

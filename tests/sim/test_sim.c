@@ -635,7 +635,7 @@ static void test_oracle_exact_on_tiny(void)
             continue;
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
-            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
+            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, NULL, &o), TIDE_OK);
             double want = brute_optimum(t, B, &c);
             if (fabs(o.bound_us - want) > 1e-6 * want)
                 fprintf(stderr, "seed %d B %d: oracle %.6f, brute force %.6f\n", seed, B,
@@ -665,7 +665,7 @@ static void test_oracle_property(void)
             continue;
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
-            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
+            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, NULL, &o), TIDE_OK);
             double opt = brute_optimum(t, B, &c);
             CHECK(o.bound_us <= opt * (1 + 1e-9));
             tide_sim_oracle_free(&o);
@@ -704,7 +704,7 @@ static void test_oracle_property(void)
         const int budgets[2] = {1 + trial % 4, (int)experts / 2};
         for (int bi = 0; bi < 2; bi++) {
             struct tide_sim_oracle o;
-            if (tide_sim_oracle(t, budgets[bi], NULL, &c, &o) != TIDE_OK) {
+            if (tide_sim_oracle(t, budgets[bi], NULL, &c, NULL, &o) != TIDE_OK) {
                 CHECK(0);
                 continue;
             }
