@@ -21,8 +21,12 @@ static double progress_now(void)
 bool cli_progress_wanted(void)
 {
     const char *env = getenv("TIDE_PROGRESS");
-    if (env && *env)
-        return strcmp(env, "0") != 0 && tide_log_get_level() >= TIDE_LOG_INFO;
+    if (env && !strcmp(env, "0"))
+        return false;
+    if (env && !strcmp(env, "always"))
+        return true;
+    if (env && !strcmp(env, "1"))
+        return isatty(STDERR_FILENO);
     return isatty(STDERR_FILENO) && tide_log_get_level() >= TIDE_LOG_INFO;
 }
 

@@ -8,8 +8,11 @@
  *
  * It is drawn only when stderr is a terminal and the log level is info or
  * more: `tide --quiet` and each command's --quiet turn it off, and output
- * redirected to a file or a pipe never holds it. TIDE_PROGRESS=1 draws it
- * even when stderr is not a terminal, TIDE_PROGRESS=0 never.
+ * redirected to a file or a pipe never holds it. The environment overrides
+ * that: TIDE_PROGRESS=0 never draws it; TIDE_PROGRESS=1 draws it on a
+ * terminal even under --quiet (scripts that keep the messages of the
+ * commands they run out, such as bench/policy-study/run.sh);
+ * TIDE_PROGRESS=always draws it wherever stderr goes.
  *
  * While a line is up, log messages erase it before they print (a log sink),
  * and the next update draws it again; whoever prints to stdout calls
