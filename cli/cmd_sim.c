@@ -551,6 +551,10 @@ static void sim_progress(struct sim_cli *s, const char *what, int budget, int in
     }
     snprintf(s->pg_label, sizeof s->pg_label, "configuration %ld/%ld (%s b%d%s)", s->cfg_i + 1,
              s->n_cfg, what, budget, more);
+    /* The oracle is slow: say so now, whenever the line was last drawn
+     * (the clear lets the update draw at once). */
+    if (!strcmp(what, "oracle"))
+        cli_progress_clear(&s->pg);
     cli_progress_update(&s->pg, (double)s->cfg_i, "%s", s->pg_label);
     s->cfg_i++;
 }
