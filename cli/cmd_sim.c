@@ -539,9 +539,46 @@ static int sim_layer_budgets(struct sim_cli *s, int budget, int interval, FILE *
     return rc;
 }
 
+static double sim_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Draw the line, frac of the current configuration done (the oracle's
+ * layers). Work is counted in estimated seconds: each kind (replay, oracle)
+ * at the mean of its finished ones, an oracle not yet measured as a replay;
+ * before anything is measured, in configurations. */
+static void sim_progress_draw(struct sim_cli *s, double frac, const char *extra)
+{
+    double done[2] = {(double)s->pg_done[0], (double)s->pg_done[1]};
+    double sec[2] = {s->pg_s[0], s->pg_s[1]};
+    if (s->pg_kind == 1 && frac > 0) {
+        done[1] += frac;
+        sec[1] += sim_now() - s->pg_t;
+    }
+    const double r = done[0] > 0 ? sec[0] / done[0] : 0.0;
+    const double o = done[1] > 0 ? sec[1] / done[1] : r;
+    if (r > 0 || o > 0) {
+        s->pg.total = (double)s->pg_n[0] * r + (double)s->pg_n[1] * o;
+        cli_progress_update(&s->pg, done[0] * r + done[1] * o, "%s%s", s->pg_label, extra);
+    } else {
+        s->pg.total = (double)s->n_cfg;
+        cli_progress_update(&s->pg, (double)s->cfg_i - 1 + frac, "%s%s", s->pg_label, extra);
+    }
+}
+
 /* The next configuration this process replays starts: the progress line. */
 static void sim_progress(struct sim_cli *s, const char *what, int budget, int interval)
 {
+    const double now = sim_now();
+    if (s->pg_kind >= 0) {
+        s->pg_s[s->pg_kind] += now - s->pg_t;
+        s->pg_done[s->pg_kind]++;
+    }
+    s->pg_kind = !strcmp(what, "oracle");
+    s->pg_t = now;
     char more[520] = "";
     if (interval >= 0)
         snprintf(more, sizeof more, interval ? " i%d" : " i auto", interval);
@@ -551,12 +588,12 @@ static void sim_progress(struct sim_cli *s, const char *what, int budget, int in
     }
     snprintf(s->pg_label, sizeof s->pg_label, "configuration %ld/%ld (%s b%d%s)", s->cfg_i + 1,
              s->n_cfg, what, budget, more);
+    s->cfg_i++;
     /* The oracle is slow: say so now, whenever the line was last drawn
      * (the clear lets the update draw at once). */
-    if (!strcmp(what, "oracle"))
+    if (s->pg_kind == 1)
         cli_progress_clear(&s->pg);
-    cli_progress_update(&s->pg, (double)s->cfg_i, "%s", s->pg_label);
-    s->cfg_i++;
+    sim_progress_draw(s, 0.0, "");
 }
 
 /* The oracle's layers, on the progress line; Ctrl-C stops it between them. */
@@ -564,9 +601,10 @@ static int sim_oracle_progress(void *user, uint64_t done, uint64_t total)
 {
     struct sim_cli *s = user;
     const uint64_t passes = total / (uint64_t)s->L; /* two per layer with overlap */
-    cli_progress_update(&s->pg, (double)(s->cfg_i - 1) + (double)done / (double)total,
-                        "%s layer %llu/%d", s->pg_label,
-                        (unsigned long long)((done - 1) / passes + 1), s->L);
+    char layer[48];
+    snprintf(layer, sizeof layer, " layer %llu/%d", (unsigned long long)((done - 1) / passes + 1),
+             s->L);
+    sim_progress_draw(s, (double)done / (double)total, layer);
     return tide_stop_requested() ? TIDE_E_INTERRUPTED : TIDE_OK;
 }
 
@@ -937,15 +975,19 @@ int sim_main(struct sim_cli *s)
     cli_catch_interrupt();
     double replay_s = 0;
     uint64_t replays = 0;
-    /* The configurations this process replays, in the loop's order below. */
-    s->n_cfg = s->cfg_i = 0;
+    /* The configurations this process replays, in the loop's order below
+     * (per budget, the oracle comes last). */
+    s->cfg_i = 0;
+    s->pg_kind = -1;
     for (long pt = 0, idx = 0; pt < points; pt++)
         for (int bi = 0; bi < s->n_budget; bi++) {
             const bool past = s->budget[bi] >= s->E;
-            const int more = past ? 0 : (s->hindsight ? 2 : 0) + (s->oracle ? 1 : 0);
-            for (int k = 0; k < n_cfg / s->n_budget + more; k++)
-                s->n_cfg += cli_shard_mine(&s->shard, idx++);
+            const int n_rep = n_cfg / s->n_budget + (past || !s->hindsight ? 0 : 2);
+            for (int k = 0; k < n_rep + (past ? 0 : s->oracle); k++)
+                if (cli_shard_mine(&s->shard, idx++))
+                    s->pg_n[k >= n_rep]++;
         }
+    s->n_cfg = s->pg_n[0] + s->pg_n[1];
     cli_progress_begin(&s->pg, "tide sim", (double)s->n_cfg);
     for (s->point = 0; s->point < points && rc == TIDE_OK; s->point++) {
         if (s->point > 0 && (rc = cli_sweep_apply(&s->sweep, s->c.cfg, s->point)) != TIDE_OK)
