@@ -29,7 +29,7 @@ static void mkmodel_usage(FILE *f)
                "  --seed S      weight seed (default 1)\n"
                "  --plugin P    another model plugin's presets (`tide plugins` lists each\n"
                "                model plugin with its presets)\n"
-               "  -q, --quiet   no progress line and no info messages; the line (GiB\n"
+               "  -q, --quiet   no progress line and no info messages; the line (weights\n"
                "                written, ETA) shows only when stderr is a terminal\n");
 }
 
@@ -38,8 +38,10 @@ static int mkmodel_progress(void *user, uint64_t done, uint64_t total)
 {
     struct cli_progress *pg = user;
     pg->total = (double)total;
-    cli_progress_update(pg, (double)done, "%.2f of %.2f GiB of weights written",
-                        (double)done / 1073741824.0, (double)total / 1073741824.0);
+    const bool gib = total >= (1ull << 30);
+    const double unit = gib ? 1073741824.0 : 1048576.0;
+    cli_progress_update(pg, (double)done, "%.2f of %.2f %s of weights written", (double)done / unit,
+                        (double)total / unit, gib ? "GiB" : "MiB");
     return TIDE_OK;
 }
 

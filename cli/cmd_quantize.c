@@ -86,13 +86,13 @@ static bool qz_is_expert(const struct qz *q, const struct tide_view *v)
  * and the final line in both. */
 static void qz_progress(struct qz *q, bool final)
 {
-    if (tide_log_get_level() < TIDE_LOG_INFO) /* --quiet */
-        return;
     if (q->pg.on && !final) {
         cli_progress_update(&q->pg, (double)q->done_bytes, "%.2f of %.2f GB read",
                             (double)q->done_bytes / 1e9, (double)q->total_bytes / 1e9);
         return;
     }
+    if (tide_log_get_level() < TIDE_LOG_INFO) /* --quiet */
+        return;
     const double el = qz_now() - q->t0;
     const double frac = q->total_bytes ? (double)q->done_bytes / (double)q->total_bytes : 1.0;
     const int decile = (int)(frac * 10);

@@ -273,7 +273,8 @@ int cmd_run(int argc, char **argv)
     st.dump = dump;
     st.stream = tide_opts_bool(oo, "stream") && !print_ids;
     st.progress = tide_opts_bool(oo, "progress") && tide_log_get_level() >= TIDE_LOG_INFO;
-    if (st.progress)
+    /* The line decides for itself (terminal, --quiet, TIDE_PROGRESS). */
+    if (tide_opts_bool(oo, "progress"))
         cli_progress_begin(&st.pg, "tide run", 1);
     struct tide_request req;
     tide_request_init(&req);

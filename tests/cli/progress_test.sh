@@ -142,16 +142,27 @@ sim)
 mkmodel)
     on_tty mkmodel "$work/m1" --preset tiny
     expect_ok "$work/tty"
-    has "$work/tty" "tide mkmodel: " "GiB of weights written" "wrote $work/m1"
+    has "$work/tty" "tide mkmodel: " "MiB of weights written" "wrote $work/m1"
     to_file mkmodel "$work/m2" --preset tiny
     expect_ok "$work/err"
-    no_progress "$work/err" "GiB of weights written"
+    no_progress "$work/err" "MiB of weights written"
     on_tty mkmodel "$work/m3" --preset tiny --quiet
     expect_ok "$work/tty"
-    no_progress "$work/tty" "GiB of weights written"
+    no_progress "$work/tty" "MiB of weights written"
     # The same checkpoint either way.
     cmp "$work/m1/model.safetensors" "$work/m2/model.safetensors" ||
         fail "mkmodel wrote other weights with a progress line"
+    # TIDE_PROGRESS: 1 keeps the line under --quiet, on a terminal only;
+    # always draws it into a file too.
+    export TIDE_PROGRESS=1
+    on_tty mkmodel "$work/m4" --preset tiny --quiet
+    has "$work/tty" "MiB of weights written"
+    to_file mkmodel "$work/m5" --preset tiny
+    no_progress "$work/err" "MiB of weights written"
+    export TIDE_PROGRESS=always
+    to_file mkmodel "$work/m6" --preset tiny
+    has "$work/err" "tide mkmodel: " "MiB of weights written"
+    unset TIDE_PROGRESS
     ;;
 run)
     # tide run's line (shared with the others): blocks, with an ETA.
