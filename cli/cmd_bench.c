@@ -267,7 +267,8 @@ struct bench {
     struct tide_trace_sink trace_sink;
     char dir[4200];
     /* The progress line: configuration cfg_i + 1 of n_cfg (this process's,
-     * baselines included), named cfg_label; its units are prompts. */
+     * baselines included), named cfg_label (last: a narrow terminal cuts
+     * it first); its units are prompts. */
     struct cli_progress pg;
     long cfg_i, n_cfg;
     char cfg_label[600];
@@ -279,10 +280,10 @@ static void bench_progress(struct bench *b, int rep, int i)
     const int P = b->prompts.n;
     char reps[48] = "";
     if (b->repeats > 1)
-        snprintf(reps, sizeof reps, " repeat %d/%d", rep + 1, b->repeats);
+        snprintf(reps, sizeof reps, " repeat %d/%d,", rep + 1, b->repeats);
     cli_progress_update(&b->pg, (double)((b->cfg_i * b->repeats + rep) * P + i),
-                        "configuration %ld/%ld (%s)%s prompt %d/%d", b->cfg_i + 1, b->n_cfg,
-                        b->cfg_label, reps, i < P ? i + 1 : P, P);
+                        "configuration %ld/%ld,%s prompt %d/%d: %s", b->cfg_i + 1, b->n_cfg, reps,
+                        i < P ? i + 1 : P, P, b->cfg_label);
 }
 
 /* Compare a generation's ids with the baseline's (the first run sets it). */

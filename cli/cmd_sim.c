@@ -562,10 +562,12 @@ static void sim_progress_draw(struct sim_cli *s, double frac, const char *extra)
     const double o = done[1] > 0 ? sec[1] / done[1] : r;
     if (r > 0 || o > 0) {
         s->pg.total = (double)s->pg_n[0] * r + (double)s->pg_n[1] * o;
-        cli_progress_update(&s->pg, done[0] * r + done[1] * o, "%s%s", s->pg_label, extra);
+        cli_progress_update(&s->pg, done[0] * r + done[1] * o, "configuration %ld/%ld%s: %s",
+                            s->cfg_i, s->n_cfg, extra, s->pg_label);
     } else {
         s->pg.total = (double)s->n_cfg;
-        cli_progress_update(&s->pg, (double)s->cfg_i - 1 + frac, "%s%s", s->pg_label, extra);
+        cli_progress_update(&s->pg, (double)s->cfg_i - 1 + frac, "configuration %ld/%ld%s: %s",
+                            s->cfg_i, s->n_cfg, extra, s->pg_label);
     }
 }
 
@@ -586,8 +588,7 @@ static void sim_progress(struct sim_cli *s, const char *what, int budget, int in
         strcat(more, " ");
         cli_sweep_label(&s->sweep, s->point, more + strlen(more), sizeof more - strlen(more));
     }
-    snprintf(s->pg_label, sizeof s->pg_label, "configuration %ld/%ld (%s b%d%s)", s->cfg_i + 1,
-             s->n_cfg, what, budget, more);
+    snprintf(s->pg_label, sizeof s->pg_label, "%s b%d%s", what, budget, more);
     s->cfg_i++;
     /* The oracle is slow: say so now, whenever the line was last drawn
      * (the clear lets the update draw at once). */
@@ -602,7 +603,7 @@ static int sim_oracle_progress(void *user, uint64_t done, uint64_t total)
     struct sim_cli *s = user;
     const uint64_t passes = total / (uint64_t)s->L; /* two per layer with overlap */
     char layer[48];
-    snprintf(layer, sizeof layer, " layer %llu/%d", (unsigned long long)((done - 1) / passes + 1),
+    snprintf(layer, sizeof layer, ", layer %llu/%d", (unsigned long long)((done - 1) / passes + 1),
              s->L);
     sim_progress_draw(s, (double)done / (double)total, layer);
     return tide_stop_requested() ? TIDE_E_INTERRUPTED : TIDE_OK;

@@ -102,15 +102,17 @@ void cli_progress_update(struct cli_progress *p, double done, const char *fmt, .
         snprintf(eta, sizeof eta, ", ETA %s", left);
     }
     const double pct = p->total > 0 ? 100.0 * done / p->total : 0.0;
-    char line[1024];
-    int n = snprintf(line, sizeof line, "%s: %s  %3.0f%%  %s%s", p->label, detail, pct, el, eta);
-    /* A line that wraps cannot be erased by a carriage return. */
-    const int width = progress_width() - 1;
-    if (n > width)
-        n = width;
-    if (n < 0)
-        n = 0;
-    fprintf(stderr, PROGRESS_CLEAR "%.*s", n, line);
+    char tail[96], head[768];
+    const int nt = snprintf(tail, sizeof tail, "  %3.0f%%  %s%s", pct, el, eta);
+    int nh = snprintf(head, sizeof head, "%s: %s", p->label, detail);
+    /* A line that wraps cannot be erased by a carriage return: the detail
+     * gives way, never the percentage and the ETA. */
+    const int room = progress_width() - 1 - nt;
+    if (nh > room)
+        nh = room > 0 ? room : 0;
+    if (nh > (int)sizeof head - 1)
+        nh = (int)sizeof head - 1;
+    fprintf(stderr, PROGRESS_CLEAR "%.*s%s", nh, head, tail);
     fflush(stderr);
     p->drawn = true;
 }

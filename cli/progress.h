@@ -1,6 +1,6 @@
 /* The progress line of long commands (bench, sim, mkmodel, run, quantize):
  *
- *   tide bench: configuration 2/4 (policy-lru b8) prompt 1/3   37%  12 s, ETA 20 s
+ *   tide bench: configuration 2/4, prompt 1/3: policy-lru b8   37%  12 s, ETA 20 s
  *
  * redrawn in place on stderr (carriage return, clear to end of line) at most
  * ten times a second, cut to the terminal's width. The ETA is the mean time

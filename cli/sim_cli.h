@@ -62,8 +62,9 @@ struct sim_cli {
     struct cli_sweep sweep; /* --sweep keys */
     long point;             /* the sweep point being replayed or printed */
     /* The progress line: configuration cfg_i of n_cfg (those this process
-     * replays) is pg_label. Its units are estimated seconds: an oracle takes
-     * far longer than a replay, so each kind is weighed by its own mean. */
+     * replays; cfg_i counts from 1 once the first started) is pg_label. Its units are estimated
+     * seconds: an oracle takes far longer than a replay, so each kind is weighed by its own mean.
+     */
     struct cli_progress pg;
     long cfg_i, n_cfg;
     char pg_label[600];

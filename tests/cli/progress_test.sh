@@ -96,13 +96,13 @@ bench)
     on_tty bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru,tide \
         --budgets 4,8 --intervals 2 --out "$work/b0"
     expect_ok "$work/tty"
-    has "$work/tty" "tide bench: configuration 1/5 (baseline b32) prompt 1/3" "ETA"
+    has "$work/tty" "tide bench: configuration 1/5, prompt 1/3: baseline b32" "ETA"
     grep -q "$(printf '\r')" "$work/tty" || fail "no carriage return on the terminal"
     # The rest on a baseline and one configuration.
     set -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies tide --budgets 8 \
         --intervals 2
     on_tty "$@" --out "$work/b1"
-    has "$work/tty" "configuration 2/2 (policy-tide b8 i2) prompt"
+    has "$work/tty" ": policy-tide b8 i2"
     to_file "$@" --out "$work/b2"
     expect_ok "$work/err"
     no_progress "$work/err" "configuration 1/2"
@@ -132,7 +132,7 @@ sim)
     on_tty "$@"
     expect_ok "$work/tty"
     # Per budget: lru, tide at 2 intervals, belady, best-static, oracle.
-    has "$work/tty" "tide sim: configuration 1/12 (policy-lru b4)" "configuration 6/12 (oracle b4)"
+    has "$work/tty" "tide sim: configuration 1/12: policy-lru b4" "configuration 6/12: oracle b4"
     to_file "$@"
     expect_ok "$work/err"
     no_progress "$work/err" "configuration 1/12"
