@@ -90,8 +90,10 @@ tiny() {
 
 case "$case_name" in
 bench)
-    # configuration i/n (its label) prompt j/m, and an ETA once a unit is done:
-    # a baseline and 2 x 2 configurations of 3 prompts.
+    # configuration i/n, prompt j/m and the label, and an ETA once a unit is
+    # done (the line is redrawn at once after each table row, so the second
+    # configuration's first prompt shows one): a baseline and 2 x 2
+    # configurations of 3 prompts.
     tiny
     on_tty bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru,tide \
         --budgets 4,8 --intervals 2 --out "$work/b0"
@@ -133,6 +135,9 @@ sim)
     expect_ok "$work/tty"
     # Per budget: lru, tide at 2 intervals, belady, best-static, oracle.
     has "$work/tty" "tide sim: configuration 1/12: policy-lru b4" "configuration 6/12: oracle b4"
+    # The oracle's line is drawn as it starts, with an ETA from the replays.
+    tr '\r' '\n' <"$work/tty" | grep -q "configuration 6/12: oracle b4 .*ETA" ||
+        { fail "no ETA as the oracle starts"; show "$work/tty"; }
     to_file "$@"
     expect_ok "$work/err"
     no_progress "$work/err" "configuration 1/12"
