@@ -32,7 +32,8 @@ struct cli_ctx {
     struct cli_costs *costs; /* [policy] profile, loaded by cli_engine_open; owned */
 };
 
-/* Handle -c/--config and --set at argv[*i] (advancing *i). Returns 1 when the
+/* Handle -c/--config, --set and -q/--quiet (log level warn: no info
+ * messages, no progress line) at argv[*i] (advancing *i). Returns 1 when the
  * argument was consumed, 0 when it is not one of these, -1 on a usage error. */
 int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i);
 
@@ -104,8 +105,8 @@ void cli_cpu_model(char *buf, size_t len);
 int cli_exit_code(int status);
 
 /* "; did you mean '--X'?" into buf when one of flags (NULL-terminated) is
- * close to arg by edit distance, else "". The common -c, --config and --set
- * are always candidates. */
+ * close to arg by edit distance, else "". The common -c, --config, --set and
+ * --quiet are always candidates. */
 void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len);
 
 /* True when any of argv[from..argc) is -h or --help (commands with

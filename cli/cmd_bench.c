@@ -15,6 +15,7 @@
 #include "bench_shard.h"
 #include "cli.h"
 #include "engine.h"
+#include "progress.h"
 #include "sweep.h"
 #include "tide/log.h"
 #include "tide/shipped.h"
@@ -30,7 +31,7 @@ static void bench_usage(FILE *f)
             "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
             "                  [--max-prompts N] [--repeats N] [--batch LIST] [--out DIR]\n"
             "                  [--sweep SECTION.KEY=v1,v2,... ...] [--shard K/N]\n"
-            "                  [--baseline DIR]\n"
+            "                  [--baseline DIR] [-q]\n"
             "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
             "       tide bench merge DIR... --out DIR\n"
             "       tide bench plot DIR [--out PLOTDIR]\n\n"
@@ -62,7 +63,10 @@ static void bench_usage(FILE *f)
             "                               results.csv row per repeat ('repeat' column) and\n"
             "                               summary.csv with the median, min and max of time\n"
             "                               and tok/s per configuration\n"
-            "  --max-prompts N, --out DIR\n\n"
+            "  --max-prompts N, --out DIR\n"
+            "  -q, --quiet                  no progress line and no info messages; the\n"
+            "                               line (configuration i/n, prompt j/m, ETA)\n"
+            "                               shows only when stderr is a terminal\n\n"
             "Splitting the sweep over processes or machines (docs/cluster.md):\n"
             "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
             "                     from 0 in the order above (sweep point, then policy,\n"
@@ -267,7 +271,25 @@ struct bench {
     struct tide_trace_writer *trace; /* records the first configuration, then NULL */
     struct tide_trace_sink trace_sink;
     char dir[4200];
+    /* The progress line: configuration cfg_i + 1 of n_cfg (this process's,
+     * baselines included), named cfg_label (last: a narrow terminal cuts
+     * it first); its units are prompts. */
+    struct cli_progress pg;
+    long cfg_i, n_cfg;
+    char cfg_label[600];
 };
+
+/* Prompt i (0-based) of repeat rep of the current configuration starts. */
+static void bench_progress(struct bench *b, int rep, int i)
+{
+    const int P = b->prompts.n;
+    char reps[48] = "";
+    if (b->repeats > 1)
+        snprintf(reps, sizeof reps, " repeat %d/%d,", rep + 1, b->repeats);
+    cli_progress_update(&b->pg, (double)((b->cfg_i * b->repeats + rep) * P + i),
+                        "configuration %ld/%ld,%s prompt %d/%d: %s", b->cfg_i + 1, b->n_cfg, reps,
+                        i < P ? i + 1 : P, P, b->cfg_label);
+}
 
 /* Compare a generation's ids with the baseline's (the first run sets it). */
 static void bench_check(struct bench *b, struct bench_row *r, int prompt, const int32_t *ids,
@@ -295,7 +317,9 @@ struct bench_queue {
     int32_t **ids;            /* [prompts] encoded prompts */
     size_t *n_ids;            /* [prompts] */
     int n, next;
-    int rc; /* the first request's failure */
+    int rc;   /* the first request's failure */
+    int rep;  /* the repeat, for the progress line */
+    int done; /* requests finished */
 };
 
 static const struct tide_request *bq_next(void *user, bool idle)
@@ -319,14 +343,16 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
         bench_check(q->b, q->r, i, res->ids, res->n_ids);
     }
     tide_result_free(res);
+    bench_progress(q->b, q->rep, ++q->done);
 }
 
 /* Every prompt decoded up to batch at a time (one repeat): one wall time for
  * the whole set. */
-static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics, int batch)
+static int bench_run_batched(struct bench *b, struct bench_row *r, FILE *metrics, int batch,
+                             int rep)
 {
     const int P = b->prompts.n;
-    struct bench_queue q = {.b = b, .r = r, .n = P};
+    struct bench_queue q = {.b = b, .r = r, .n = P, .rep = rep};
     q.req = calloc((size_t)q.n, sizeof *q.req);
     q.ids = calloc((size_t)P, sizeof *q.ids);
     q.n_ids = calloc((size_t)P, sizeof *q.n_ids);
@@ -387,11 +413,14 @@ static int bench_run_config(struct bench *b, struct bench_row *rr, const char *t
         tide_moe_reset_totals(b->e->moe);
         r->same = true;
         r->batch = batch;
-        if (batch > 1)
-            rc = bench_run_batched(b, r, metrics, batch);
+        if (batch > 1) {
+            bench_progress(b, rep, 0);
+            rc = bench_run_batched(b, r, metrics, batch, rep);
+        }
         for (int i = 0; batch == 1 && i < b->prompts.n && rc == TIDE_OK; i++) {
             int32_t *ids = NULL;
             size_t n = 0;
+            bench_progress(b, rep, i);
             rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
             if (rc == TIDE_OK)
                 rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
@@ -738,6 +767,15 @@ int cmd_bench(int argc, char **argv)
     printf("%-16s %8s %6s %5s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
            "budget", "batch", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
            "tokens", "time s", "tok/s", "same");
+    fflush(stdout);
+    /* The configurations this process runs, in the loop's order below. */
+    for (long pt = 0, idx = 0; pt < points; pt++) {
+        b.n_cfg += baseline && !run.baseline_line;
+        for (int p = 0; p < np; p++)
+            for (int k = 0; k < nb * (strcmp(names[p], "policy-tide") ? 1 : ni) * nt; k++)
+                b.n_cfg += cli_shard_mine(&sa.shard, idx++);
+    }
+    cli_progress_begin(&b.pg, "tide bench", (double)(b.n_cfg * b.repeats * b.prompts.n));
     long config = 0; /* index in the grid, for --shard */
     for (long pt = 0; pt < points && rc == TIDE_OK; pt++) {
         if (sw.n) {
@@ -790,7 +828,20 @@ int cmd_bench(int argc, char **argv)
                         snprintf(pts + strlen(pts), sizeof pts - strlen(pts), "-s%ld", pt);
                     snprintf(tag, sizeof tag, "%s-b%d-i%d%s", p < 0 ? "baseline" : names[p], budget,
                              r->interval, pts);
+                    /* "policy-tide b8 i2 n4 generation.threshold=0.5" */
+                    char more[512] = "";
+                    if (r->interval >= 0)
+                        snprintf(more, sizeof more, " i%d", r->interval);
+                    if (batch > 1)
+                        snprintf(more + strlen(more), sizeof more - strlen(more), " n%d", batch);
+                    if (sw.n) {
+                        strcat(more, " ");
+                        cli_sweep_label(&sw, pt, more + strlen(more), sizeof more - strlen(more));
+                    }
+                    snprintf(b.cfg_label, sizeof b.cfg_label, "%s b%d%s",
+                             p < 0 ? "baseline" : names[p], budget, more);
                     rc = bench_run_config(&b, r, tag, batch);
+                    b.cfg_i++;
                     if (b.trace) {
                         /* Routing does not depend on placement: one configuration suffices. */
                         int trc = tide_trace_writer_close(b.trace, rc == TIDE_OK);
@@ -801,6 +852,7 @@ int cmd_bench(int argc, char **argv)
                     if (rc != TIDE_OK ||
                         (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
                         break;
+                    cli_progress_clear(&b.pg);
                     for (int q = 0; q < b.repeats; q++)
                         bench_print_row(stdout, &r[q], NULL);
                     fflush(stdout);
@@ -809,6 +861,7 @@ int cmd_bench(int argc, char **argv)
             }
         }
     }
+    cli_progress_end(&b.pg);
     snprintf(path, sizeof path, "%s/results.csv", b.dir);
     FILE *csv = fopen(path, "w");
     if (!csv) {
@@ -854,6 +907,7 @@ int cmd_bench(int argc, char **argv)
     if (n_rows)
         tide_info("bench: %d configurations written to %s/results.csv", n_rows, b.dir);
 done:
+    cli_progress_end(&b.pg);
     bench_shard_run_free(&run);
     tide_trace_writer_close(b.trace, false);
     for (int k = 0; k < n_owned; k++)

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "progress.h"
+#include "tide/plugin.h"
 #include "tide/log.h"
 #include "tide/model.h"
 #include "tide/status.h"
@@ -11,7 +13,7 @@
 static void mkmodel_usage(FILE *f)
 {
     fprintf(f, "usage: tide mkmodel OUT_DIR --preset NAME [--layers N] [--seed S]\n"
-               "                    [--plugin model-llada2]\n\n"
+               "                    [--plugin model-llada2] [-q]\n\n"
                "Writes config.json, a bf16 model.safetensors and tokenizer.json into OUT_DIR\n"
                "(which must not exist, or be empty), in exactly the real checkpoint format,\n"
                "with deterministic random weights and a byte-level BPE tokenizer trained on\n"
@@ -26,7 +28,21 @@ static void mkmodel_usage(FILE *f)
                "  --layers N    number of layers (the first is dense); default: the preset's\n"
                "  --seed S      weight seed (default 1)\n"
                "  --plugin P    another model plugin's presets (`tide plugins` lists each\n"
-               "                model plugin with its presets)\n");
+               "                model plugin with its presets)\n"
+               "  -q, --quiet   no progress line and no info messages; the line (weights\n"
+               "                written, ETA) shows only when stderr is a terminal\n");
+}
+
+/* The weights written so far, on the progress line. */
+static int mkmodel_progress(void *user, uint64_t done, uint64_t total)
+{
+    struct cli_progress *pg = user;
+    pg->total = (double)total;
+    const bool gib = total >= (1ull << 30);
+    const double unit = gib ? 1073741824.0 : 1048576.0;
+    cli_progress_update(pg, (double)done, "%.2f of %.2f %s of weights written", (double)done / unit,
+                        (double)total / unit, gib ? "GiB" : "MiB");
+    return TIDE_OK;
 }
 
 int cmd_mkmodel(int argc, char **argv)
@@ -56,6 +72,8 @@ int cmd_mkmodel(int argc, char **argv)
                 fprintf(stderr, "tide mkmodel: --seed takes a number\n");
                 return CLI_EXIT_USAGE;
             }
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            tide_log_set_level(TIDE_LOG_WARN);
         } else if (a[0] != '-' && !dir) {
             dir = a;
         } else {
@@ -71,11 +89,17 @@ int cmd_mkmodel(int argc, char **argv)
     struct tide_plugin_set *set;
     const struct tide_model_ops *ops = cli_model_plugin(plugin, "--plugin", &set);
     int rc = TIDE_E_CONFIG;
-    if (ops) {
+    struct cli_progress pg;
+    cli_progress_begin(&pg, "tide mkmodel", 0);
+    if (ops && pg.on && TIDE_OPS_HAS(ops, mkmodel_progress)) {
+        const struct tide_progress p = {.fn = mkmodel_progress, .user = &pg};
+        rc = ops->mkmodel_progress(dir, preset, (int)layers, seed, &p);
+    } else if (ops) {
         rc = ops->mkmodel(dir, preset, (int)layers, seed);
-        if (rc == TIDE_OK)
-            printf("wrote %s (preset %s)\n", dir, preset);
     }
+    cli_progress_end(&pg);
+    if (ops && rc == TIDE_OK)
+        printf("wrote %s (preset %s)\n", dir, preset);
     tide_plugins_free(set);
     return cli_exit_code(rc);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "decode.h"
 #include "tide/log.h"
 #include "tide/quant.h"
@@ -34,7 +35,7 @@
 static void quantize_usage(FILE *f)
 {
     fprintf(f, "usage: tide quantize IN_DIR OUT_DIR --experts q8_0|q4_0|fp8 [--block R,C]\n"
-               "                     [--dense bf16]\n\n"
+               "                     [--dense bf16] [-q]\n\n"
                "Writes a copy of checkpoint IN_DIR into OUT_DIR (which must not exist) with its\n"
                "routed experts block-quantized; every other tensor and file is copied as is.\n"
                "Layouts and accuracy: docs/quantization.md.\n\n"
@@ -46,8 +47,9 @@ static void quantize_usage(FILE *f)
                "  --block R,C     fp8 block of R rows by C columns per scale (default 128,128)\n"
                "  --dense bf16    dense weights stay bf16 (the only choice for now)\n\n"
                "OUT_DIR is written through a hidden folder beside it and renamed at the end:\n"
-               "an error or Ctrl-C leaves no partial output. Progress goes to stderr\n"
-               "(`tide --quiet quantize ...` leaves it out).\n");
+               "an error or Ctrl-C leaves no partial output. Progress goes to stderr: a line\n"
+               "with an ETA on a terminal, a line per tenth elsewhere.\n\n"
+               "  -q, --quiet     no progress and no info messages\n");
 }
 
 struct qz {
@@ -55,9 +57,9 @@ struct qz {
     const struct tide_st *st;
     regex_t expert_re;
     uint64_t done_bytes, total_bytes; /* bytes of IN's tensors read so far, and in all */
-    double t0, last_print;
-    bool tty;
-    int last_decile;
+    double t0;
+    int last_decile;        /* without a progress line: the last tenth logged */
+    struct cli_progress pg; /* on a terminal */
 };
 
 static double qz_now(void)
@@ -80,23 +82,28 @@ static bool qz_is_expert(const struct qz *q, const struct tide_view *v)
     return v->ndim == 2 && regexec(&q->expert_re, v->name, 0, NULL, 0) == 0;
 }
 
+/* On a terminal, the progress line; elsewhere (a log) a line per tenth;
+ * and the final line in both. */
 static void qz_progress(struct qz *q, bool final)
 {
+    if (q->pg.on && !final) {
+        cli_progress_update(&q->pg, (double)q->done_bytes, "%.2f of %.2f GB read",
+                            (double)q->done_bytes / 1e9, (double)q->total_bytes / 1e9);
+        return;
+    }
     if (tide_log_get_level() < TIDE_LOG_INFO) /* --quiet */
         return;
-    const double now = qz_now(), el = now - q->t0;
+    const double el = qz_now() - q->t0;
     const double frac = q->total_bytes ? (double)q->done_bytes / (double)q->total_bytes : 1.0;
     const int decile = (int)(frac * 10);
-    if (!final && (q->tty ? now - q->last_print < 0.5 : decile == q->last_decile))
+    if (!final && decile == q->last_decile)
         return;
-    q->last_print = now;
     q->last_decile = decile;
     char eta[32] = "";
     if (!final && frac > 0.02)
         snprintf(eta, sizeof eta, ", %.0f s left", el / frac - el);
-    fprintf(stderr, "%stide quantize: %5.1f%%  %.2f of %.2f GB read, %.1f s%s%s",
-            q->tty ? "\r" : "", 100.0 * frac, (double)q->done_bytes / 1e9,
-            (double)q->total_bytes / 1e9, el, eta, q->tty && !final ? "   " : "\n");
+    fprintf(stderr, "tide quantize: %5.1f%%  %.2f of %.2f GB read, %.1f s%s\n", 100.0 * frac,
+            (double)q->done_bytes / 1e9, (double)q->total_bytes / 1e9, el, eta);
     fflush(stderr);
 }
 
@@ -411,6 +418,8 @@ int cmd_quantize(int argc, char **argv)
                         argv[i]);
                 return CLI_EXIT_USAGE;
             }
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            tide_log_set_level(TIDE_LOG_WARN);
         } else if (a[0] != '-' && !in) {
             in = a;
         } else if (a[0] != '-' && !out) {
@@ -421,7 +430,7 @@ int cmd_quantize(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    struct qz q = {.tty = isatty(2)};
+    struct qz q = {0};
     if (!in || !out || !experts) {
         quantize_usage(stderr);
         return CLI_EXIT_USAGE;
@@ -478,7 +487,9 @@ int cmd_quantize(int argc, char **argv)
         cli_catch_interrupt();
         q.t0 = qz_now();
         q.last_decile = -1;
+        cli_progress_begin(&q.pg, "tide quantize", (double)q.total_bytes);
         rc = qz_run(&q, in, tmp);
+        cli_progress_end(&q.pg);
         if (!rc)
             qz_progress(&q, true);
     }
@@ -487,8 +498,6 @@ int cmd_quantize(int argc, char **argv)
         rc = TIDE_E_IO;
     }
     if (rc && made) {
-        if (q.tty)
-            fputc('\n', stderr);
         qz_remove_dir(tmp);
         if (rc == TIDE_E_INTERRUPTED)
             tide_warn("tide quantize: interrupted: nothing was written to %s", out);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "engine.h"
 #include "tide/engine.h"
 #include "tide/log.h"
@@ -42,6 +43,8 @@ static void run_usage(FILE *f)
                "                      (verification: per step int32 {block, step, rows,\n"
                "                      vocab}, then float32 [rows, vocab]; the output layer\n"
                "                      then runs for every row); refuses to replace F\n"
+               "  -q, --quiet         no progress and no info messages (the progress line\n"
+               "                      shows on a terminal; elsewhere a line per block)\n"
                "  -c, --config FILE   configuration (default: built-in defaults; see\n"
                "                      `tide config doc`); repeat it to layer files, the\n"
                "                      later winning; --set overrides one value\n\n"
@@ -61,13 +64,14 @@ static void run_usage(FILE *f)
 }
 
 struct run_state {
-    bool stream;   /* print text as blocks complete */
-    bool progress; /* progress line on stderr */
-    bool tty;
-    size_t printed;    /* bytes of text already printed */
-    int64_t committed; /* tokens committed so far */
-    uint64_t hash;     /* --logits-hash: FNV-1a over every logits row the decoding read */
-    FILE *dump;        /* --dump-logits, or NULL */
+    bool stream;            /* print text as blocks complete */
+    bool progress;          /* [output] progress: the line, or a line per block */
+    struct cli_progress pg; /* the line (a terminal); units: blocks */
+    int block_length;       /* positions per block, for the part of a block done */
+    size_t printed;         /* bytes of text already printed */
+    int64_t committed;      /* tokens committed so far */
+    uint64_t hash;          /* --logits-hash: FNV-1a over every logits row the decoding read */
+    FILE *dump;             /* --dump-logits, or NULL */
     bool dump_failed;
 };
 
@@ -98,6 +102,8 @@ static void run_on_logits(void *user, const struct tide_logits_event *ev)
 
 static int run_on_start(void *user, const struct tide_start_event *ev)
 {
+    struct run_state *s = user;
+    s->block_length = ev->block_length;
     const bool v2 = ev->size >= offsetof(struct tide_start_event, max_steps) + sizeof ev->max_steps;
     const char *dec =
         ev->size >= offsetof(struct tide_start_event, decoder) + sizeof ev->decoder && ev->decoder
@@ -126,26 +132,27 @@ static int run_on_step(void *user, const struct tide_step_event *ev)
 {
     struct run_state *s = user;
     s->committed = ev->tokens;
-    if (!s->progress || !s->tty)
+    if (!s->pg.on)
         return 0;
-    fprintf(stderr, "\r\033[K[block %d/%d step %d] %lld positions decoded, %.1f/s, %d masks left",
-            ev->block + 1, ev->n_blocks, ev->step + 1, (long long)s->committed,
-            ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0, ev->remaining);
-    fflush(stderr);
+    s->pg.total = ev->n_blocks;
+    const double in_block =
+        s->block_length > 0 ? 1.0 - (double)ev->remaining / (double)s->block_length : 0.0;
+    cli_progress_update(&s->pg, ev->block + (in_block > 0 ? in_block : 0.0),
+                        "block %d/%d step %d, %lld positions decoded, %.1f/s, %d masks left",
+                        ev->block + 1, ev->n_blocks, ev->step + 1, (long long)s->committed,
+                        ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0, ev->remaining);
     return 0;
 }
 
 static int run_on_block(void *user, const struct tide_block_event *ev)
 {
     struct run_state *s = user;
-    if (s->progress) {
-        if (s->tty)
-            fprintf(stderr, "\r\033[K");
-        else
-            fprintf(stderr, "[block %d/%d] %lld positions decoded, %.1f/s\n", ev->block + 1,
-                    ev->n_blocks, (long long)s->committed,
-                    ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0);
-    }
+    if (s->pg.on)
+        cli_progress_clear(&s->pg);
+    else if (s->progress)
+        fprintf(stderr, "[block %d/%d] %lld positions decoded, %.1f/s\n", ev->block + 1,
+                ev->n_blocks, (long long)s->committed,
+                ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0);
     if (s->stream && ev->delta_len) {
         fwrite(ev->delta, 1, ev->delta_len, stdout);
         fflush(stdout);
@@ -266,7 +273,9 @@ int cmd_run(int argc, char **argv)
     st.dump = dump;
     st.stream = tide_opts_bool(oo, "stream") && !print_ids;
     st.progress = tide_opts_bool(oo, "progress") && tide_log_get_level() >= TIDE_LOG_INFO;
-    st.tty = isatty(STDERR_FILENO);
+    /* The line decides for itself (terminal, --quiet, TIDE_PROGRESS). */
+    if (tide_opts_bool(oo, "progress"))
+        cli_progress_begin(&st.pg, "tide run", 1);
     struct tide_request req;
     tide_request_init(&req);
     req.prompt = prompt;
@@ -284,6 +293,7 @@ int cmd_run(int argc, char **argv)
     tide_engine_set_outputs(e, &outs);
     cli_catch_interrupt();
     rc = tide_engine_generate(e, &req, &res);
+    cli_progress_end(&st.pg);
     tide_engine_set_outputs(e, NULL);
     if (trace) {
         int trc = tide_trace_writer_close(trace, rc == TIDE_OK);
@@ -346,6 +356,7 @@ int cmd_run(int argc, char **argv)
                   "vocabulary is larger than its tokenizer)",
                   (long long)res->unknown_ids, info.model);
 done:
+    cli_progress_end(&st.pg);
     if (metrics)
         cli_output_close(metrics, metrics_path, false);
     tide_trace_writer_close(trace, false);

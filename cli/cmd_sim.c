@@ -30,7 +30,7 @@ static void sim_usage(FILE *f)
            "                [--layer-budgets] [--no-hindsight] [--no-oracle] [--scale-profile]\n"
            "                [--model DIR] [--batch N] [--experts FMT] [--force] [-c CONFIG]\n"
            "                [--set section.key=value] [--sweep SECTION.KEY=v1,v2,...]\n"
-           "                [--out DIR [--shard K/N]]\n"
+           "                [--out DIR [--shard K/N]] [-q]\n"
            "       tide sim merge DIR... --out DIR [--trace FILE] [--profile FILE]\n\n"
            "Replays a routing trace (tide run --set output.trace=FILE, or tide trace synth)\n"
            "through the same policy plugins the engine uses, for every policy, budget and\n"
@@ -75,6 +75,9 @@ static void sim_usage(FILE *f)
            "                             the policy sees the oldest one's blocks and steps;\n"
            "                             docs/batching.md). Default 1: as recorded\n"
            "  --force                    replace existing --csv, --metrics and plot files\n"
+           "  -q, --quiet                no progress line and no info messages; the line\n"
+           "                             (configuration i/n, the oracle's layer, ETA) shows\n"
+           "                             only when stderr is a terminal\n"
            "  --out DIR                  write a result folder (new or empty): results.csv,\n"
            "                             plots/, rows.json (exact rows) and manifest.json\n"
            "                             (trace and profile hashes, grid, configuration)\n"
@@ -555,11 +558,82 @@ static int sim_layer_budgets(struct sim_cli *s, int budget, int interval, FILE *
     return rc;
 }
 
+static double sim_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Draw the line, frac of the current configuration done (the oracle's
+ * layers). Work is counted in estimated seconds: each kind (replay, oracle)
+ * at the mean of its finished ones, an oracle not yet measured as a replay;
+ * before anything is measured, in configurations. */
+static void sim_progress_draw(struct sim_cli *s, double frac, const char *extra)
+{
+    double done[2] = {(double)s->pg_done[0], (double)s->pg_done[1]};
+    double sec[2] = {s->pg_s[0], s->pg_s[1]};
+    if (s->pg_kind == 1 && frac > 0) {
+        done[1] += frac;
+        sec[1] += sim_now() - s->pg_t;
+    }
+    const double r = done[0] > 0 ? sec[0] / done[0] : 0.0;
+    const double o = done[1] > 0 ? sec[1] / done[1] : r;
+    if (r > 0 || o > 0) {
+        s->pg.total = (double)s->pg_n[0] * r + (double)s->pg_n[1] * o;
+        cli_progress_update(&s->pg, done[0] * r + done[1] * o, "configuration %ld/%ld%s: %s",
+                            s->cfg_i, s->n_cfg, extra, s->pg_label);
+    } else {
+        s->pg.total = (double)s->n_cfg;
+        cli_progress_update(&s->pg, (double)s->cfg_i - 1 + frac, "configuration %ld/%ld%s: %s",
+                            s->cfg_i, s->n_cfg, extra, s->pg_label);
+    }
+}
+
+/* The next configuration this process replays starts: the progress line. */
+static void sim_progress(struct sim_cli *s, const char *what, int budget, int interval)
+{
+    const double now = sim_now();
+    if (s->pg_kind >= 0) {
+        s->pg_s[s->pg_kind] += now - s->pg_t;
+        s->pg_done[s->pg_kind]++;
+    }
+    s->pg_kind = !strcmp(what, "oracle");
+    s->pg_t = now;
+    char more[520] = "";
+    if (interval >= 0)
+        snprintf(more, sizeof more, interval ? " i%d" : " i auto", interval);
+    if (s->sweep.n) {
+        strcat(more, " ");
+        cli_sweep_label(&s->sweep, s->point, more + strlen(more), sizeof more - strlen(more));
+    }
+    snprintf(s->pg_label, sizeof s->pg_label, "%s b%d%s", what, budget, more);
+    s->cfg_i++;
+    /* The oracle is slow: say so now, whenever the line was last drawn
+     * (the clear lets the update draw at once). */
+    if (s->pg_kind == 1)
+        cli_progress_clear(&s->pg);
+    sim_progress_draw(s, 0.0, "");
+}
+
+/* The oracle's layers, on the progress line; Ctrl-C stops it between them. */
+static int sim_oracle_progress(void *user, uint64_t done, uint64_t total)
+{
+    struct sim_cli *s = user;
+    const uint64_t passes = total / (uint64_t)s->L; /* two per layer with overlap */
+    char layer[48];
+    snprintf(layer, sizeof layer, ", layer %llu/%d", (unsigned long long)((done - 1) / passes + 1),
+             s->L);
+    sim_progress_draw(s, (double)done / (double)total, layer);
+    return tide_stop_requested() ? TIDE_E_INTERRUPTED : TIDE_OK;
+}
+
 static int sim_oracle_row(struct sim_cli *s, int budget)
 {
     struct tide_sim_oracle o;
     clock_t t0 = clock();
-    int rc = tide_sim_oracle(s->t, budget, NULL, &s->cost, &o);
+    const struct tide_progress pg = {.fn = sim_oracle_progress, .user = s};
+    int rc = tide_sim_oracle(s->t, budget, NULL, &s->cost, &pg, &o);
     if (rc != TIDE_OK)
         return rc;
     struct sim_row *r;
@@ -1009,6 +1083,20 @@ int sim_main(struct sim_cli *s)
     cli_catch_interrupt();
     double replay_s = 0;
     uint64_t replays = 0;
+    /* The configurations this process replays, in the loop's order below
+     * (per budget, the oracle comes last). */
+    s->cfg_i = 0;
+    s->pg_kind = -1;
+    for (long pt = 0, idx = 0; pt < points; pt++)
+        for (int bi = 0; bi < s->n_budget; bi++) {
+            const bool past = s->budget[bi] >= s->E;
+            const int n_rep = n_cfg / s->n_budget + (past || !s->hindsight ? 0 : 2);
+            for (int k = 0; k < n_rep + (past ? 0 : s->oracle); k++)
+                if (cli_shard_mine(&s->shard, idx++))
+                    s->pg_n[k >= n_rep]++;
+        }
+    s->n_cfg = s->pg_n[0] + s->pg_n[1];
+    cli_progress_begin(&s->pg, "tide sim", (double)s->n_cfg);
     for (s->point = 0; s->point < points && rc == TIDE_OK; s->point++) {
         if (s->point > 0 && (rc = cli_sweep_apply(&s->sweep, s->c.cfg, s->point)) != TIDE_OK)
             break;
@@ -1026,6 +1114,7 @@ int sim_main(struct sim_cli *s)
                         continue;
                     if (is_tide && (rc = sim_set_interval(s, s->interval[k])) != TIDE_OK)
                         break;
+                    sim_progress(s, pl->desc->name, b, is_tide ? s->interval[k] : -1);
                     rc = sim_replay(s, pl->desc->name, SIM_PLUGIN, pl, b, NULL,
                                     is_tide ? s->interval[k] : -1, mf);
                     if (rc == TIDE_OK) {
@@ -1035,15 +1124,22 @@ int sim_main(struct sim_cli *s)
                 }
             }
             if (rc == TIDE_OK && s->hindsight && b < s->E) {
-                if (sim_take(s, "belady", b, -1, &rc))
+                if (sim_take(s, "belady", b, -1, &rc)) {
+                    sim_progress(s, "belady", b, -1);
                     rc = sim_replay(s, "belady", SIM_BELADY, NULL, b, NULL, -1, NULL);
-                if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc))
+                }
+                if (rc == TIDE_OK && sim_take(s, "best-static", b, -1, &rc)) {
+                    sim_progress(s, "best-static", b, -1);
                     rc = sim_replay(s, "best-static", SIM_BEST_STATIC, NULL, b, NULL, -1, NULL);
+                }
             }
-            if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc))
+            if (rc == TIDE_OK && s->oracle && b < s->E && sim_take(s, "oracle", b, -1, &rc)) {
+                sim_progress(s, "oracle", b, -1);
                 rc = sim_oracle_row(s, b);
+            }
         }
     }
+    cli_progress_end(&s->pg);
     if (mf && sim_finish(mf, mtmp, s->metrics, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK)
         rc = TIDE_E_IO;
     if (rc != TIDE_OK)

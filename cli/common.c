@@ -22,6 +22,11 @@ int cli_common_arg(struct cli_ctx *c, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     const char *val = NULL;
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+        /* As `tide --quiet COMMAND`: warnings and errors only, no progress line. */
+        tide_log_set_level(TIDE_LOG_WARN);
+        return 1;
+    }
     bool is_cfg = !strcmp(a, "-c") || !strcmp(a, "--config");
     bool is_set = !strcmp(a, "--set");
     if (!strncmp(a, "--config=", 9)) {
@@ -379,7 +384,7 @@ bool cli_wants_help(int argc, char **argv, int from)
 
 void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len)
 {
-    static const char *const common[] = {"--config", "--set", NULL};
+    static const char *const common[] = {"--config", "--set", "--quiet", NULL};
     const char *best = NULL;
     int bd = 99;
     if (*arg != '-') {

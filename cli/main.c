@@ -51,10 +51,15 @@ static void usage(FILE *f)
                "  -c, --config FILE           INI configuration (see docs/config.md); repeat\n"
                "                              it to layer files, the later winning\n"
                "  --set section.key=value     override one option; may repeat; wins over FILE\n"
-               "  --quiet / --verbose         log level warn / debug (or TIDE_LOG_LEVEL)\n\n"
+               "  -q, --quiet / -v, --verbose log level warn / debug (or TIDE_LOG_LEVEL);\n"
+               "                              --quiet also after the command, and it turns\n"
+               "                              off the progress line long commands draw on\n"
+               "                              stderr when it is a terminal\n\n"
                "environment:\n"
                "  TIDE_PLUGIN_PATH   extra plugin folders, ':'-separated, searched last\n"
-               "  TIDE_LOG_LEVEL     error, warn, info (default) or debug\n\n"
+               "  TIDE_LOG_LEVEL     error, warn, info (default) or debug\n"
+               "  TIDE_PROGRESS      0: no progress line; 1: on a terminal even under\n"
+               "                     --quiet; always: wherever stderr goes\n\n"
                "exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error,\n"
                "            130 interrupted (Ctrl-C)\n");
 }

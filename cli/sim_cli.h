@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "shard.h"
 #include "sim.h"
 #include "sweep.h"
@@ -61,6 +62,17 @@ struct sim_cli {
     struct sim_out *o;      /* the result folder being written, and a merge's shards */
     struct cli_sweep sweep; /* --sweep keys */
     long point;             /* the sweep point being replayed or printed */
+    /* The progress line: configuration cfg_i of n_cfg (those this process
+     * replays; cfg_i counts from 1 once the first started) is pg_label. Its units are estimated
+     * seconds: an oracle takes far longer than a replay, so each kind is weighed by its own mean.
+     */
+    struct cli_progress pg;
+    long cfg_i, n_cfg;
+    char pg_label[600];
+    long pg_n[2], pg_done[2]; /* [replays, oracles]: to run, and finished */
+    double pg_s[2];           /* [replays, oracles]: seconds of the finished ones */
+    double pg_t;              /* when the current one started, monotonic seconds */
+    int pg_kind;              /* the current one: 0 replay, 1 oracle, -1 none yet */
 };
 
 /* cmd_sim.c: a new zeroed row at the end of s->rows; the sweep (setup,

@@ -37,6 +37,9 @@
 #                 runs); replaces the default pair
 # Profiles of another expert shape than a checkpoint's are scaled by expert
 # bytes (tide sim --scale-profile), as docs/profiles.md describes.
+# On a terminal, each step k/6 is announced on stderr with the seconds spent
+# so far, and the tide commands show their progress lines (TIDE_PROGRESS=1:
+# their messages stay quiet); set TIDE_PROGRESS=0 to turn those off.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -53,7 +56,7 @@ while [ $# -gt 0 ]; do
     -p) max_prompts="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --reuse) reuse=1; shift ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) ckpts+=("$(cd "$1" && pwd)"); shift ;;
     esac
@@ -70,8 +73,18 @@ if [ "$quick" = 1 ]; then
     skews=(1.0)
     intervals=1,2,4,8,16,32
 fi
+# The steps on stderr; the commands' own progress lines on a terminal (they
+# run with --quiet, which would otherwise turn them off).
+t0=$SECONDS
+step() {
+    echo "run.sh: step $1/6, $(( SECONDS - t0 )) s elapsed: $2" >&2
+}
+if [ -t 2 ] && [ -z "${TIDE_PROGRESS:-}" ]; then
+    export TIDE_PROGRESS=1
+fi
 
 # 1. Synthetic traces.
+step 1 "synthetic traces (${#skews[@]} skews x ${#sims[@]} similarities)"
 traces=()
 for k in "${skews[@]}"; do
     for c in "${sims[@]}"; do
@@ -88,6 +101,7 @@ for k in "${skews[@]}"; do
 done
 
 # 2. Recorded traces.
+step 2 "recorded traces (tide mkmodel, tide bench)"
 if [ ${#ckpts[@]} -eq 0 ]; then
     ckpts=("$out/models/small")
     [ -f "$out/models/small/config.json" ] ||
@@ -117,6 +131,7 @@ for m in "${ckpts[@]}"; do
 done
 
 # 3. Replays.
+step 3 "replays of ${#traces[@]} traces under ${#profiles[@]} profiles (tide sim)"
 for t in "${traces[@]}"; do
     name="$(basename "$t" .trc)"
     experts="$("$tide" trace info "$t" | sed -n "s/^shape: [0-9]* MoE layers x \([0-9]*\) experts.*/\1/p")"
@@ -131,6 +146,7 @@ for t in "${traces[@]}"; do
 done
 
 # 4. The table.
+step 4 "the table (study.md, study.csv)"
 python3 - "$out" <<'EOF'
 import csv, glob, os, sys
 out = sys.argv[1]
@@ -195,6 +211,7 @@ print("study: %d rows in %s/study.md and study.csv; the best new policy is at mo
 EOF
 
 # 5. The batch axis (recorded traces: their prompts are real sequences).
+step 5 "the batch axis (tide sim --batch)"
 batch_sizes=(1 2 4 8 16)
 mkdir -p "$out/sim-batch"
 for t in "${traces[@]}"; do
@@ -221,6 +238,7 @@ python3 "$root/bench/policy-study/batch_table.py" "$out"
 #    bytes, expert compute keeps the profile's curves (measured in bf16);
 #    format.md and format.csv: TIDE's best interval and the best policy per
 #    format.
+step 6 "the format axis (tide sim --experts)"
 mkdir -p "$out/sim-format"
 for t in "${traces[@]}"; do
     name="$(basename "$t" .trc)"
@@ -238,3 +256,4 @@ for t in "${traces[@]}"; do
     done
 done
 python3 "$root/bench/policy-study/format_table.py" "$out"
+echo "run.sh: done, $(( SECONDS - t0 )) s in all; results in $out" >&2

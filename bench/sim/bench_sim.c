@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     if (oracle) {
         struct tide_sim_oracle o;
         t0 = now();
-        if (tide_sim_oracle(t, budget, NULL, &cost, &o) != TIDE_OK)
+        if (tide_sim_oracle(t, budget, NULL, &cost, NULL, &o) != TIDE_OK)
             return 1;
         printf("%-26s %10.4f %14.1f   (min-cost flow, not a replay)\n", "oracle", now() - t0,
                (double)t->assignments / (now() - t0) / 1e6);

@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "tide/policy.h"
 #include "tide/profile.h"
+#include "tide/progress.h"
 #include "tide/solver.h"
 #include "tide/trace.h"
 
@@ -219,9 +220,13 @@ struct tide_sim_oracle {
     double *layer_bound_us; /* [n_layers], owned */
 };
 
-/* budget, or layer_budget[n_layers] when not NULL. */
+/* budget, or layer_budget[n_layers] when not NULL. progress (may be NULL)
+ * hears of each solved layer and pass (units: n_layers x passes, 2 with an
+ * overlapping profile, else 1); a status it returns stops the oracle, which
+ * returns it. */
 int tide_sim_oracle(const struct tide_sim_trace *t, int budget, const int *layer_budget,
-                    const struct tide_cost *cost, struct tide_sim_oracle *out);
+                    const struct tide_cost *cost, const struct tide_progress *progress,
+                    struct tide_sim_oracle *out);
 void tide_sim_oracle_free(struct tide_sim_oracle *o);
 
 /* ---- Statistics ---- */

@@ -734,7 +734,8 @@ void tide_sim_oracle_free(struct tide_sim_oracle *o)
 }
 
 int tide_sim_oracle(const struct tide_sim_trace *t, int budget, const int *layer_budget,
-                    const struct tide_cost *cost, struct tide_sim_oracle *out)
+                    const struct tide_cost *cost, const struct tide_progress *progress,
+                    struct tide_sim_oracle *out)
 {
     memset(out, 0, sizeof *out);
     const int L = (int)t->h.n_layers, E = (int)t->h.n_experts;
@@ -772,7 +773,9 @@ int tide_sim_oracle(const struct tide_sim_trace *t, int budget, const int *layer
              * optimum of the serial costs, whose bottleneck stream per
              * forward sets the weights of the bounding passes. */
             o.serial = serial || pass == 0;
-            if ((rc = or_layer_solve(&o)) != TIDE_OK)
+            if ((rc = or_layer_solve(&o)) != TIDE_OK ||
+                (rc = tide_progress_report(progress, (uint64_t)(l * passes + pass + 1),
+                                           (uint64_t)(L * passes))) != TIDE_OK)
                 break;
             tide_debug("oracle: layer %d pass %d %s %.1f us", l, pass,
                        o.serial && !serial ? "reference" : "bound", o.bound_us);

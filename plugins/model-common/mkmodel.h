@@ -17,6 +17,7 @@
 
 #include "model-common/spec.h"
 #include "tide/log.h"
+#include "tide/progress.h"
 #include "tide/safetensors_write.h"
 #include "tide/status.h"
 #include "tide/tokenizer.h"
@@ -107,10 +108,12 @@ typedef void (*mc_dist_fn)(const char *name, const int64_t *shape, int nd, float
 
 /* Write the n tensors of spec(ctx, i) to path as a safetensors file, each
  * drawn from its own stream (seed, i) by dist; lm_head.weight rows are
- * scaled by head_gain. total (bytes) is for the progress messages. */
+ * scaled by head_gain. total (bytes) is for the progress reports: to pg
+ * (bytes written of total, after every chunk) when it has a function, else
+ * an info message per GiB. */
 static inline int mc_mk_write_weights(const char *path, const void *ctx, int n, mc_spec_fn spec,
                                       mc_dist_fn dist, uint64_t total, uint64_t seed,
-                                      const float *head_gain)
+                                      const float *head_gain, const struct tide_progress *pg)
 {
     struct tide_st_writer *w;
     int rc = tide_st_writer_create(path, false, &w);
@@ -154,7 +157,9 @@ static inline int mc_mk_write_weights(const char *path, const void *ctx, int n, 
                 rc = tide_st_writer_write(w, b16, (size_t)len * 2);
             }
             done += (uint64_t)len * tide_dtype_size(dt);
-            if (done >= next_report) {
+            if (rc == TIDE_OK && pg && pg->fn) {
+                rc = tide_progress_report(pg, done, total);
+            } else if (done >= next_report) {
                 tide_info("mkmodel: %.1f of %.1f GiB written", (double)done / 1073741824.0,
                           (double)total / 1073741824.0);
                 next_report += 1ull << 30;
@@ -246,11 +251,11 @@ static inline int mc_mk_tokenizer(const char *dir, int vocab_target, int *vocab,
 
 /* The second half: DIR/config.json by write_cfg(path, cfg), then
  * DIR/model.safetensors (mc_mk_write_weights; bytes is its size for the
- * messages); head_gain is freed. */
+ * messages and pg, which may be NULL); head_gain is freed. */
 static inline int mc_mk_finish(const char *dir, const char *preset, int n_layers, const void *cfg,
                                int (*write_cfg)(const char *path, const void *cfg), int n_tensors,
                                mc_spec_fn spec, mc_dist_fn dist, uint64_t bytes, uint64_t seed,
-                               float *head_gain)
+                               float *head_gain, const struct tide_progress *pg)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -262,7 +267,7 @@ static inline int mc_mk_finish(const char *dir, const char *preset, int n_layers
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     tide_info("mkmodel: writing %s (%s, %d layers, %.2f GiB, seed %llu)", dir, preset, n_layers,
               (double)bytes / 1073741824.0, (unsigned long long)seed);
-    rc = mc_mk_write_weights(path, cfg, n_tensors, spec, dist, bytes, seed, head_gain);
+    rc = mc_mk_write_weights(path, cfg, n_tensors, spec, dist, bytes, seed, head_gain, pg);
     free(head_gain);
     return rc;
 }

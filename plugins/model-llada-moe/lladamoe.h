@@ -73,6 +73,9 @@ int lmoe_profile(struct tide_model *m, bool on);
 int lmoe_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 int lmoe_inspect(const char *dir, const struct tide_inspect_args *args);
 int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed);
+struct tide_progress;
+int lmoe_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
+                          const struct tide_progress *pg);
 
 /* Softmax routing of one token as the official LLaDAMoESparseMoeBlock:
  * p = softmax(logits) (f32), sel = p + bias (bias may be NULL), the top_k

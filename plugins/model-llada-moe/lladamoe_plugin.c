@@ -25,6 +25,7 @@ static const struct tide_model_ops lmoe_ops = {
     .profile_read = lmoe_profile_read,
     .reserve_slots = lmoe_reserve_slots,
     .forward_batch = lmoe_forward_batch,
+    .mkmodel_progress = lmoe_mkmodel_progress,
 };
 
 static const struct tide_plugin_desc lmoe_desc = {

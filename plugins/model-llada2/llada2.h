@@ -71,6 +71,9 @@ int llada2_profile(struct tide_model *m, bool on);
 int llada2_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 int llada2_inspect(const char *dir, const struct tide_inspect_args *args);
 int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed);
+struct tide_progress;
+int llada2_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
+                            const struct tide_progress *pg);
 
 extern const char llada2_chat_template[];
 

@@ -24,6 +24,7 @@ static const struct tide_model_ops llada2_ops = {
     .checkpoint_decoder = llada2_checkpoint_decoder,
     .reserve_slots = llada2_reserve_slots,
     .forward_batch = llada2_forward_batch,
+    .mkmodel_progress = llada2_mkmodel_progress,
 };
 
 static const struct tide_option llada2_options[] = {

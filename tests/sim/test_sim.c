@@ -635,7 +635,7 @@ static void test_oracle_exact_on_tiny(void)
             continue;
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
-            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
+            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, NULL, &o), TIDE_OK);
             double want = brute_optimum(t, B, &c);
             if (fabs(o.bound_us - want) > 1e-6 * want)
                 fprintf(stderr, "seed %d B %d: oracle %.6f, brute force %.6f\n", seed, B,
@@ -648,6 +648,54 @@ static void test_oracle_exact_on_tiny(void)
         tide_sim_trace_free(t);
     }
     CHECK_EQ_INT(cases, 120);
+}
+
+/* The oracle's progress callback: every layer and pass in order, the same
+ * bound as without it, and a status it returns stops the oracle. */
+struct oracle_calls {
+    uint64_t n, last, total;
+    bool ordered;
+    int stop_at; /* return TIDE_E_INTERRUPTED at this call (0: never) */
+};
+
+static int oracle_progress(void *user, uint64_t done, uint64_t total)
+{
+    struct oracle_calls *k = user;
+    k->n++;
+    k->ordered &= done == k->last + 1 && (!k->total || total == k->total);
+    k->last = done;
+    k->total = total;
+    return k->stop_at && (int)k->n == k->stop_at ? TIDE_E_INTERRUPTED : TIDE_OK;
+}
+
+static void test_oracle_progress(void)
+{
+    uint64_t s = 99;
+    const char *path = tpath("tiny.trc");
+    CHECK_EQ_INT(tiny_trace(path, 5), TIDE_OK);
+    for (int overlap = 0; overlap <= 1; overlap++) {
+        struct tide_cost c;
+        struct tide_sim_trace *t = load_with_cost(path, &s, overlap, false, &c);
+        if (!t)
+            continue;
+        const uint64_t units = (uint64_t)t->h.n_layers * (c.p.overlap ? 2 : 1);
+        struct tide_sim_oracle plain, heard;
+        CHECK_EQ_INT(tide_sim_oracle(t, 2, NULL, &c, NULL, &plain), TIDE_OK);
+        struct oracle_calls k = {.ordered = true};
+        const struct tide_progress pg = {.fn = oracle_progress, .user = &k};
+        CHECK_EQ_INT(tide_sim_oracle(t, 2, NULL, &c, &pg, &heard), TIDE_OK);
+        CHECK(k.ordered);
+        CHECK(k.n == units && k.last == units && k.total == units);
+        CHECK(heard.bound_us == plain.bound_us);
+        tide_sim_oracle_free(&plain);
+        tide_sim_oracle_free(&heard);
+        k = (struct oracle_calls){.ordered = true, .stop_at = 1};
+        CHECK_EQ_INT(tide_sim_oracle(t, 2, NULL, &c, &pg, &heard), TIDE_E_INTERRUPTED);
+        CHECK(k.n == 1);
+        CHECK(heard.layer_bound_us == NULL);
+        tide_cost_free(&c);
+        tide_sim_trace_free(t);
+    }
 }
 
 /* The oracle is a lower bound: never above the exact optimum of the full
@@ -665,7 +713,7 @@ static void test_oracle_property(void)
             continue;
         for (int B = 1; B <= 3; B++) {
             struct tide_sim_oracle o;
-            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, &o), TIDE_OK);
+            CHECK_EQ_INT(tide_sim_oracle(t, B, NULL, &c, NULL, &o), TIDE_OK);
             double opt = brute_optimum(t, B, &c);
             CHECK(o.bound_us <= opt * (1 + 1e-9));
             tide_sim_oracle_free(&o);
@@ -704,7 +752,7 @@ static void test_oracle_property(void)
         const int budgets[2] = {1 + trial % 4, (int)experts / 2};
         for (int bi = 0; bi < 2; bi++) {
             struct tide_sim_oracle o;
-            if (tide_sim_oracle(t, budgets[bi], NULL, &c, &o) != TIDE_OK) {
+            if (tide_sim_oracle(t, budgets[bi], NULL, &c, NULL, &o) != TIDE_OK) {
                 CHECK(0);
                 continue;
             }
@@ -939,6 +987,7 @@ int main(void)
     TEST_RUN(test_evaluator_matches_plugin);
     TEST_RUN(test_oracle_exact_on_tiny);
     TEST_RUN(test_oracle_property);
+    TEST_RUN(test_oracle_progress);
     TEST_RUN(test_hindsight);
     TEST_RUN(test_batch_tape);
     st_end();

@@ -16,6 +16,7 @@
 #include "tide/backend.h"
 #include "tide/moe.h"
 #include "tide/option.h"
+#include "tide/progress.h"
 #include "tide/safetensors.h"
 
 #ifdef __cplusplus
@@ -185,6 +186,12 @@ struct tide_model_ops {
      * over every span's rows; each MoE layer calls tide_moe_forward once
      * with all of them, so an expert is fetched once per forward. */
     int (*forward_batch)(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
+    /* mkmodel, reporting to progress (may be NULL) the bytes of weights
+     * written of the checkpoint's total as it writes them, instead of
+     * logging them; a status that progress returns stops the writing, and
+     * mkmodel_progress returns it. */
+    int (*mkmodel_progress)(const char *dir, const char *preset, int layers, uint64_t seed,
+                            const struct tide_progress *progress);
 };
 
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))
