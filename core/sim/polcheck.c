@@ -146,10 +146,11 @@ static void pc_fail(struct pc_run *x, enum tide_polcheck_inv inv, const char *fm
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     if (x->block >= 0)
-        snprintf(where, sizeof where, " block %d step %d", x->block, x->step);
+        snprintf(where, sizeof where, ", block %d step %d", x->block, x->step);
     if (x->layer >= 0)
-        snprintf(where + strlen(where), sizeof where - strlen(where), " layer %d", x->layer);
-    snprintf(r->first[inv], sizeof r->first[inv], "n_experts %d B %d seed %llu%s%s:%s: %s", x->n,
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s layer %d",
+                 x->block >= 0 ? "" : ",", x->layer);
+    snprintf(r->first[inv], sizeof r->first[inv], "n_experts %d B %d seed %llu%s%s%s: %s", x->n,
              x->budget, (unsigned long long)x->c->seed, x->c->label ? " " : "",
              x->c->label ? x->c->label : "", where, why);
 }
@@ -529,9 +530,13 @@ bool tide_polcheck_case_run(const struct tide_policy_ops *ops, const struct tide
                        .n = c->n_experts,
                        .budget = c->budget,
                        .hash = 1469598103934665603ull,
-                       .rng = c->seed ? c->seed : 1,
+                       /* Cases of one seed at other shapes get other sequences. */
+                       .rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)c->n_experts * 131u +
+                              (uint64_t)c->budget,
                        .block = -1,
                        .layer = -1};
+    if (!x.rng)
+        x.rng = 1;
     if (hash)
         *hash = 0;
     r->cases++;

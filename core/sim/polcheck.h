@@ -68,7 +68,7 @@ struct tide_polcheck_case {
     int blocks;        /* blocks of the sequence, >= 1 */
     int second_prompt; /* block at which a second generation starts (prompt_begin and
                           block_begin(first_generated)); 0: none */
-    uint64_t seed;     /* the routing sequence */
+    uint64_t seed;     /* the routing sequence (mixed with n_experts and budget) */
     int max_steps;     /* the shape's max_steps (0: unknown) */
     const struct tide_policy_costs *costs; /* handed in the shape, or NULL */
     tide_polcheck_hook hook;               /* or NULL */

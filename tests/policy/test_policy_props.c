@@ -176,7 +176,7 @@ static void test_random_sequences(void)
                         .budget = budgets[bi],
                         .blocks = 4,
                         .second_prompt = v->interval ? 0 : 2,
-                        .seed = seed * 0x9E3779B97F4A7C15ull + (uint64_t)(bi * 131 + si),
+                        .seed = seed,
                         .max_steps = v->costs ? 16 : 0,
                         .costs = v->costs ? &tc.c : NULL,
                         .hook = model_check,
