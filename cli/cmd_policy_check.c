@@ -488,7 +488,7 @@ static int pcheck_lossless(struct pcheck *k)
         tide_engine_close(e);
         return rc;
     }
-    printf("  %-8s %-6s %-7s %-9s %-10s %-10s %s\n", "budget", "ids", "logits", "hit rate",
+    printf("  %-8s %-6s %-6s %9s  %-10s %-10s %s\n", "budget", "ids", "logits", "hit rate",
            "host rows", "promotions", "result");
     printf("  %-8s %d ids, logits hash %016llx (the reference)\n", "none", (int)want.n_ids,
            (unsigned long long)want.hash);
@@ -522,7 +522,7 @@ static int pcheck_lossless(struct pcheck *k)
         int first = 0;
         while (first < got.n_ids && first < want.n_ids && got.ids[first] == want.ids[first])
             first++;
-        printf("  %-8s %-6s %-7s %7.1f%%  %-10llu %-10llu %s", bud, same_ids ? "same" : "DIFFER",
+        printf("  %-8s %-6s %-6s %8.1f%%  %-10llu %-10llu %s", bud, same_ids ? "same" : "DIFFER",
                same_logits ? "same" : "DIFFER", 100.0 * got.off.hit_rate,
                (unsigned long long)got.off.miss_rows, (unsigned long long)got.off.promotions,
                same_ids && same_logits ? "PASS" : "FAIL");
