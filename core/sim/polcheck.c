@@ -344,25 +344,22 @@ static bool pc_prefetch(struct pc_run *x)
     }
     for (int i = 0; i < pf.n; i++) {
         int l = pf.layer[i], e = pf.expert[i], ev = pf.evict[i];
-        uint8_t *res = l >= 0 && l < x->c->n_layers ? &x->res[(size_t)l * (size_t)n] : NULL;
-        const char *bad = NULL;
-        if (!res || e < 0 || e >= n)
-            bad = "a layer or expert out of range";
-        else if (res[e])
-            bad = "an expert that is already resident";
-        else if (ev >= 0 && (ev >= n || !res[ev]))
-            bad = "an eviction of an expert that is not resident";
-        if (bad) {
-            pc_fail(x, TIDE_POLCHECK_PREFETCH, "prefetch %d (layer %d, expert %d, evict %d): %s", i,
-                    l, e, ev, bad);
-            return false;
-        }
+        const bool in = l >= 0 && l < x->c->n_layers;
+        uint8_t *res = in ? &x->res[(size_t)l * (size_t)n] : NULL;
+        /* The dispatcher's rule; a promotion into a full layer is named as
+         * the budget it breaks. */
+        const char *bad = tide_prefetch_check(n, x->budget, in ? x->held[l] : 0, res, e, ev);
         x->r->checked[TIDE_POLCHECK_BUDGET]++;
-        if (ev < 0 && x->held[l] >= x->budget) {
+        if (bad && res && e >= 0 && e < n && !res[e] && ev < 0) {
             pc_fail(x, TIDE_POLCHECK_BUDGET,
                     "prefetch %d promotes expert %d of layer %d into a free slot, but the layer "
                     "holds its budget of %d",
                     i, e, l, x->budget);
+            return false;
+        }
+        if (bad) {
+            pc_fail(x, TIDE_POLCHECK_PREFETCH, "prefetch %d (layer %d, expert %d, evict %d): %s", i,
+                    l, e, ev, bad);
             return false;
         }
         res[e] = 1;

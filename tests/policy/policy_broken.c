@@ -10,7 +10,8 @@
  *   routing   writes into the routing counts it is shown
  *   place     places an active expert that is not resident on the device
  *   random    plans differ between two instances given the same calls
- *   initial   initial() returns one expert twice */
+ *   initial   initial() returns one expert twice
+ *   prefetch  step_begin() asks for a promotion in a layer that does not exist */
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,21 @@ static int broken_plan(struct tide_policy *p, const struct tide_policy_view *v,
     return TIDE_OK;
 }
 
+static int broken_step_begin(struct tide_policy *p, int block, int step,
+                             const uint8_t *const *resident, struct tide_prefetch *out)
+{
+    (void)block;
+    (void)resident;
+    out->n = 0;
+    if (!strcmp(p->fault, "prefetch") && step == 1 && out->cap > 0) {
+        out->layer[0] = -1;
+        out->expert[0] = 0;
+        out->evict[0] = -1;
+        out->n = 1;
+    }
+    return TIDE_OK;
+}
+
 static const struct tide_policy_ops broken_ops = {
     .size = sizeof(struct tide_policy_ops),
     .create = broken_create,
@@ -122,11 +138,12 @@ static const struct tide_policy_ops broken_ops = {
     .initial = broken_initial,
     .block_begin = broken_block_begin,
     .plan = broken_plan,
+    .step_begin = broken_step_begin,
 };
 
 static const struct tide_option broken_options[] = {
     {"fault", TIDE_OPT_ENUM, "none", "the promise this policy breaks (tests of policy-check)",
-     "none|budget|routing|place|random|initial", NULL},
+     "none|budget|routing|place|random|initial|prefetch", NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -40,6 +40,8 @@ broken)
     expect 1 "FAIL deterministic" "$arg" --set policy-broken.fault=random --seeds 2 --only props
     expect 1 "FAIL initial(): <= B distinct experts" "$arg" --set policy-broken.fault=initial \
         --seeds 2 --only props
+    expect 1 "FAIL prefetch rules (step_begin)" "$arg" --set policy-broken.fault=prefetch \
+        --seeds 2
     # The engine refuses the invalid plan: the lossless comparison fails too.
     expect 1 "FAIL: " "$arg" --set policy-broken.fault=place --only lossless --budgets 4
     # The failure names where: budget, seed, block, step and layer.
