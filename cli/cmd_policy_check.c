@@ -612,8 +612,10 @@ int cmd_policy_check(int argc, char **argv)
         } else {
             char hint[96];
             cli_suggest_flag(a, flags, hint, sizeof hint);
-            fprintf(stderr, "tide policy-check: unexpected argument '%s'%s\n\n", a, hint);
-            pcheck_usage(stderr);
+            fprintf(stderr,
+                    "tide policy-check: unexpected argument '%s'%s (see tide policy-check "
+                    "--help)\n",
+                    a, hint);
             return CLI_EXIT_USAGE;
         }
     }

@@ -1,12 +1,13 @@
 #!/bin/sh
 # `tide policy-check` end to end.
 #   policy_check.sh TIDE ok PLUGIN          the policy passes every check (exit 0)
-#   policy_check.sh TIDE broken BROKEN_SO   policy-broken.so (policy_broken.c)
-#       passes without a fault, loaded by path; each planted fault fails
-#       (exit 1) with the check it breaks named on a FAIL line; usage errors
-#       exit 2.
+#   policy_check.sh TIDE broken BROKEN_SO OTHER_SO
+#       policy-broken.so (policy_broken.c) passes without a fault, loaded by
+#       path; each planted fault fails (exit 1) with the check it breaks
+#       named on a FAIL line; usage errors exit 2, among them OTHER_SO, a
+#       plugin of another kind.
 set -u
-tide=$1 mode=$2 arg=$3
+tide=$1 mode=$2 arg=$3 other=${4:-}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 fails=0
@@ -50,12 +51,12 @@ broken)
         "$out" || { echo "FAIL: the first failure does not name its place:"; cat "$out";
                     fails=$((fails + 1)); }
     expect 2 "did you mean 'policy-lru'" policy-lr
-    expect 2 "not a policy" "$(dirname "$arg")/../../plugins/decoder-llada2.so"
+    expect 2 "not a policy" "$other"
     expect 2 "--budgets takes" "$arg" --budgets x
     expect 2 "did you mean '--seeds'" "$arg" --seed 2
     ;;
 *)
-    echo "usage: policy_check.sh TIDE ok|broken ARG"
+    echo "usage: policy_check.sh TIDE ok PLUGIN | TIDE broken BROKEN_SO OTHER_SO"
     exit 2
     ;;
 esac
