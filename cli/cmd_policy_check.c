@@ -310,7 +310,7 @@ static int pcheck_props(struct pcheck *k)
                             .blocks = 4,
                             .second_prompt = 2,
                             .seed = (uint64_t)seed,
-                            .max_steps = ci ? 16 : 0,
+                            .max_steps = ci ? 32 : 0,
                             .costs = ci ? &tc[ci - 1].c : NULL,
                         };
                         tide_polcheck_case_twice(ops, opts, &c, r);

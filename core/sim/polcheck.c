@@ -557,7 +557,8 @@ bool tide_polcheck_case_run(const struct tide_policy_ops *ops, const struct tide
             ops->prompt_begin(x.p, 8, pc_below(&x.rng, 4) ? vec : NULL, 4);
         }
         ops->block_begin(x.p, b, starts);
-        int steps = 1 + pc_below(&x.rng, 32);
+        /* max_steps is a bound the core keeps: 1..32 steps, or fewer. */
+        int steps = 1 + pc_below(&x.rng, c->max_steps > 0 && c->max_steps < 32 ? c->max_steps : 32);
         for (int s = 0; s < steps && ok; s++) {
             x.step = s;
             ok = pc_prefetch(&x);

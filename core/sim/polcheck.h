@@ -4,13 +4,13 @@
  * policy"). Core-internal.
  *
  * One case drives a fresh policy instance through a random routing sequence
- * (a seed, several MoE layers, blocks of 1..32 steps, slowly drifting hot
- * experts, empty steps, prompt vectors or none) exactly as the dispatcher
- * calls it: initial(), prompt_begin, block_begin, step_begin (its prefetches
- * applied) and plan() per layer and step. Every call's answer is checked
- * against the invariants of enum tide_polcheck_inv, and the residency map
- * is kept as the dispatcher keeps it. tide_polcheck_case_twice runs a case
- * twice and adds determinism.
+ * (a seed, several MoE layers, blocks of 1..32 steps but at most max_steps,
+ * slowly drifting hot experts, empty steps, prompt vectors or none) exactly
+ * as the dispatcher calls it: initial(), prompt_begin, block_begin,
+ * step_begin (its prefetches applied) and plan() per layer and step. Every
+ * call's answer is checked against the invariants of enum tide_polcheck_inv,
+ * and the residency map is kept as the dispatcher keeps it.
+ * tide_polcheck_case_twice runs a case twice and adds determinism.
  *
  * Threading: a report is filled by one thread; separate reports and cases
  * may run concurrently on separate policy instances. */
@@ -69,7 +69,8 @@ struct tide_polcheck_case {
     int second_prompt; /* block at which a second generation starts (prompt_begin and
                           block_begin(first_generated)); 0: none */
     uint64_t seed;     /* the routing sequence (mixed with n_experts and budget) */
-    int max_steps;     /* the shape's max_steps (0: unknown) */
+    int max_steps;     /* the shape's max_steps (0: unknown); blocks run 1..32 steps, at most
+                          this many */
     const struct tide_policy_costs *costs; /* handed in the shape, or NULL */
     tide_polcheck_hook hook;               /* or NULL */
     void *hook_user;
