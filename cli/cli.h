@@ -128,5 +128,6 @@ int cmd_trace(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_policy_check(int argc, char **argv);
 
 #endif

@@ -19,6 +19,11 @@ endif()
 # with tide::tide's include folder. They include each other and tide/*.h only.
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/plugins/decoder-common/"
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/decoder-common" FILES_MATCHING PATTERN "*.h")
+# The same for policies (plan, rank, initial, fullswap, costs, rentbuy):
+# `#include "policy-common/plan.h"`, and `tide policy-check PLUGIN` checks
+# the result (docs/writing-a-policy.md).
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/plugins/policy-common/"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/policy-common" FILES_MATCHING PATTERN "*.h")
 
 set(TIDE_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/tide")
 set(TIDE_PLUGIN_INSTALL_SUBDIR "${CMAKE_INSTALL_LIBDIR}/tide/plugins")

@@ -608,15 +608,8 @@ static int moe_prefetch(struct tide_moe *moe)
     for (int i = 0; i < pf->n; i++) {
         int l = pf->layer[i], e = pf->expert[i], ev = pf->evict[i];
         struct moe_layer *L = l >= 0 && l < moe->shape.n_layers ? &moe->layers[l] : NULL;
-        const char *bad = NULL;
-        if (!L || e < 0 || e >= moe->shape.n_experts)
-            bad = "a layer or expert out of range";
-        else if (L->resident[e])
-            bad = "an expert that is already resident";
-        else if (ev >= 0 && (ev >= moe->shape.n_experts || !L->resident[ev]))
-            bad = "an eviction of an expert that is not resident";
-        else if (ev < 0 && L->n_held >= moe->budget)
-            bad = "a free slot in a full layer";
+        const char *bad = tide_prefetch_check(moe->shape.n_experts, moe->budget, L ? L->n_held : 0,
+                                              L ? L->resident : NULL, e, ev);
         if (bad) {
             tide_error("policy %s: invalid prefetch at block %d step %d (layer %d, expert %d, "
                        "evict %d): %s",

@@ -47,3 +47,17 @@ const char *tide_plan_check(const struct tide_plan_ctx *c, const struct tide_pla
     }
     return NULL;
 }
+
+const char *tide_prefetch_check(int n_experts, int budget, int n_held, const uint8_t *resident,
+                                int e, int evict)
+{
+    if (!resident || e < 0 || e >= n_experts)
+        return "a layer or expert out of range";
+    if (resident[e])
+        return "an expert that is already resident";
+    if (evict >= 0 && (evict >= n_experts || !resident[evict]))
+        return "an eviction of an expert that is not resident";
+    if (evict < 0 && n_held >= budget)
+        return "a free slot in a full layer";
+    return NULL;
+}

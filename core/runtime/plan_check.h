@@ -27,4 +27,12 @@ struct tide_plan_ctx {
 const char *tide_plan_check(const struct tide_plan_ctx *c, const struct tide_plan *p, char *why,
                             size_t why_len);
 
+/* Check one prefetch of step_begin (struct tide_prefetch): expert e of a
+ * layer promoted into the slot of resident `evict`, or into a free slot when
+ * evict < 0. resident[n_experts] is the layer's map (NULL: the layer is out
+ * of range), n_held of its budget slots in use. Returns NULL when valid,
+ * else a phrase ("an expert that is already resident"). */
+const char *tide_prefetch_check(int n_experts, int budget, int n_held, const uint8_t *resident,
+                                int e, int evict);
+
 #endif

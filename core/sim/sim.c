@@ -497,16 +497,9 @@ static int sim_prefetch(struct sim *s, int i)
         int l = s->pf.layer[k], e = s->pf.expert[k], ev = s->pf.evict[k];
         if (l >= 0 && l < s->L && s->inst_of[l] != i)
             continue;
-        const uint8_t *r = l >= 0 && l < s->L ? s->rows[l] : NULL;
-        const char *bad = NULL;
-        if (!r || e < 0 || e >= s->E)
-            bad = "a layer or expert out of range";
-        else if (r[e])
-            bad = "an expert that is already resident";
-        else if (ev >= 0 && (ev >= s->E || !r[ev]))
-            bad = "an eviction of an expert that is not resident";
-        else if (ev < 0 && s->held[l] >= s->budget[l])
-            bad = "a free slot in a full layer";
+        const bool ok_l = l >= 0 && l < s->L;
+        const char *bad = tide_prefetch_check(s->E, ok_l ? s->budget[l] : 0, ok_l ? s->held[l] : 0,
+                                              ok_l ? s->rows[l] : NULL, e, ev);
         if (bad) {
             tide_error("sim: policy %s: invalid prefetch at block %d step %d (layer %d, expert %d, "
                        "evict %d): %s",

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The shipped policies' header-only helpers, installed with tide
+ * (include/policy-common/): view checks and placement. */
+#include "policy-common/plan.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/policy.h"
@@ -109,18 +112,17 @@ static int32_t ex_victim(const struct tide_policy *p, const double *score, const
 static int ex_plan(struct tide_policy *p, const struct tide_policy_view *v, struct tide_plan *out)
 {
     const int n = p->shape.n_experts;
-    if (v->layer < 0 || v->layer >= p->shape.n_moe_layers) {
-        tide_error("%s: plan() for MoE layer %d of %d", EX_NAME, v->layer, p->shape.n_moe_layers);
-        return TIDE_E_INVAL;
-    }
+    /* Layer in range, arrays present, at most B residents: their count. */
+    const int n_held = polc_check_view(EX_NAME, &p->shape, v, out);
+    if (n_held < 0)
+        return n_held;
     double *score = &p->score[(size_t)v->layer * (size_t)n];
     int32_t *order = &p->order[(size_t)v->layer * (size_t)n];
     uint8_t *held = &p->held[(size_t)v->layer * (size_t)n];
-    int n_active = 0, n_held = 0;
+    int n_active = 0;
     for (int e = 0; e < n; e++) {
         score[e] = p->decay * score[e] + (double)v->counts[e];
         held[e] = v->resident[e] != 0;
-        n_held += held[e];
         if (!v->counts[e])
             continue;
         /* Insertion sort: a layer has at most a few hundred experts. */
@@ -153,9 +155,8 @@ static int ex_plan(struct tide_policy *p, const struct tide_policy_view *v, stru
         out->evict[out->n_promote] = victim;
         out->n_promote++;
     }
-    for (int e = 0; e < n; e++)
-        if (v->counts[e])
-            out->place[e] = held[e] ? TIDE_PLACE_DEVICE : TIDE_PLACE_HOST;
+    /* Residents after the promotions on the device, the rest on the host. */
+    polc_place(&p->shape, v, out);
     return TIDE_OK;
 }
 

@@ -122,8 +122,7 @@ int pf_create(struct pf *f, int n_moe_layers, int n_experts, int budget)
     return rc;
 }
 
-int pf_open(struct pf *f, const char *plugin, const char *opts, int n_moe_layers, int n_experts,
-            int budget)
+int pf_load_opts(struct pf *f, const char *plugin, const char *opts)
 {
     int rc = pf_load(f, plugin);
     char kv[512], *save = NULL;
@@ -136,45 +135,28 @@ int pf_open(struct pf *f, const char *plugin, const char *opts, int n_moe_layers
         *eq = 0;
         rc = pf_opt(f, tok, eq + 1);
     }
+    return rc;
+}
+
+const struct tide_opts *pf_section(const struct pf *f)
+{
+    return f->cfg && f->desc ? tide_config_section(f->cfg, f->desc->name) : NULL;
+}
+
+int pf_open(struct pf *f, const char *plugin, const char *opts, int n_moe_layers, int n_experts,
+            int budget)
+{
+    int rc = pf_load_opts(f, plugin, opts);
     return rc == TIDE_OK ? pf_create(f, n_moe_layers, n_experts, budget) : rc;
 }
 
 int pf_open_costs(struct pf *f, const char *plugin, const char *opts, int n_moe_layers,
                   int n_experts, int budget, const struct tide_policy_costs *costs, int max_steps)
 {
-    int rc = pf_load(f, plugin);
+    int rc = pf_load_opts(f, plugin, opts);
     f->costs = costs;
     f->max_steps = max_steps;
-    char kv[512], *save = NULL;
-    snprintf(kv, sizeof kv, "%s", opts ? opts : "");
-    for (char *tok = strtok_r(kv, " ", &save); tok && rc == TIDE_OK;
-         tok = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq)
-            return TIDE_E_INVAL;
-        *eq = 0;
-        rc = pf_opt(f, tok, eq + 1);
-    }
     return rc == TIDE_OK ? pf_create(f, n_moe_layers, n_experts, budget) : rc;
-}
-
-void pf_costs_init(struct pf_costs *pc, bool overlap, double dev_us, double host_us,
-                   double host_us_row, double promote_us)
-{
-    memset(pc, 0, sizeof *pc);
-    for (int r = 1; r < 64; r++) {
-        pc->dev[r] = dev_us;
-        pc->host[r] = host_us + host_us_row * r;
-    }
-    pc->c = (struct tide_policy_costs){
-        .size = sizeof pc->c,
-        .expert_bytes = 6291456,
-        .overlap = overlap,
-        .promote_us = promote_us,
-        .n_rows = 64,
-        .device_us = pc->dev,
-        .host_us = pc->host,
-    };
 }
 
 void pf_prompt(struct pf *f, uint32_t prompt_len, const float *vec, int dim)

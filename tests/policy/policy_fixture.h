@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "loader.h"
+#include "polcheck.h"
 #include "tide/policy.h"
 
 struct pf {
@@ -54,7 +55,13 @@ int pf_opt(struct pf *f, const char *key, const char *value);
 int pf_create(struct pf *f, int n_moe_layers, int n_experts, int budget);
 
 /* pf_load, then pf_opt for each blank-separated "key=value" of opts (NULL or
- * "" for none), then pf_create. Returns the first failing status. */
+ * "" for none). Returns the first failing status. */
+int pf_load_opts(struct pf *f, const char *plugin, const char *opts);
+
+/* The plugin's option section after pf_load (what create() is handed). */
+const struct tide_opts *pf_section(const struct pf *f);
+
+/* pf_load_opts, then pf_create. Returns the first failing status. */
 int pf_open(struct pf *f, const char *plugin, const char *opts, int n_moe_layers, int n_experts,
             int budget);
 
@@ -71,19 +78,10 @@ bool pf_expect_ok(int rc, const char *file, int line, int *checks, int *failures
  * (NULL for none); else prints what differs. */
 bool pf_desc_ok(const struct pf *f, const char *name, const char *options);
 
-/* pf_open with costs (and the shape's max_steps) handed to create(). */
+/* pf_open with costs (and the shape's max_steps) handed to create(); test
+ * costs come from tide_polcheck_costs_init (polcheck.h). */
 int pf_open_costs(struct pf *f, const char *plugin, const char *opts, int n_moe_layers,
                   int n_experts, int budget, const struct tide_policy_costs *costs, int max_steps);
-
-/* Costs for tests: every expert takes dev_us on the device at any row
- * count, host_us + host_us_row x rows on the host; a promotion promote_us;
- * activations and latency free. The tables live in c (rows 0..63). */
-struct pf_costs {
-    struct tide_policy_costs c;
-    double dev[64], host[64];
-};
-void pf_costs_init(struct pf_costs *pc, bool overlap, double dev_us, double host_us,
-                   double host_us_row, double promote_us);
 
 /* A generation starts: calls prompt_begin (when the plugin has it). */
 void pf_prompt(struct pf *f, uint32_t prompt_len, const float *vec, int dim);

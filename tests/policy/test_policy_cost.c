@@ -29,8 +29,8 @@ static void test_needs_costs(void)
     CHECK(strstr(pf_log_text(), "[policy] profile") != NULL);
     pf_close(&f);
     /* Costs for another expert size are refused too. */
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     pc.c.expert_bytes = 12345;
     pf_log_capture();
     CHECK_EQ_INT(pf_open_costs(&f, "policy-cost", NULL, 1, 8, 2, &pc.c, 4), TIDE_E_CONFIG);
@@ -48,8 +48,8 @@ static void test_needs_costs(void)
  * pay, so the expert is rented (runs on the host). */
 static void test_rent_or_buy(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0 persistence=1",
                                    1, 8, 2, &pc.c, 4),
@@ -71,8 +71,8 @@ static void test_rent_or_buy(void)
 /* A resident estimated busier than the candidate is never evicted. */
 static void test_keeps_busier_residents(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-cost",
                                    "alpha=0.5 carry=0 hysteresis=0 persistence=1", 1, 8, 2, &pc.c,
@@ -93,8 +93,8 @@ static void test_keeps_busier_residents(void)
  * not more than 1 x 100; two rows save 60 (180 - 40 = 140), which is. */
 static void test_hysteresis(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=1 persistence=1",
                                    1, 8, 2, &pc.c, 4),
@@ -112,8 +112,8 @@ static void test_hysteresis(void)
  * one would make the host path 120. */
 static void test_balance(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, true, 30, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, true, 30, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-cost", NULL, 1, 8, 4, &pc.c, 32), __FILE__, __LINE__,
                      &test_checks, &test_failures)) {
@@ -138,8 +138,8 @@ static void test_balance(void)
  * left, and the same expert is rented. */
 static void test_learns_block_length(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0 persistence=1",
                                    1, 8, 2, &pc.c, 4),
@@ -165,8 +165,8 @@ static void test_learns_block_length(void)
  * (which has no measurement yet); persistence = 1 buys every time. */
 static void test_persistence(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(
             pf_open_costs(&f, "policy-cost", "alpha=1 carry=0 hysteresis=0", 1, 8, 2, &pc.c, 32),

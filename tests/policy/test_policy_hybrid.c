@@ -81,8 +81,8 @@ static void test_fixed_core(void)
  * most popular experts, 6 and 7. */
 static void test_solver(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, false, 10, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, false, 10, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-hybrid", NULL, 1, 8, 2, &pc.c, 4), __FILE__,
                      __LINE__, &test_checks, &test_failures)) {
@@ -102,8 +102,8 @@ static void test_solver(void)
 /* With overlapped costs the residents are balanced like policy-cost's. */
 static void test_balance(void)
 {
-    struct pf_costs pc;
-    pf_costs_init(&pc, true, 30, 50, 10, 100);
+    struct tide_polcheck_costs pc;
+    tide_polcheck_costs_init(&pc, true, 30, 50, 10, 100);
     struct pf f;
     if (pf_expect_ok(pf_open_costs(&f, "policy-hybrid", "core=1", 1, 8, 4, &pc.c, 32), __FILE__,
                      __LINE__, &test_checks, &test_failures)) {

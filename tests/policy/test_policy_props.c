@@ -1,12 +1,15 @@
 /* Property test: random routing-count sequences over several layers, blocks,
  * steps, budgets and options, for every policy plugin.
  *
- * The fixture checks every plan against the plan rules and applies it to a
- * simulated residency map: residents never exceed B, an evicted expert is
- * resident and a promoted one is not, every expert placed on the device is
- * resident after the step (so no expert running on the device is evicted),
- * and every active expert has a place. On top of that:
- *  - every policy is deterministic (two runs give the same plans);
+ * The sequences and the checks are those of `tide policy-check`
+ * (core/sim/polcheck.c): every initial set, prefetch and plan is checked
+ * against the dispatcher's rules and applied to a simulated residency map
+ * (residents never exceed B, an evicted expert is resident and a promoted
+ * one is not, every expert placed on the device is resident after the step,
+ * every active expert has a place), the routing handed to plan() is left
+ * unaltered, nothing is written past the plan arrays, and every policy is
+ * deterministic (two runs give the same plans). On top of that, as the
+ * checks' hook:
  *  - policy-tide matches an independent model of the reference code;
  *  - policy-lru and policy-lfu never leave an idle resident while an active
  *    expert misses;
@@ -18,58 +21,26 @@
 #include <string.h>
 
 #include "harness.h"
+#include "polcheck.h"
 #include "policy_fixture.h"
 #include "tide/status.h"
 
 #define MAX_E 64
 
-static uint64_t rng_state;
-
-static uint32_t rng_next(void)
-{
-    /* xorshift64*: fixed seed, so every run sees the same sequences. */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 2685821657736338717ull) >> 32);
-}
-
-static int rng_below(int n)
-{
-    return (int)(rng_next() % (uint32_t)n);
-}
-
-/* Per-layer routing preference that drifts slowly, like real diffusion
- * steps: most tokens go to the first few experts of pref[]. */
-struct layer_gen {
-    int pref[MAX_E];
+struct variant {
+    const char *plugin;
+    const char *opts; /* for pf_load_opts */
+    int interval;     /* policy-tide only, else 0 */
+    bool every_step;  /* policy-tide only */
+    int costs;        /* 0: none; 1: overlapped, 2: serial test costs in the shape */
 };
 
-static void gen_counts(struct layer_gen *g, int n, uint32_t *counts)
-{
-    memset(counts, 0, sizeof *counts * (size_t)n);
-    for (int i = 0; i < 2; i++)
-        if (rng_below(4) == 0) {
-            int a = rng_below(n), b = rng_below(n), t = g->pref[a];
-            g->pref[a] = g->pref[b];
-            g->pref[b] = t;
-        }
-    int tokens = rng_below(8) == 0 ? 0 : 1 + rng_below(32);
-    int top_k = n < 4 ? n : 4, hot = n < 6 ? n : 6;
-    for (int t = 0; t < tokens; t++) {
-        int picked[4], np = 0;
-        while (np < top_k) {
-            int e = rng_below(5) ? g->pref[rng_below(hot)] : rng_below(n);
-            bool dup = false;
-            for (int j = 0; j < np; j++)
-                dup |= picked[j] == e;
-            if (!dup)
-                picked[np++] = e;
-        }
-        for (int j = 0; j < np; j++)
-            counts[picked[j]]++;
-    }
-}
+/* The hook's state: the variant and, for policy-tide, the reference model's
+ * residency per layer. */
+struct model {
+    const struct variant *v;
+    uint8_t ref_res[3][MAX_E];
+};
 
 /* The reference code's refresh (ims-kdks/TIDE update_expert_placement),
  * written independently: repeated arg-max for the target, list slicing for
@@ -115,93 +86,48 @@ static void ref_tide_step(const uint32_t *counts, int n, int budget, bool refres
 
 /* Holds when no expert that ran on the host could have displaced an idle
  * resident (policy-lru's full-swap promise). */
-static bool lru_full_swap_holds(const struct pf *f, int layer, const uint32_t *counts)
+static bool lru_full_swap_holds(const struct tide_polcheck_step *s)
 {
-    const int n = f->shape.n_experts;
-    const uint8_t *res = &f->resident[(size_t)layer * (size_t)n];
     bool miss = false, idle = false;
     int n_res = 0;
-    for (int e = 0; e < n; e++) {
-        miss |= counts[e] && f->place[e] == TIDE_PLACE_HOST;
-        idle |= res[e] && !counts[e];
-        n_res += res[e];
+    for (int e = 0; e < s->n_experts; e++) {
+        miss |= s->counts[e] && s->plan->place[e] == TIDE_PLACE_HOST;
+        idle |= s->resident[e] && !s->counts[e];
+        n_res += s->resident[e];
     }
-    return !miss || (!idle && n_res == f->shape.budget);
+    return !miss || (!idle && n_res == s->budget);
 }
 
-struct variant {
-    const char *plugin;
-    const char *opts; /* for pf_open */
-    int interval;     /* policy-tide only, else 0 */
-    bool every_step;  /* policy-tide only */
-    int costs;        /* 0: none; 1: overlapped, 2: serial test costs in the shape */
-};
-
-/* Run one random sequence; returns an FNV-1a hash of every plan text, or 0
- * when a plan broke a rule (reported). */
-static uint64_t run_sequence(const struct variant *v, int n, int budget, uint64_t seed)
+/* What each shipped policy promises beyond the plan rules. */
+static const char *model_check(void *user, const struct tide_polcheck_step *s, char *why,
+                               size_t len)
 {
-    enum { LAYERS = 3, BLOCKS = 4 };
-    struct pf f;
-    uint64_t hash = 1469598103934665603ull;
-    rng_state = seed;
-    struct pf_costs pc;
-    pf_costs_init(&pc, v->costs == 1, 10, 40, 2, 120);
-    if (!(v->costs
-              ? pf_expect_ok(pf_open_costs(&f, v->plugin, v->opts, LAYERS, n, budget, &pc.c, 16),
-                             __FILE__, __LINE__, &test_checks, &test_failures)
-              : PF_OPEN(&f, v->plugin, v->opts, LAYERS, n, budget))) {
-        pf_close(&f);
-        return 0;
-    }
-    struct layer_gen gen[LAYERS];
-    uint8_t ref_res[LAYERS][MAX_E];
-    for (int l = 0; l < LAYERS; l++) {
-        for (int e = 0; e < n; e++)
-            gen[l].pref[e] = (e * 7 + l * 3) % n;
-        memcpy(ref_res[l], &f.resident[(size_t)l * (size_t)n], (size_t)n);
-    }
-    const int tau = v->interval;
-    bool ok = true;
-    for (int b = 0; b < BLOCKS && ok; b++) {
-        if (b == 0 || (!tau && b == 2)) {
-            /* A generation starts (the second one: a new prompt for policies
-             * without a reference model), with a vector or without. */
-            float vec[4] = {(float)rng_below(3), (float)rng_below(3), 1, 0};
-            pf_prompt(&f, 8, rng_below(4) ? vec : NULL, 4);
-        }
-        pf_block(&f, b, b == 0 || (!tau && b == 2));
-        int steps = 1 + rng_below(32);
-        for (int s = 0; s < steps && ok; s++) {
-            for (int l = 0; l < LAYERS && ok; l++) {
-                uint32_t counts[MAX_E];
-                gen_counts(&gen[l], n, counts);
-                const char *t = pf_plan_counts(&f, l, s, counts);
-                char ref[1024] = "";
-                if (tau)
-                    ref_tide_step(counts, n, budget, s % tau == 0 || (b == 0 && v->every_step),
-                                  ref_res[l], ref, sizeof ref);
-                if (!strncmp(t, "INVALID", 7) || !strncmp(t, "ERROR", 5) ||
-                    (tau && strcmp(t, ref)) ||
-                    ((!strcmp(v->plugin, "policy-lru") || !strcmp(v->plugin, "policy-lfu")) &&
-                     !lru_full_swap_holds(&f, l, counts)) ||
-                    (!strcmp(v->plugin, "policy-static") && strncmp(t, "P[]", 3))) {
-                    fprintf(stderr,
-                            "%s [%s] n %d B %d block %d step %d layer %d:\n"
-                            "    plan: %s\n    ref:  %s\n",
-                            v->plugin, v->opts ? v->opts : "", n, budget, b, s, l, t, ref);
-                    ok = false;
-                }
-                for (const char *c = t; *c; c++)
-                    hash = (hash ^ (uint8_t)*c) * 1099511628211ull;
-            }
+    struct model *m = user;
+    const struct variant *v = m->v;
+    if (v->interval) {
+        const int tau = v->interval;
+        uint8_t *ref = m->ref_res[s->layer];
+        if (s->first)
+            memcpy(ref, s->resident_before, (size_t)s->n_experts);
+        char want[1024];
+        ref_tide_step(s->counts, s->n_experts, s->budget,
+                      s->step % tau == 0 || (s->block == 0 && v->every_step), ref, want,
+                      sizeof want);
+        if (strcmp(s->text, want)) {
+            snprintf(why, len, "the reference refresh gives %s", want);
+            return why;
         }
     }
-    pf_close(&f);
-    CHECK(ok);
-    return ok ? hash : 0;
+    if ((!strcmp(v->plugin, "policy-lru") || !strcmp(v->plugin, "policy-lfu")) &&
+        !lru_full_swap_holds(s))
+        return "an expert ran on the host while an idle resident could have made room";
+    if (!strcmp(v->plugin, "policy-static") && strncmp(s->text, "P[]", 3))
+        return "policy-static promoted";
+    return NULL;
 }
 
+/* Random sequences through the shared property checks (core/sim/polcheck.c,
+ * also `tide policy-check`), with each policy's own promises as the hook. */
 static void test_random_sequences(void)
 {
     static const struct variant variants[] = {
@@ -221,22 +147,56 @@ static void test_random_sequences(void)
         {"policy-hybrid", "core_start=1 first_block_every_step=false", 0, false, 2},
         {"policy-warm", NULL, 0, false, 1},
         {"policy-warm", "neighbours=2 max_prompts=1", 0, false, 2},
+        /* policy-tide's prefetch: step_begin promotions under the same rules. */
+        {"policy-tide", "interval=2 prefetch=true", 0, false, 0},
     };
     static const int sizes[] = {5, 16, 33};
     int runs = 0;
-    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++)
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const struct variant *v = &variants[vi];
+        struct pf f;
+        if (!pf_expect_ok(pf_load_opts(&f, v->plugin, v->opts), __FILE__, __LINE__, &test_checks,
+                          &test_failures)) {
+            pf_close(&f);
+            continue;
+        }
+        struct tide_polcheck_costs tc;
+        tide_polcheck_costs_init(&tc, v->costs == 1, 10, 40, 2, 120);
+        struct model m = {.v = v};
+        struct tide_polcheck_report r = {0};
         for (int si = 0; si < 3; si++) {
             int n = sizes[si];
             int budgets[] = {0, 1, n / 3, n / 2, n - 1, n};
             for (int bi = 0; bi < 6; bi++)
                 for (uint64_t seed = 1; seed <= 4; seed++) {
-                    uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)(bi * 131 + si);
-                    uint64_t h1 = run_sequence(&variants[vi], n, budgets[bi], s);
-                    uint64_t h2 = run_sequence(&variants[vi], n, budgets[bi], s);
-                    CHECK(h1 != 0 && h1 == h2);
+                    const struct tide_polcheck_case c = {
+                        .label = v->opts,
+                        .n_layers = 3,
+                        .n_experts = n,
+                        .budget = budgets[bi],
+                        .blocks = 4,
+                        .second_prompt = v->interval ? 0 : 2,
+                        .seed = seed,
+                        .max_steps = v->costs ? 16 : 0,
+                        .costs = v->costs ? &tc.c : NULL,
+                        .hook = model_check,
+                        .hook_user = &m,
+                    };
+                    tide_polcheck_case_twice(f.ops, pf_section(&f), &c, &r);
                     runs++;
                 }
         }
+        for (int i = 0; i < TIDE_POLCHECK_N_INV; i++)
+            if (r.failed[i])
+                fprintf(stderr, "%s: %s: %llu failed, first: %s\n", v->plugin,
+                        tide_polcheck_inv_name(i), (unsigned long long)r.failed[i], r.first[i]);
+        CHECK(tide_polcheck_passed(&r));
+        CHECK_EQ_INT(r.skipped, 0);
+        CHECK_EQ_INT(r.cases, 3 * 6 * 4);
+        CHECK_EQ_INT(r.checked[TIDE_POLCHECK_DETERMINISM], 3 * 6 * 4);
+        CHECK(r.plans > 0);
+        pf_close(&f);
+    }
     CHECK_EQ_INT(runs, (int)(sizeof variants / sizeof variants[0]) * 3 * 6 * 4);
 }
 

@@ -80,9 +80,9 @@ static void test_descriptor(void)
     pf_close(&f);
 }
 
-static int open_warm(struct pf *f, struct pf_costs *pc, const char *opts)
+static int open_warm(struct pf *f, struct tide_polcheck_costs *pc, const char *opts)
 {
-    pf_costs_init(pc, false, 10, 50, 10, 100);
+    tide_polcheck_costs_init(pc, false, 10, 50, 10, 100);
     char all[700];
     snprintf(all, sizeof all, "hysteresis=0 persistence=1 %s", opts);
     return pf_open_costs(f, "policy-warm", all, 1, 8, 2, &pc->c, 2);
@@ -97,7 +97,7 @@ static void test_library_from_trace(void)
     char opts[600];
     snprintf(opts, sizeof opts, "library=%s neighbours=1 learn=false alpha=0.5 carry=0", lib);
     struct pf f;
-    struct pf_costs pc;
+    struct tide_polcheck_costs pc;
     pf_log_capture();
     int rc = open_warm(&f, &pc, opts);
     pf_log_release();
@@ -143,7 +143,7 @@ static void test_library_from_trace(void)
  * and buys 5 at its first row, unless learn = false. Returns that plan. */
 static const char *run_learn(struct pf *f, bool learn, char *out, size_t len)
 {
-    struct pf_costs pc;
+    struct tide_polcheck_costs pc;
     char opts[200];
     snprintf(opts, sizeof opts, "neighbours=1 learn=%s alpha=0.5 carry=0 memory=1",
              learn ? "true" : "false");
@@ -184,7 +184,7 @@ static void test_learns(void)
 static void test_bad_library(void)
 {
     struct pf f;
-    struct pf_costs pc;
+    struct tide_polcheck_costs pc;
     char opts[600];
     /* Another model's trace. */
     const char *wrong = tpath("wrong.trc");

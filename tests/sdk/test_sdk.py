@@ -5,11 +5,15 @@ and examples/embed-c in a temporary folder with nothing but the installed
 files (the CMake package, and tide.pc for plugins compiled by hand), and
 check that
 
+  - the decoders' and the policies' header-only helpers are installed, and
+    the policy example includes one (policy-common/plan.h);
   - each plugin example's own unit test passes (ctest in its build folder);
   - each plugin exports only tide_plugin_entry, and installs with its rule;
   - the installed `tide plugins` loads both from TIDE_PLUGIN_PATH (the
     decoder with kind decoder), and finds its own plugins in the relocated
     prefix (not in this build tree);
+  - the installed `tide policy-check` passes policy-example, found by name
+    on TIDE_PLUGIN_PATH and by the path of its .so;
   - `tide run` with the policy on a generated tiny checkpoint, offloading
     (budgets 4 and 1), gives the same ids and logits hash as no offload, and
     it did offload (promotions and host rows in the summary);
@@ -172,6 +176,12 @@ def sdk(build, source, cmake, ctest, cc, sanitize, tmp):
     check(os.path.isfile(os.path.join(pc_dir, "tide.pc")), "tide.pc is installed")
     check(os.path.isfile(os.path.join(prefix, "include", "decoder-common", "sample.h")),
           "the decoders' header-only helpers are installed (include/decoder-common)")
+    check(all(os.path.isfile(os.path.join(prefix, "include", "policy-common", h))
+              for h in ("plan.h", "rank.h", "initial.h", "fullswap.h", "costs.h", "rentbuy.h")),
+          "the policies' header-only helpers are installed (include/policy-common)")
+    check('#include "policy-common/plan.h"' in
+          open(os.path.join(source, "examples", "out-of-tree-policy", "policy_example.c")).read(),
+          "the policy example includes an installed policy-common header")
 
     # Each example alone, built and tested against the install, installed
     # into one user prefix.
@@ -199,6 +209,22 @@ def sdk(build, source, cmake, ctest, cc, sanitize, tmp):
     real_prefix = os.path.realpath(prefix)
     check(own and all(os.path.realpath(r[5]).startswith(real_prefix) for r in own),
           "the relocated tide finds its own plugins in its prefix", out)
+
+    # The installed kit checks the out-of-tree policy: by name on
+    # TIDE_PLUGIN_PATH (properties and lossless), and by its file.
+    r = run([tide, "--quiet", "policy-check", "policy-example", "--seeds", "2"], env=env, ok=False)
+    check(r.returncode == 0 and "policy-check: policy-example: PASS" in r.stdout and
+          re.search(r"^  4 +same +same ", r.stdout, re.M) is not None,
+          "the installed tide policy-check passes policy-example (properties and lossless)",
+          r.stdout[-4000:] + r.stderr[-2000:])
+    so = os.path.join(user_plugins, "policy-example.so")
+    bare = dict(os.environ)
+    bare.pop("TIDE_PLUGIN_PATH", None)
+    r = run([tide, "--quiet", "policy-check", so, "--only", "props", "--seeds", "1", "--set",
+             "policy-example.max_promotions=1"], env=bare, ok=False)
+    check(r.returncode == 0 and "policy-check: policy-example: PASS" in r.stdout,
+          "tide policy-check takes the path of the .so (and the plugin's options)",
+          r.stdout[-4000:] + r.stderr[-2000:])
 
     # The same builds through pkg-config, by hand (decoder-common/*.h are
     # found with tide.pc's include folder too).
