@@ -29,8 +29,8 @@ check() {
     fi
 }
 
-# Line 8 is the failing command (`tide run` refuses the unknown flag); the
-# block after it must not be skipped.
+# Line 7 is the failing command (`tide run` refuses the unknown flag), line
+# 20 the failing line of Python; the block between them must not be skipped.
 cat >"$work/broken.md" <<'EOF'
 # Planted
 
@@ -46,9 +46,17 @@ echo never
 ```bash
 echo second block runs
 ```
+
+<!-- runnable -->
+```python
+import os
+print(os.path.isdir("config"))
+open("no-such-file.txt")
+```
 EOF
 check broken 1 "$work/broken.md:7: FAILED, exit 2: tide run -c config/llada2-tiny.ini --no-such-flag" \
-    "--no-such-flag" "$work/broken.md:12: ok" "1 runnable block(s) failed"
+    "--no-such-flag" "$work/broken.md:12: ok" \
+    "$work/broken.md:20: FAILED, exit 1: FileNotFoundError:" "2 runnable block(s) failed"
 
 cat >"$work/slow.md" <<'EOF'
 <!-- runnable: timeout=1 -->
@@ -60,7 +68,7 @@ check slow 1 "$work/slow.md:3: FAILED, timed out after"
 
 # A `continue` block runs where the previous one left its files.
 cat >"$work/good.md" <<'EOF'
-<!-- runnable: setup=tiny sub=/tmp/x=x -->
+<!-- runnable: setup=tiny sub=/tmp/x=>x -->
 ```sh
 tide inspect models/llada2-tiny > /tmp/x.txt
 ```
@@ -73,12 +81,12 @@ false
 grep -q "4 layers" x.txt
 ```
 EOF
-check good 0 "$work/good.md:2: ok" "$work/good.md:10: ok" "2 runnable blocks, 0 failed; 1 shell blocks unmarked"
+check good 0 "$work/good.md:2: ok" "$work/good.md:10: ok" "2 runnable blocks, 0 failed; 1 sh/python blocks unmarked"
 
 cat >"$work/misplaced.md" <<'EOF'
 <!-- runnable -->
-```python
-print("not a shell block")
+```c
+int main(void) { return 0; }
 ```
 
 <!-- runnable: timeout=5 colour=blue -->
@@ -91,7 +99,7 @@ true
 true
 ```
 EOF
-check misplaced 1 "$work/misplaced.md:1: runnable marker before a \`\`\`python block" \
+check misplaced 1 "$work/misplaced.md:1: runnable marker before a \`\`\`c block" \
     "$work/misplaced.md:6: runnable option 'colour=blue': unknown option" \
     "$work/misplaced.md:10: runnable marker must be the line right before the fence"
 

@@ -1,18 +1,20 @@
 #!/usr/bin/python3
-"""Runs the shell examples of the documentation that are marked runnable.
+"""Runs the shell and Python examples of the documentation marked runnable
+(docs/runnable-docs.md).
 
-A block is runnable when the line right before its opening fence (```sh or
-```bash) is a marker, an HTML comment that GitHub does not render:
+A block is runnable when the line right before its opening fence (```sh,
+```bash or ```python) is a marker, an HTML comment that GitHub does not render:
 
     <!-- runnable -->
     <!-- runnable: setup=t.trc timeout=120 -->
 
-Options (space-separated, values without spaces):
+Options are separated by spaces; quote one that holds spaces (shell quoting):
   timeout=S       seconds before the block is killed (default 60)
   setup=A,B       fixtures made in its folder before it runs:
                     tiny         models/llada2-tiny, the checkpoint that
                                  config/llada2-tiny.ini creates
                     t.trc        a routing trace of `tide run -c config/llada2-tiny.ini`
+                    run.tidetrace  the same trace under the README's name
                     my.ini       a copy of config/llada2-tiny.ini ("your config"),
                                  with its checkpoint
                     few-prompts  bench/prompts/prompts.txt holds only the first
@@ -20,12 +22,13 @@ Options (space-separated, values without spaces):
                     install      this build installed into $HOME/tide
                     venv         a Python venv (system site packages) first on PATH
   env=NAME=VALUE  an environment variable for the block (repeatable)
-  sub=FROM=TO     replace the text FROM by TO in the block before running it,
-                  for a path that cannot be used here (repeatable)
+  sub=FROM=>TO    replace the text FROM by TO in the block before running it,
+                  for what cannot be used here as written (repeatable)
   continue        run in the folder of the previous runnable block of the same
                   file, with what it left there, instead of a fresh one
 
-Each block runs with `bash -euo pipefail` in a fresh temporary folder that
+Each shell block runs with `bash -euo pipefail`, each Python block as a
+script of `python3` (the venv's with setup=venv), in a fresh temporary folder that
 holds symbolic links to the source tree's config/, bench/, docs/, examples/,
 scripts/ and tools/ (python/ is copied: pip builds in it). The folder of the
 tide binary given comes first on PATH, so `tide` is the build's, which finds
@@ -33,16 +36,18 @@ its plugins next to itself; HOME and TMPDIR point into the folder, stdin is
 empty, TIDE_PLUGIN_PATH and TIDE_LOG_LEVEL are unset, TIDE_BUILD_DIR names the
 build (the Python package finds libtide there).
 
-A failure names FILE:LINE of the command that failed, shows the block and the
-end of its output, and the exit status is 1. A marker that is not directly
-followed by a shell fence, or an unknown option, is an error too. Shell blocks
-left unmarked are listed (with --list, every block and its state).
+A failure names FILE:LINE of the command that failed (of the traceback's
+line in a Python block), shows the block and the end of its output, and the
+exit status is 1. A marker that is not directly followed by such a fence, or
+an unknown option, is an error too, found before anything runs. Each file
+ends with a count of runnable and unmarked blocks; --list names the unmarked.
 
 usage: run_doc_blocks.py --tide TIDE [--source DIR] [--list] [--keep] FILE.md...
 """
 import argparse
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -53,11 +58,13 @@ import time
 MARKER = re.compile(r"^<!--\s*runnable(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^(```+|~~~+)\s*([A-Za-z0-9_+-]*)")
 SHELL_LANGS = ("sh", "bash", "shell")
+RUN_LANGS = SHELL_LANGS + ("python",)
 LINKED = ("config", "bench", "docs", "examples", "scripts", "tools")
-SETUPS = ("tiny", "t.trc", "my.ini", "few-prompts", "install", "venv")
+SETUPS = ("tiny", "t.trc", "run.tidetrace", "my.ini", "few-prompts", "install", "venv")
 TINY = "models/llada2-tiny"
 FEW_PROMPTS = 2
 TAIL_LINES = 40
+NOT_FOLLOWED = "%s:%d: runnable marker not followed by a ```sh, ```bash or ```python block"
 
 
 class Block:
@@ -90,16 +97,14 @@ def parse(path, errors):
         m = MARKER.match(line)
         if m:
             if pending:
-                errors.append("%s:%d: runnable marker not followed by a ```sh block" %
-                              (path, pending[1]))
+                errors.append(NOT_FOLLOWED % (path, pending[1]))
             pending = (m.group(1) or "", i + 1)
             i += 1
             continue
         f = FENCE.match(line)
         if not f:
             if pending and line.strip():
-                errors.append("%s:%d: runnable marker not followed by a ```sh block" %
-                              (path, pending[1]))
+                errors.append(NOT_FOLLOWED % (path, pending[1]))
                 pending = None
             i += 1
             continue
@@ -114,9 +119,9 @@ def parse(path, errors):
         b = Block(path, start, lang, "\n".join(body) + "\n", None, None)
         if pending:
             b.marker, b.marker_line = pending
-            if lang not in SHELL_LANGS:
-                errors.append("%s:%d: runnable marker before a ```%s block; only sh and bash "
-                              "blocks run" % (path, pending[1], lang))
+            if lang not in RUN_LANGS:
+                errors.append("%s:%d: runnable marker before a ```%s block; only sh, bash and "
+                              "python blocks run" % (path, pending[1], lang))
                 b.marker = None
             elif pending[1] != start - 1:
                 errors.append("%s:%d: runnable marker must be the line right before the fence" %
@@ -132,7 +137,12 @@ def parse(path, errors):
 
 
 def options(b, errors):
-    for opt in b.marker.split():
+    try:
+        opts = shlex.split(b.marker)
+    except ValueError as e:
+        errors.append("%s:%d: runnable options: %s" % (b.path, b.marker_line, e))
+        return
+    for opt in opts:
         key, eq, val = opt.partition("=")
         bad = None
         if key == "timeout" and eq:
@@ -148,15 +158,15 @@ def options(b, errors):
         elif key == "env" and "=" in val:
             name, _, value = val.partition("=")
             b.env[name] = value
-        elif key == "sub" and "=" in val:
-            frm, _, to = val.partition("=")
+        elif key == "sub" and "=>" in val:
+            frm, _, to = val.partition("=>")
             if frm not in b.text:
                 bad = "'%s' is not in the block" % frm
             b.subs.append((frm, to))
         elif key == "continue" and not eq:
             b.cont = True
         else:
-            bad = "unknown option (valid: timeout=S setup=A,B env=N=V sub=FROM=TO continue)"
+            bad = "unknown option (valid: timeout=S setup=A,B env=N=V sub=FROM=>TO continue)"
         if bad:
             errors.append("%s:%d: runnable option '%s': %s" % (b.path, b.marker_line, opt, bad))
 
@@ -200,9 +210,9 @@ class Runner:
         if name == "my.ini":
             shutil.copy(os.path.join(self.source, "config", "llada2-tiny.ini"),
                         os.path.join(d, "my.ini"))
-        elif name == "t.trc":
+        elif name in ("t.trc", "run.tidetrace"):
             cmds.append([self.tide, "run", "-c", "config/llada2-tiny.ini", "-p", "Hello",
-                         "--set", "output.trace=t.trc"])
+                         "--set", "output.trace=" + name])
         elif name == "few-prompts":
             self.shadow(d, "bench/prompts/prompts.txt")
             with open(os.path.join(self.source, "bench", "prompts", "prompts.txt"),
@@ -253,14 +263,21 @@ class Runner:
             text = text.replace(frm, to)
         for k, v in b.env.items():
             env[k] = v
-        # One line before the block, so that the block's first line is line 2.
-        trap = ("trap 'rc=$?; echo \"run_doc_blocks: line $((LINENO - 1)) of the block failed "
-                "(exit $rc): $BASH_COMMAND\" >&2' ERR\n")
-        script = os.path.join(d, "tmp", "block-%d.sh" % b.line)
-        with open(script, "w", encoding="utf-8") as f:
-            f.write(trap + text)
+        if b.lang == "python":
+            script = os.path.join(d, "tmp", "block-%d.py" % b.line)
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(text)
+            cmd = ["python3", script]
+        else:
+            # One line before the block, so that the block's first line is line 2.
+            trap = ("trap 'rc=$?; echo \"run_doc_blocks: line $((LINENO - 1)) of the block "
+                    "failed (exit $rc): $BASH_COMMAND\" >&2' ERR\n")
+            script = os.path.join(d, "tmp", "block-%d.sh" % b.line)
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(trap + text)
+            cmd = ["bash", "-euo", "pipefail", script]
         t0 = time.monotonic()
-        p = subprocess.Popen(["bash", "-euo", "pipefail", script], cwd=d, env=env,
+        p = subprocess.Popen(cmd, cwd=d, env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -281,8 +298,13 @@ class Runner:
             return True, "%.1f s" % secs
         where = b.where(b.line + 1)
         m = re.search(r"run_doc_blocks: line (\d+) of the block failed \(exit (\d+)\): (.*)", out)
+        py = re.findall(r'File "%s", line (\d+)' % re.escape(script), out)
         if timed_out:
             why = "timed out after %.0f s (timeout=%g)" % (secs, b.timeout)
+        elif b.lang == "python" and py:
+            where = b.where(b.line + int(py[-1]))
+            last = [l for l in out.rstrip("\n").split("\n") if l and not l.startswith(" ")]
+            why = "exit %d: %s" % (p.returncode, last[-1] if last else "")
         elif m:
             where = b.where(b.line + int(m.group(1)))
             why = "exit %s: %s" % (m.group(2), m.group(3))
@@ -323,7 +345,7 @@ def main():
     try:
         for path, blocks in parsed:
             marked = [b for b in blocks if b.marker is not None]
-            unmarked = [b for b in blocks if b.marker is None and b.lang in SHELL_LANGS]
+            unmarked = [b for b in blocks if b.marker is None and b.lang in RUN_LANGS]
             d = env = None
             prev_ok = True
             failed_before = failed
@@ -355,8 +377,8 @@ def main():
                     failed += 1
             if args.list:
                 for b in unmarked:
-                    print("%s: not runnable (unmarked ```%s block)" % (b.where(), b.lang))
-            print("%s: %d runnable blocks, %d failed; %d shell blocks unmarked (%.1f s)" %
+                    print("%s: not run (unmarked ```%s block)" % (b.where(), b.lang))
+            print("%s: %d runnable blocks, %d failed; %d sh/python blocks unmarked (%.1f s)" %
                   (path, len(marked), failed - failed_before, len(unmarked),
                    time.monotonic() - t0))
     finally:
