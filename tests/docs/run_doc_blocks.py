@@ -42,7 +42,12 @@ exit status is 1. A marker that is not directly followed by such a fence, or
 an unknown option, is an error too, found before anything runs. Each file
 ends with a count of runnable and unmarked blocks; --list names the unmarked.
 
-usage: run_doc_blocks.py --tide TIDE [--source DIR] [--list] [--keep] FILE.md...
+In a sanitizer build (--sanitize 1), what the blocks compile gets ASan and
+UBSan too (CFLAGS, LDFLAGS), as what links the instrumented libtide must, and
+Python runs with the ASan runtime preloaded (found with --cc), leaks off.
+
+usage: run_doc_blocks.py --tide TIDE [--source DIR] [--sanitize 0|1 --cc CC]
+                         [--list] [--keep] FILE.md...
 """
 import argparse
 import os
@@ -172,8 +177,10 @@ def options(b, errors):
 
 
 class Runner:
-    def __init__(self, tide, source, keep):
+    def __init__(self, tide, source, keep, sanitize, cc):
         self.tide = os.path.abspath(tide)
+        self.sanitize = sanitize
+        self.cc = cc
         self.source = os.path.abspath(source)
         self.keep = keep
         self.base_env = dict(os.environ)
@@ -183,6 +190,9 @@ class Runner:
         self.base_env["PATH"] = os.path.dirname(self.tide) + os.pathsep + os.environ.get(
             "PATH", "/usr/bin:/bin")
         self.dirs = []
+        if sanitize:
+            flags = "-fsanitize=address,undefined -fno-omit-frame-pointer"
+            self.base_env["CFLAGS"] = self.base_env["LDFLAGS"] = flags
 
     def folder(self):
         d = tempfile.mkdtemp(prefix="tide-doc.")
@@ -239,6 +249,21 @@ class Runner:
         if name == "venv":
             env["VIRTUAL_ENV"] = os.path.join(d, "venv")
             env["PATH"] = os.path.join(d, "venv", "bin") + os.pathsep + env["PATH"]
+            return self.preload(env)
+        return None
+
+    def preload(self, env):
+        """With a sanitizer build, libtide carries ASan: its runtime must be
+        loaded before the Python interpreter's allocations (tests/python)."""
+        if not self.sanitize or "LD_PRELOAD" in env:
+            return None
+        r = subprocess.run([self.cc, "-print-file-name=libasan.so"], capture_output=True,
+                           text=True)
+        if r.returncode != 0 or not os.path.isabs(r.stdout.strip()):
+            return "%s -print-file-name=libasan.so: no ASan runtime" % self.cc
+        env["LD_PRELOAD"] = r.stdout.strip()
+        opts = env.get("ASAN_OPTIONS", "")
+        env["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "detect_leaks=0"
         return None
 
     def shadow(self, d, rel):
@@ -264,6 +289,9 @@ class Runner:
         for k, v in b.env.items():
             env[k] = v
         if b.lang == "python":
+            err = self.preload(env)
+            if err:
+                return False, "%s: FAILED, %s" % (b.where(), err)
             script = os.path.join(d, "tmp", "block-%d.py" % b.line)
             with open(script, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -329,6 +357,9 @@ def main():
     ap.add_argument("--tide", required=True, help="the tide binary of the build")
     ap.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."),
                     help="the source tree (config/, bench/ ...; default: this script's)")
+    ap.add_argument("--sanitize", default="0", choices=("0", "1"),
+                    help="1: the build has ASan and UBSan")
+    ap.add_argument("--cc", default="cc", help="the build's C compiler (for --sanitize 1)")
     ap.add_argument("--list", action="store_true", help="list every block and its state")
     ap.add_argument("--keep", action="store_true", help="keep the blocks' folders")
     ap.add_argument("files", nargs="+")
@@ -340,7 +371,7 @@ def main():
         print(e)
     if errors:
         return 1
-    runner = Runner(args.tide, args.source, args.keep)
+    runner = Runner(args.tide, args.source, args.keep, args.sanitize == "1", args.cc)
     failed = 0
     try:
         for path, blocks in parsed:
