@@ -72,6 +72,10 @@ TAIL_LINES = 40
 NOT_FOLLOWED = "%s:%d: runnable marker not followed by a ```sh, ```bash or ```python block"
 
 
+class Skip(Exception):
+    """A fixture this machine cannot make (what tests/python skips on too)."""
+
+
 class Block:
     def __init__(self, path, line, lang, text, marker, marker_line):
         self.path = path  # the markdown file
@@ -233,8 +237,13 @@ class Runner:
                 f.writelines(prompts[:FEW_PROMPTS])
         elif name == "install":
             build = os.path.dirname(self.tide)
-            cmds.append(["cmake", "--install", build, "--prefix", os.path.join(env["HOME"], "tide")])
+            prefix = os.path.join(env["HOME"], "tide")
+            cmds.append(["cmake", "--install", build, "--prefix", prefix])
         elif name == "venv":
+            if subprocess.run([sys.executable, "-c", "import venv, ensurepip"],
+                              capture_output=True).returncode != 0:
+                raise Skip("%s cannot create a venv (apt-get install python3-venv; "
+                           "scripts/setup.sh does)" % sys.executable)
             if not os.path.isdir(os.path.join(d, "python")):
                 shutil.copytree(os.path.join(self.source, "python"), os.path.join(d, "python"),
                                 ignore=shutil.ignore_patterns("build", "*.egg-info",
@@ -378,7 +387,7 @@ def main():
             marked = [b for b in blocks if b.marker is not None]
             unmarked = [b for b in blocks if b.marker is None and b.lang in RUN_LANGS]
             d = env = None
-            prev_ok = True
+            prev = "ok"
             failed_before = failed
             t0 = time.monotonic()
             for b in marked:
@@ -386,21 +395,27 @@ def main():
                     print("%s: FAILED, 'continue' on the first runnable block" % b.where())
                     failed += 1
                     continue
-                if b.cont and not prev_ok:
-                    print("%s: not run: the block it continues failed" % b.where())
-                    failed += 1
+                if b.cont and prev != "ok":
+                    print("%s: not run: the block it continues %s" % (b.where(), prev))
+                    if prev == "failed":
+                        failed += 1
                     continue
                 if not b.cont:
                     d = runner.folder()
                     env = runner.env(d)
                 err = None
-                for s in b.setup:
-                    err = err or runner.fixture(s, d, env)
+                try:
+                    for s in b.setup:
+                        err = err or runner.fixture(s, d, env)
+                except Skip as e:
+                    print("%s: skipped: %s" % (b.where(), e))
+                    prev = "was skipped"
+                    continue
                 if err:
                     ok, msg = False, "%s: FAILED, %s" % (b.where(), err)
                 else:
                     ok, msg = runner.run(b, d, env)
-                prev_ok = ok
+                prev = "ok" if ok else "failed"
                 if ok:
                     print("%s: ok (%s)" % (b.where(), msg))
                 else:
