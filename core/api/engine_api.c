@@ -3,6 +3,7 @@
  * Every public call starts by forgetting the thread's logged errors and ends
  * by keeping them when it fails, so the caller gets the messages that the
  * failing code logged where it failed. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,7 @@
 #include "tide/engine.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 
 #ifndef TIDE_VERSION_STRING
@@ -99,6 +101,15 @@ static int api_scan(const char *plugin_path, struct tide_plugin_set **set)
     return rc;
 }
 
+/* A configuration file, found as the CLI finds it (tide/shipped.h: from the
+ * working directory, else among the shipped files). */
+static int api_load_file(struct tide_config *cfg, const char *given)
+{
+    char path[PATH_MAX];
+    int rc = tide_shipped_path(given, "config", path, sizeof path);
+    return rc == TIDE_OK ? tide_config_load_file(cfg, path) : rc;
+}
+
 /* Defaults, then the files, the text and the overrides; every bad override
  * is reported. */
 static int api_config(const struct tide_engine_args *a, const struct tide_plugin_set *set,
@@ -110,7 +121,7 @@ static int api_config(const struct tide_engine_args *a, const struct tide_plugin
     int rc;
     if ((rc = tide_core_register_sections(cfg)) != TIDE_OK ||
         (rc = tide_config_add_plugins(cfg, set)) != TIDE_OK ||
-        (a->config_path && (rc = tide_config_load_file(cfg, a->config_path)) != TIDE_OK)) {
+        (a->config_path && (rc = api_load_file(cfg, a->config_path)) != TIDE_OK)) {
         tide_config_destroy(cfg);
         return rc;
     }
@@ -119,7 +130,7 @@ static int api_config(const struct tide_engine_args *a, const struct tide_plugin
             tide_error("tide_engine_open: config_paths[%d] is NULL", i);
             rc = TIDE_E_INVAL;
         } else {
-            rc = tide_config_load_file(cfg, a->config_paths[i]);
+            rc = api_load_file(cfg, a->config_paths[i]);
         }
         if (rc != TIDE_OK) {
             tide_config_destroy(cfg);

@@ -1,8 +1,12 @@
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chat.h"
 #include "decode.h"
@@ -11,6 +15,25 @@
 #include "tide/trace.h"
 #include "tide/log.h"
 #include "tide/status.h"
+
+/* Remove a flat folder of files (a generated checkpoint), if it exists. */
+static void engine_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char f[PATH_MAX + 256];
+        const int n = snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
+        if (n > 0 && (size_t)n < sizeof f)
+            unlink(f);
+    }
+    closedir(d);
+    rmdir(dir);
+}
 
 /* [model] create may generate a checkpoint at path only where it is meant
  * to: at the path the file declaring create names (or the built-in default),
@@ -52,8 +75,23 @@ static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
     }
     tide_info("%s does not exist: generating a synthetic '%s' checkpoint there ([model] create)",
               path, preset);
-    int rc = e->mops->mkmodel(path, preset, (int)tide_opts_int(mo, "create_layers"),
+    /* Into a folder of this process's own, renamed into place when complete:
+     * processes started together on a missing path (a sharded sweep) do not
+     * read each other's half-written files, and the first rename wins (the
+     * same preset and seed write the same checkpoint). */
+    char tmp[sizeof e->model_dir + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    int rc = e->mops->mkmodel(tmp, preset, (int)tide_opts_int(mo, "create_layers"),
                               (uint64_t)tide_opts_int(mo, "create_seed"));
+    if (rc == TIDE_OK && rename(tmp, path) != 0) {
+        if (errno == EEXIST || errno == ENOTEMPTY) {
+            tide_info("%s was generated meanwhile by another process: using it", path);
+        } else {
+            tide_error("could not rename %s to %s: %s", tmp, path, strerror(errno));
+            rc = TIDE_E_IO;
+        }
+    }
+    engine_remove_dir(tmp); /* the loser's copy, or what a failure left */
     if (rc != TIDE_OK)
         tide_error("could not generate %s", path);
     return rc;

@@ -307,6 +307,26 @@ model-create)
     run -- run -c "$work/own.ini" -c "$work/short.ini" --ids 1,2,3 --print-ids
     expect_status 0
     [ -f "$work/own/config.json" ] || fail "no checkpoint at $work/own"
+    # Processes started together on a missing path (a sharded sweep): each
+    # generates into a folder of its own, the first rename wins, and every
+    # one runs on a whole checkpoint. Before, a process could find the
+    # folder half-written (tokenizer.json missing): timing-dependent, so
+    # four rounds of six processes.
+    raced=0
+    for round in 1 2 3 4; do
+        printf '[model]\npath = %s/m%s/raced\ncreate = tiny\n' "$work" "$round" >"$work/race.ini"
+        for k in 1 2 3 4 5 6; do
+            { "$tide" --quiet run -c "$work/race.ini" -c "$work/short.ini" --ids 1,2,3 --print-ids \
+                >"$work/race$k.out" 2>"$work/race$k.err" || echo "$k" >>"$work/race.failed"; } &
+        done
+        wait
+        [ -f "$work/m$round/raced/model.safetensors" ] || fail "no checkpoint at $work/m$round/raced"
+        ls -d "$work/m$round"/raced.tmp-* >/dev/null 2>&1 && fail "a temporary checkpoint folder was left"
+    done
+    if [ -s "$work/race.failed" ]; then
+        fail "$(wc -l <"$work/race.failed") of 24 concurrent runs failed on a missing [model] create path"
+        cat "$work"/race*.err
+    fi
     ;;
 budget)
     # A budget above the experts per layer (32 in the tiny model) is an
