@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_shard.h"
 #include "tide/log.h"
@@ -68,6 +67,23 @@ static int merge_read_csv(const char *dir, const char *name, struct merge_csv *c
         return TIDE_E_FORMAT;
     }
     return TIDE_OK;
+}
+
+/* Free n folders' results.csv and summary.csv (either array may be NULL). */
+static void merge_csvs_free(struct merge_csv *csv, struct merge_csv *sum, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (csv) {
+            free(csv[k].text);
+            free(csv[k].line);
+        }
+        if (sum) {
+            free(sum[k].text);
+            free(sum[k].line);
+        }
+    }
+    free(csv);
+    free(sum);
 }
 
 static size_t merge_len(const char *line)
@@ -437,10 +453,7 @@ static int merge_runs_write(const struct cli_parts *ps, const struct merge_csv *
         rc = cli_copy_file(src, path);
     if (rc == TIDE_OK) {
         char date[64];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        cli_utc_now(date, sizeof date);
         json_object_set_new(m, "merged", json_string(date));
         json_object_set(m, "varied", (json_t *)keys);
         json_object_set(m, "runs", runs);
@@ -530,14 +543,7 @@ static int merge_runs(struct cli_parts *ps, const char *out, bool *differ, json_
         if (rc != TIDE_OK)
             cli_out_dir_discard(out, created);
     }
-    for (int k = 0; csv && sum && k < ps->n; k++) {
-        free(csv[k].text);
-        free(csv[k].line);
-        free(sum[k].text);
-        free(sum[k].line);
-    }
-    free(csv);
-    free(sum);
+    merge_csvs_free(csv, sum, ps->n);
     return rc;
 }
 
@@ -649,14 +655,7 @@ int cmd_bench_merge(int argc, char **argv)
             strict &= json_is_true(json_object_get(ps.by_index[k]->m, "strict_tokens"));
         rc = merge_token_verdict(differ, strict);
     }
-    for (int k = 0; csv && sum && k < ps.count; k++) {
-        free(csv[k].text);
-        free(csv[k].line);
-        free(sum[k].text);
-        free(sum[k].line);
-    }
-    free(csv);
-    free(sum);
+    merge_csvs_free(csv, sum, ps.count);
     cli_parts_free(&ps);
     free(dirs);
     return cli_exit_code(rc);

@@ -541,6 +541,14 @@ void cli_parts_free(struct cli_parts *ps)
     memset(ps, 0, sizeof *ps);
 }
 
+void cli_utc_now(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 json_t *cli_parts_manifest(const struct cli_parts *ps)
 {
     json_t *m = json_deep_copy(ps->by_index[0]->m);
@@ -571,10 +579,7 @@ json_t *cli_parts_manifest(const struct cli_parts *ps)
             json_array_append(hosts, (json_t *)h);
     }
     char date[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cli_utc_now(date, sizeof date);
     json_object_set_new(m, "merged", json_string(date));
     json_object_set_new(m, "shards", shards);
     json_object_set_new(m, "hosts", hosts);

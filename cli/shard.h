@@ -79,6 +79,9 @@ int cli_out_dir_create(const char *what, const char *path, bool *created);
  * and the folder itself when it was made here. */
 void cli_out_dir_discard(const char *path, bool created);
 
+/* The current UTC time as "YYYY-mm-ddTHH:MM:SSZ" (manifests' dates). */
+void cli_utc_now(char *buf, size_t len);
+
 /* Copy a file (replacing dst). TIDE_OK or TIDE_E_IO (logged). */
 int cli_copy_file(const char *src, const char *dst);
 
