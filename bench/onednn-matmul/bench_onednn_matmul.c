@@ -18,11 +18,11 @@
 #include "oneapi/dnnl/dnnl.h"
 
 #if DNNL_VERSION_MAJOR >= 3
-typedef dnnl_memory_desc_t bm_md;   /* a handle */
+typedef dnnl_memory_desc_t bm_md; /* a handle */
 typedef const_dnnl_memory_desc_t bm_cmd;
 #define BM_MD(x) (x)
 #else
-typedef dnnl_memory_desc_t bm_md;   /* a struct */
+typedef dnnl_memory_desc_t bm_md; /* a struct */
 typedef const dnnl_memory_desc_t *bm_cmd;
 #define BM_MD(x) (&(x))
 #endif
@@ -31,7 +31,7 @@ typedef const dnnl_memory_desc_t *bm_cmd;
     do {                                                                                           \
         dnnl_status_t st_ = (call);                                                                \
         if (st_ != dnnl_success) {                                                                 \
-            fprintf(stderr, "bench-onednn-matmul: %s: status %d\n", #call, (int)st_);             \
+            fprintf(stderr, "bench-onednn-matmul: %s: status %d\n", #call, (int)st_);              \
             return -1;                                                                             \
         }                                                                                          \
     } while (0)
@@ -70,7 +70,8 @@ static int bm_prim(struct bm *b, int64_t m, dnnl_primitive_t *prim, bm_md *src, 
                    bool first)
 {
     bm_md wmd;
-    if (bm_md_init(src, m, b->k, dnnl_bf16, dnnl_ab) || bm_md_init(dst, m, b->n, dnnl_f32, dnnl_ab) ||
+    if (bm_md_init(src, m, b->k, dnnl_bf16, dnnl_ab) ||
+        bm_md_init(dst, m, b->n, dnnl_f32, dnnl_ab) ||
         bm_md_init(&wmd, b->k, b->n, dnnl_bf16, dnnl_format_tag_any))
         return -1;
     dnnl_primitive_desc_t pd;

@@ -10,9 +10,9 @@
  * or exists from the working directory; else it is looked up in the
  * installed share folder beside libtide (<libdir>/../share/tide), then
  * beside the binary (<bindir>/../share/tide), then, for a binary run from
- * its build tree, in the source tree, then at the configured prefix. Writes the path to use into buf and
- * returns TIDE_OK, or TIDE_E_NOTFOUND, logged as "WHAT = PATH: ..." with
- * every place searched (what: the key or flag that named it). */
+ * its build tree, in the source tree, then at the configured prefix. Writes the path to use into
+ * buf and returns TIDE_OK, or TIDE_E_NOTFOUND, logged as "WHAT = PATH: ..." with every place
+ * searched (what: the key or flag that named it). */
 int tide_shipped_path(const char *path, const char *what, char *buf, size_t len);
 
 #endif
