@@ -118,7 +118,7 @@ struct tide_backend {
     bool own_avx2;
     bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
     bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
-    bool q_avx2;    /* `simd` on and AVX2+FMA+F16C here: quant_kernel.c's AVX2 code runs */
+    int q_isa;      /* enum dnnl_bk_q_isa: quant_kernel.c's code (`simd` off: plain) */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -248,16 +248,25 @@ struct dnnl_bk_qseg {
     float *const *y;
 };
 
-/* quant_kernel.c: true when this CPU has AVX2, FMA and F16C. */
-bool dnnl_bk_q_avx2(void);
+/* quant_kernel.c's code paths, all giving the same bits. */
+enum dnnl_bk_q_isa {
+    DNNL_BK_Q_PLAIN,  /* plain C */
+    DNNL_BK_Q_AVX2,   /* AVX2+FMA+F16C */
+    DNNL_BK_Q_AVX512, /* and AVX512F+BW+VL: two weight rows per zmm */
+};
+
+/* quant_kernel.c: the best path this CPU has (DNNL_BK_Q_AVX512 only when
+ * built with DNNL_BK_Q_AVX512_ON, the default). */
+enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void);
 
 /* quant_kernel.c: for each segment, y[t][j] = x[t] . W[j] over k = w->k for
  * t < m, with W[j][i] = value * scale rounded once to f32 (exactly
  * tide_qview_row_f32) and the own kernel's summation order (the file states
  * it), so a row's result depends neither on m, the tiling, the threads nor
- * avx2. Every segment has the same k. threads <= 1 runs inline. */
+ * isa (enum dnnl_bk_q_isa; one the CPU has). Every segment has the same k.
+ * threads <= 1 runs inline. */
 void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
-                    int n_segs, int64_t k, int threads, bool avx2);
+                    int n_segs, int64_t k, int threads, int isa);
 
 /* simd.c. Start-up check of the vector exp against this process's expf
  * (once per process); false, with the reason in why, when the AVX-512 paths

@@ -365,7 +365,7 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
     }
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg gu[2] = {{&e->qgate, gr}, {&e->qup, ur}};
-        dnnl_bk_q_gemm(xr, m, gu, 2, H, threads, bk->q_avx2);
+        dnnl_bk_q_gemm(xr, m, gu, 2, H, threads, bk->q_isa);
     } else {
         const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
         dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads);
@@ -375,7 +375,7 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg d = {&e->qdown, yr};
-        dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_avx2);
+        dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_isa);
     } else {
         const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
         dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads);

@@ -183,7 +183,7 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     const bool simd_can = dnnl_bk_simd_init(simd_why, sizeof simd_why);
     bk->simd = args->opts ? tide_opts_bool(args->opts, "simd") : true;
     bk->simd_avx2 = bk->simd && !simd_can && dnnl_bk_avx2_available();
-    bk->q_avx2 = bk->simd && dnnl_bk_q_avx2();
+    bk->q_isa = bk->simd ? (int)dnnl_bk_q_isa_best() : DNNL_BK_Q_PLAIN;
     if (bk->simd && !simd_can)
         tide_info(DNNL_BK_NAME ": AVX-512 simd kernels off: %s%s", simd_why,
                   bk->simd_avx2 ? "; attention runs on AVX2 (same bits as the plain loops)" : "");

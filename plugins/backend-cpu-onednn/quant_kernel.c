@@ -63,11 +63,26 @@ static const int qk_nr[5] = {0, 8, 6, 4, 3};
 /* The tile loops unrolled completely, so that acc[t][r] are registers. */
 #define QK_UNROLL _Pragma("GCC unroll 8")
 
-bool dnnl_bk_q_avx2(void)
+#ifndef DNNL_BK_Q_AVX512_ON
+#define DNNL_BK_Q_AVX512_ON 1
+#endif
+#define QK_TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+/* AVX-512 tiles: weight rows are taken in pairs (row 2p in the low 8 lanes
+ * of a zmm, row 2p+1 in the high 8), so tiles hold 2 * qk_np[tokens] rows.
+ * 24, 12, 12 and 8 rows divide QK_RB; at most 18 accumulators. */
+#define QK_NP_MAX 12
+static const int qk_np[5] = {0, 12, 6, 6, 4};
+
+enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        return DNNL_BK_Q_PLAIN;
+    if (DNNL_BK_Q_AVX512_ON && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return DNNL_BK_Q_AVX512;
+    return DNNL_BK_Q_AVX2;
 }
 
 static inline float qk_bits(uint32_t u)
@@ -370,18 +385,309 @@ static const qk_ftile_fn qk_ftiles[5][2] = {
     {qk_ftile_4_1, qk_ftile_4_3},
 };
 
+/* ---- AVX-512: two weight rows per zmm --------------------------------- */
+
+/* Lanes 0..7 from lo, 8..15 from hi. */
+static QK_TARGET512 QK_INLINE __m512 qk_join(__m256 lo, __m256 hi)
+{
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* x[i .. i+7] in both halves. */
+static QK_TARGET512 QK_INLINE __m512 qk_x2(const float *x)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x))));
+}
+
+/* The y outputs of one pair accumulator: the AVX2 lane tree on each half. */
+static QK_TARGET512 QK_INLINE void qk_hsum2(__m512 v, float *y)
+{
+    y[0] = qk_hsum(_mm512_castps512_ps256(v));
+    y[1] = qk_hsum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* Values g*8 .. g*8+7 (g = 0..3) of the 32-value chunks at qa (low lanes)
+ * and qb (high lanes), unscaled as qk_dec8 gives them, into d[g]. */
+static QK_TARGET512 QK_INLINE void qk_dec16x4(int fmt, const uint8_t *qa, const uint8_t *qb,
+                                              __m512 d[4])
+{
+    __m128i p[4]; /* [row a's 8 bytes | row b's 8 bytes] of group g */
+    if (fmt == TIDE_QFMT_Q4_0) {
+        /* Byte i holds value i (low nibble) and i + 16 (high nibble). */
+        const __m128i m15 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
+        const __m128i a = _mm_loadu_si128((const __m128i *)qa),
+                      b = _mm_loadu_si128((const __m128i *)qb);
+        const __m128i alo = _mm_sub_epi8(_mm_and_si128(a, m15), e8),
+                      ahi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(a, 4), m15), e8),
+                      blo = _mm_sub_epi8(_mm_and_si128(b, m15), e8),
+                      bhi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m15), e8);
+        p[0] = _mm_unpacklo_epi64(alo, blo);
+        p[1] = _mm_unpackhi_epi64(alo, blo);
+        p[2] = _mm_unpacklo_epi64(ahi, bhi);
+        p[3] = _mm_unpackhi_epi64(ahi, bhi);
+    } else {
+        const __m128i a0 = _mm_loadu_si128((const __m128i *)qa),
+                      a1 = _mm_loadu_si128((const __m128i *)(qa + 16)),
+                      b0 = _mm_loadu_si128((const __m128i *)qb),
+                      b1 = _mm_loadu_si128((const __m128i *)(qb + 16));
+        p[0] = _mm_unpacklo_epi64(a0, b0);
+        p[1] = _mm_unpackhi_epi64(a0, b0);
+        p[2] = _mm_unpacklo_epi64(a1, b1);
+        p[3] = _mm_unpackhi_epi64(a1, b1);
+    }
+    QK_UNROLL
+    for (int g = 0; g < 4; g++) {
+        if (fmt == TIDE_QFMT_FP8) {
+            /* As qk_dec8: 16-bit sign extension, shifted by 7, bit 14 cleared. */
+            const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(p[g]), 7),
+                                               _mm256_set1_epi16((short)0xbf80));
+            d[g] = _mm512_cvtph_ps(h);
+        } else {
+            d[g] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(p[g]));
+        }
+    }
+}
+
+/* True when the 32-byte fp8 chunk at q holds a NaN code. */
+static QK_TARGET512 QK_INLINE __m256i qk_nan32(const uint8_t *q)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)q), m7 = _mm256_set1_epi8(0x7f);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7);
+}
+
+/* qk_tile on mt (1..4) tokens by np (1..QK_NP_MAX) pairs of weight rows
+ * j0 .. j0+2np-1: per lane the same fused multiply-adds on the same
+ * products in the same order, so the same bits. */
+static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const float *const *xf,
+                                              const uint16_t *const *x,
+                                              const struct dnnl_bk_qmat *w, int64_t j0,
+                                              float *const *y, int64_t pf)
+{
+    __m512 acc[4][QK_NP_MAX];
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int p = 0; p < np; p++)
+        acc[t][p] = _mm512_setzero_ps();
+    const int64_t k = w->k, rb = qk_row_bytes(w), bc = w->bc;
+    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
+    const uint8_t *q0 = (const uint8_t *)w->q + j0 * rb;
+    const int64_t s0 = j0 / w->br * w->sld;
+    __m256i nan = _mm256_setzero_si256();
+    int64_t off = 0;
+    for (int64_t c0 = 0, b = 0; c0 < k; c0 += bc, b++) {
+        const int64_t c1 = c0 + bc < k ? c0 + bc : k;
+        for (int64_t i = c0; i < c1; i += 32, off += chunk_bytes) {
+            QK_UNROLL
+            for (int p = 0; p < np; p++) {
+                const uint8_t *qa = q0 + 2 * p * rb + off, *qb = qa + rb;
+                if ((off & 63) == 0) {
+                    _mm_prefetch((const char *)((uintptr_t)qa + (uintptr_t)(pf * rb)),
+                                 DNNL_BK_RAW_PF_HINT);
+                    _mm_prefetch((const char *)((uintptr_t)qb + (uintptr_t)(pf * rb)),
+                                 DNNL_BK_RAW_PF_HINT);
+                }
+                float sa, sb;
+                if (fmt == TIDE_QFMT_FP8) {
+                    const float *fs = (const float *)w->s;
+                    sa = fs[(j0 + 2 * p) / w->br * w->sld + b] * 256.0f;
+                    sb = fs[(j0 + 2 * p + 1) / w->br * w->sld + b] * 256.0f;
+                    nan = _mm256_or_si256(nan, _mm256_or_si256(qk_nan32(qa), qk_nan32(qb)));
+                } else {
+                    const uint16_t *hs = (const uint16_t *)w->s + s0 + b;
+                    sa = _cvtsh_ss(hs[2 * p * w->sld]);
+                    sb = _cvtsh_ss(hs[(2 * p + 1) * w->sld]);
+                }
+                const __m512 s = qk_join(_mm256_set1_ps(sa), _mm256_set1_ps(sb));
+                __m512 d[4];
+                qk_dec16x4(fmt, qa, qb, d);
+                QK_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    const __m512 wv = _mm512_mul_ps(d[g], s);
+                    QK_UNROLL
+                    for (int t = 0; t < mt; t++)
+                        acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i + 8 * g), wv, acc[t][p]);
+                }
+            }
+        }
+    }
+    if (fmt == TIDE_QFMT_FP8 && !_mm256_testz_si256(nan, nan)) {
+        for (int t = 0; t < mt; t++)
+            for (int r = 0; r < 2 * np; r++)
+                y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
+        return;
+    }
+    float o[2];
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int p = 0; p < np; p++) {
+        qk_hsum2(acc[t][p], o);
+        y[t][j0 + 2 * p] = o[0];
+        y[t][j0 + 2 * p + 1] = o[1];
+    }
+}
+
+/* qk_tile512_<format>_<tokens>_<1 or n> (n: qk_np[tokens] pairs) */
+#define QK_TILE512(fmt, name, mt, np, tag)                                                         \
+    static QK_TARGET512 void qk_tile512_##name##_##mt##_##tag(                                     \
+        const float *const *xf, const uint16_t *const *x, const struct dnnl_bk_qmat *w,            \
+        int64_t j0, float *const *y, int64_t pf)                                                   \
+    {                                                                                              \
+        qk_tile512(fmt, mt, np, xf, x, w, j0, y, pf);                                              \
+    }
+#define QK_TILES512(fmt, name)                                                                     \
+    QK_TILE512(fmt, name, 1, 1, 1)                                                                 \
+    QK_TILE512(fmt, name, 1, 12, n)                                                                \
+    QK_TILE512(fmt, name, 2, 1, 1)                                                                 \
+    QK_TILE512(fmt, name, 2, 6, n)                                                                 \
+    QK_TILE512(fmt, name, 3, 1, 1)                                                                 \
+    QK_TILE512(fmt, name, 3, 6, n)                                                                 \
+    QK_TILE512(fmt, name, 4, 1, 1)                                                                 \
+    QK_TILE512(fmt, name, 4, 4, n)
+QK_TILES512(TIDE_QFMT_Q8_0, q8)
+QK_TILES512(TIDE_QFMT_Q4_0, q4)
+QK_TILES512(TIDE_QFMT_FP8, f8)
+
+/* [format][tokens][1 pair or qk_np[tokens] pairs] */
+static const qk_tile_fn qk_tiles512[TIDE_QFMT_COUNT][5][2] = {
+    [TIDE_QFMT_Q8_0] = {{NULL, NULL},
+                        {qk_tile512_q8_1_1, qk_tile512_q8_1_n},
+                        {qk_tile512_q8_2_1, qk_tile512_q8_2_n},
+                        {qk_tile512_q8_3_1, qk_tile512_q8_3_n},
+                        {qk_tile512_q8_4_1, qk_tile512_q8_4_n}},
+    [TIDE_QFMT_Q4_0] = {{NULL, NULL},
+                        {qk_tile512_q4_1_1, qk_tile512_q4_1_n},
+                        {qk_tile512_q4_2_1, qk_tile512_q4_2_n},
+                        {qk_tile512_q4_3_1, qk_tile512_q4_3_n},
+                        {qk_tile512_q4_4_1, qk_tile512_q4_4_n}},
+    [TIDE_QFMT_FP8] = {{NULL, NULL},
+                       {qk_tile512_f8_1_1, qk_tile512_f8_1_n},
+                       {qk_tile512_f8_2_1, qk_tile512_f8_2_n},
+                       {qk_tile512_f8_3_1, qk_tile512_f8_3_n},
+                       {qk_tile512_f8_4_1, qk_tile512_f8_4_n}},
+};
+
+/* qk_decode_row, 16 values per step: the same products. */
+static QK_TARGET512 void qk_decode_row512(const struct dnnl_bk_qmat *w, int64_t j, float *out)
+{
+    const int fmt = w->fmt;
+    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
+    const uint8_t *q0 = (const uint8_t *)w->q + j * qk_row_bytes(w);
+    int64_t off = 0;
+    for (int64_t i = 0; i < w->k; i += 32, off += chunk_bytes) {
+        const uint8_t *q = q0 + off;
+        if (fmt == TIDE_QFMT_FP8) {
+            const __m256i nan = qk_nan32(q);
+            if (!_mm256_testz_si256(nan, nan)) {
+                qk_chunk_scalar(w, j, i, out + i);
+                continue;
+            }
+        }
+        const __m512 s = _mm512_set1_ps(qk_scale(w, j, i / w->bc));
+        __m512 d[2];
+        if (fmt == TIDE_QFMT_Q4_0) {
+            const __m128i m15 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
+            const __m128i a = _mm_loadu_si128((const __m128i *)q);
+            d[0] =
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(a, m15), e8)));
+            d[1] = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(a, 4), m15), e8)));
+        } else {
+            QK_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const __m128i a = _mm_loadu_si128((const __m128i *)(q + 16 * h));
+                if (fmt == TIDE_QFMT_FP8)
+                    d[h] = _mm512_cvtph_ps(
+                        _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(a), 7),
+                                         _mm256_set1_epi16((short)0xbf80)));
+                else
+                    d[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
+            }
+        }
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(d[0], s));
+        _mm512_storeu_ps(out + i + 16, _mm512_mul_ps(d[1], s));
+    }
+}
+
+/* qk_ftile on mt (1..4) tokens by np (1..4) pairs of decoded rows wf
+ * (2np rows of k), outputs col .. col+2np-1. */
+static QK_TARGET512 QK_INLINE void qk_ftile512(int mt, int np, const float *const *xf,
+                                               const float *wf, int64_t k, float *const *y,
+                                               int64_t col)
+{
+    __m512 acc[4][4];
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int p = 0; p < np; p++)
+        acc[t][p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) {
+        QK_UNROLL
+        for (int p = 0; p < np; p++) {
+            const __m512 wv = qk_join(_mm256_loadu_ps(wf + 2 * p * k + i),
+                                      _mm256_loadu_ps(wf + (2 * p + 1) * k + i));
+            QK_UNROLL
+            for (int t = 0; t < mt; t++)
+                acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i), wv, acc[t][p]);
+        }
+    }
+    float o[2];
+    QK_UNROLL
+    for (int t = 0; t < mt; t++)
+        QK_UNROLL
+    for (int p = 0; p < np; p++) {
+        qk_hsum2(acc[t][p], o);
+        y[t][col + 2 * p] = o[0];
+        y[t][col + 2 * p + 1] = o[1];
+    }
+}
+
+#define QK_FTILE512(mt, np)                                                                        \
+    static QK_TARGET512 void qk_ftile512_##mt##_##np(const float *const *xf, const float *wf,      \
+                                                     int64_t k, float *const *y, int64_t col)      \
+    {                                                                                              \
+        qk_ftile512(mt, np, xf, wf, k, y, col);                                                    \
+    }
+QK_FTILE512(1, 1)
+QK_FTILE512(1, 4)
+QK_FTILE512(2, 1)
+QK_FTILE512(2, 4)
+QK_FTILE512(3, 1)
+QK_FTILE512(3, 4)
+QK_FTILE512(4, 1)
+QK_FTILE512(4, 4)
+/* [tokens][1 pair or 4 pairs] */
+static const qk_ftile_fn qk_ftiles512[5][2] = {
+    {NULL, NULL},
+    {qk_ftile512_1_1, qk_ftile512_1_4},
+    {qk_ftile512_2_1, qk_ftile512_2_4},
+    {qk_ftile512_3_1, qk_ftile512_3_4},
+    {qk_ftile512_4_1, qk_ftile512_4_4},
+};
+
 /* Rows [r0, r1) of one segment for m > 4 tokens: decoded once into wbuf
  * (QK_RB rows of k floats), then every tile of tokens over them. */
 static void qk_block_decoded(const float *const *xf, int64_t m, const struct dnnl_bk_qseg *s,
-                             int64_t r0, int64_t r1, float *wbuf)
+                             int64_t r0, int64_t r1, float *wbuf, int isa)
 {
     const struct dnnl_bk_qmat *w = s->w;
     const int64_t k = w->k;
     for (int64_t r = r0; r < r1; r++)
-        qk_decode_row(w, r, wbuf + (r - r0) * k);
+        if (isa == DNNL_BK_Q_AVX512)
+            qk_decode_row512(w, r, wbuf + (r - r0) * k);
+        else
+            qk_decode_row(w, r, wbuf + (r - r0) * k);
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
         int64_t r = r0;
+        if (isa == DNNL_BK_Q_AVX512) {
+            for (; r + 8 <= r1; r += 8)
+                qk_ftiles512[mt][1](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
+            for (; r + 2 <= r1; r += 2)
+                qk_ftiles512[mt][0](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
+        }
         for (; r + 3 <= r1; r += 3)
             qk_ftiles[mt][1](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
         for (; r < r1; r++)
@@ -391,10 +697,10 @@ static void qk_block_decoded(const float *const *xf, int64_t m, const struct dnn
 
 /* Rows [r0, r1) of one segment, for all m tokens. */
 static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m,
-                     const struct dnnl_bk_qseg *s, int64_t r0, int64_t r1, bool avx2)
+                     const struct dnnl_bk_qseg *s, int64_t r0, int64_t r1, int isa)
 {
     const struct dnnl_bk_qmat *w = s->w;
-    if (!avx2) {
+    if (isa == DNNL_BK_Q_PLAIN) {
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < m; t++)
                 s->y[t][r] = qk_dot_scalar(x[t], w, r);
@@ -404,11 +710,18 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
      * least the next tile. */
     const int64_t rb = qk_row_bytes(w);
     int64_t pf = (DNNL_BK_RAW_PF_BYTES + rb - 1) / rb;
-    pf = pf > QK_NR_MAX ? pf : QK_NR_MAX;
+    pf = pf > 2 * QK_NP_MAX ? pf : 2 * QK_NP_MAX;
     const qk_tile_fn(*tiles)[2] = qk_tiles[w->fmt];
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4), nr = qk_nr[mt];
         int64_t r = r0;
+        if (isa == DNNL_BK_Q_AVX512) {
+            const qk_tile_fn(*t512)[2] = qk_tiles512[w->fmt];
+            for (; r + 2 * qk_np[mt] <= r1; r += 2 * qk_np[mt])
+                t512[mt][1](xf + t0, x + t0, w, r, s->y + t0, pf);
+            for (; r + 2 <= r1; r += 2)
+                t512[mt][0](xf + t0, x + t0, w, r, s->y + t0, pf);
+        }
         for (; r + nr <= r1; r += nr)
             tiles[mt][1](xf + t0, x + t0, w, r, s->y + t0, pf);
         for (; r < r1; r++)
@@ -417,27 +730,28 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
 }
 
 void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
-                    int n_segs, int64_t k, int threads, bool avx2)
+                    int n_segs, int64_t k, int threads, int isa)
 {
     /* x widened once per call: the same bits as the bf16 rows. */
     float *buf = NULL;
     const float **xf = NULL;
-    if (avx2 && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
-        avx2 = false; /* the plain code gives the same bits */
+    if (isa != DNNL_BK_Q_PLAIN && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
+        isa = DNNL_BK_Q_PLAIN; /* the plain code gives the same bits */
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
     const int nt = threads > 1 ? threads : 1;
     /* Above 4 tokens: a buffer of QK_RB decoded rows per thread. */
-    float *wbuf = avx2 && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
+    float *wbuf =
+        isa != DNNL_BK_Q_PLAIN && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
     if (threads <= 1) {
         for (int i = 0; i < n_segs; i++)
             for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB) {
                 const int64_t r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
                 if (wbuf)
-                    qk_block_decoded(xf, m, &segs[i], r0, r1, wbuf);
+                    qk_block_decoded(xf, m, &segs[i], r0, r1, wbuf, isa);
                 else
-                    qk_block(xf, x, m, &segs[i], r0, r1, avx2);
+                    qk_block(xf, x, m, &segs[i], r0, r1, isa);
             }
     } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -450,9 +764,9 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
                           r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
             if (wbuf)
                 qk_block_decoded(xf, m, &segs[i], r0, r1,
-                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k));
+                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k), isa);
             else
-                qk_block(xf, x, m, &segs[i], r0, r1, avx2);
+                qk_block(xf, x, m, &segs[i], r0, r1, isa);
         }
     }
     free(wbuf);

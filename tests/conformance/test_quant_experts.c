@@ -12,6 +12,12 @@
  *  - batch invariance: a row computed alone, in a call of 37 (and 300) rows,
  *    and through expert_ffn_batch among other experts gives identical bits;
  *  - slot_create_q + slot_load give the bits of expert_create;
+ *  - the kernel itself (quant_kernel.c, compiled into this test): every code
+ *    path the CPU has (plain C, AVX2, AVX-512) against the stated order bit
+ *    for bit, at 1..12, 16, 31 and 64 tokens, several K and N, all formats,
+ *    fp8 with NaN codes (the same outputs NaN, every other output the same
+ *    bits); each token alone equals the batch (batch invariance). The
+ *    AVX-512 part is skipped, with a note, on a CPU without it;
  *  - bad views are refused, each error naming the tensor at fault: a wrong
  *    scale shape, a wrong value dtype, formats mixed within an expert, a
  *    slot of another format, fp8 column blocks that are not a multiple of 32.
@@ -23,6 +29,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "dnnl_bk.h"
 #include "dnnl_bk_math.h"
 #include "harness.h"
 #include "loader.h"
@@ -424,6 +431,140 @@ static void check_fp8_nan(struct tide_backend *bk, struct tide_backend *bp)
     qexp_free(&e);
 }
 
+/* ---- the kernel's code paths -------------------------------------------- */
+
+/* Outputs that differ: NaN where the other is not, or other bits where
+ * neither is NaN (NaN payloads may differ between the vector FMA and fmaf). */
+static int64_t count_diff_nan(const float *a, const float *b, int64_t n)
+{
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += isnan(a[i]) || isnan(b[i]) ? isnan(a[i]) != isnan(b[i])
+                                        : memcmp(&a[i], &b[i], sizeof *a) != 0;
+    return d;
+}
+
+static const char *isa_name(int isa)
+{
+    return isa == DNNL_BK_Q_AVX512 ? "avx512" : isa == DNNL_BK_Q_AVX2 ? "avx2" : "plain";
+}
+
+#define KP_MAX_T 64
+
+/* dnnl_bk_q_gemm on one [N,K] matrix of fmt, every path up to `best`:
+ * m tokens in one call (2 threads) and each token alone (1 thread) against
+ * the stated order on tide_qview_row_f32's rows. nan: plant NaN codes
+ * (fp8). Returns the outputs that differ. */
+static int64_t check_kernel_one(int fmt, const int block[2], int64_t K, int64_t N, bool nan,
+                                int best)
+{
+    static const int tokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 31, 64};
+    struct qm m;
+    qm_make(&m, fmt, block, N, K, "experts.0.gate_proj");
+    m.v.scale = &m.s;
+    if (nan) {
+        uint8_t *q = m.values;
+        q[3 % N * K + 17] = 0x7f;      /* a chunk of row 3 */
+        q[(N - 1) * K + K - 1] = 0xff; /* the last row's last chunk (the odd tail) */
+        q[N / 2 * K + 40 % K] = 0x7f;  /* a row inside a pair tile */
+    }
+    const float *wf = rows_f32(&m.v);
+    struct dnnl_bk_qmat w = {.fmt = fmt,
+                             .br = block[0],
+                             .bc = block[1],
+                             .n = N,
+                             .k = K,
+                             .q = m.values,
+                             .s = m.scales,
+                             .sld = m.s.shape[1]};
+    uint16_t *x = rnd_bf16((size_t)(KP_MAX_T * K), 2.0f);
+    float *xf = malloc(sizeof *xf * (size_t)K), *ref = malloc(sizeof *ref * (size_t)(KP_MAX_T * N));
+    for (int t = 0; t < KP_MAX_T; t++) {
+        for (int64_t i = 0; i < K; i++)
+            xf[i] = tide_bf16_to_f32(x[t * K + i]);
+        for (int64_t j = 0; j < N; j++)
+            ref[t * N + j] = order_dot(xf, wf + j * K, K);
+    }
+    float *y = malloc(sizeof *y * (size_t)(KP_MAX_T * N)),
+          *alone = malloc(sizeof *alone * (size_t)N);
+    const uint16_t *xr[KP_MAX_T];
+    float *yr[KP_MAX_T];
+    for (int t = 0; t < KP_MAX_T; t++) {
+        xr[t] = x + t * K;
+        yr[t] = y + t * N;
+    }
+    int64_t bad = 0;
+    for (int isa = DNNL_BK_Q_PLAIN; isa <= best; isa++) {
+        for (size_t c = 0; c < sizeof tokens / sizeof *tokens; c++) {
+            const int mt = tokens[c];
+            const struct dnnl_bk_qseg seg = {.w = &w, .y = yr};
+            memset(y, 0xff, sizeof *y * (size_t)(KP_MAX_T * N));
+            dnnl_bk_q_gemm(xr, mt, &seg, 1, K, 2, isa);
+            int64_t d = count_diff_nan(y, ref, mt * N);
+            if (d)
+                fprintf(stderr, "    %s K %lld N %lld%s, %s, %d tokens: %lld outputs differ\n",
+                        tide_qfmt_name(fmt), (long long)K, (long long)N, nan ? " (NaN codes)" : "",
+                        isa_name(isa), mt, (long long)d);
+            bad += d;
+        }
+        /* Each token alone (1 thread) against the 64-token batch just run. */
+        int64_t d = 0;
+        for (int t = 0; t < KP_MAX_T; t++) {
+            float *ya[1] = {alone};
+            const struct dnnl_bk_qseg seg = {.w = &w, .y = ya};
+            dnnl_bk_q_gemm(&xr[t], 1, &seg, 1, K, 1, isa);
+            d += count_diff_nan(alone, y + t * N, N);
+        }
+        if (d)
+            fprintf(stderr, "    %s K %lld N %lld, %s: %lld outputs alone differ from the batch\n",
+                    tide_qfmt_name(fmt), (long long)K, (long long)N, isa_name(isa), (long long)d);
+        bad += d;
+    }
+    if (nan) { /* every output of a row holding a NaN code is NaN, the others are not */
+        int64_t n_nan = 0, rows_nan = 0;
+        for (int64_t i = 0; i < KP_MAX_T * N; i++)
+            n_nan += isnan(y[i]) != 0;
+        for (int64_t j = 0; j < N; j++) {
+            bool any = false;
+            for (int64_t i = 0; i < K; i++)
+                any |= isnan(wf[j * K + i]) != 0;
+            rows_nan += any;
+        }
+        CHECK(rows_nan >= 2);
+        CHECK_EQ_INT(n_nan, rows_nan * KP_MAX_T);
+    }
+    free(y);
+    free(alone);
+    free(ref);
+    free(xf);
+    free(x);
+    free((void *)wf);
+    qm_free(&m);
+    return bad;
+}
+
+static void test_kernel_paths(void)
+{
+    const int best = dnnl_bk_q_isa_best();
+    fprintf(stderr, "  paths: plain%s%s\n", best >= DNNL_BK_Q_AVX2 ? ", avx2" : "",
+            best >= DNNL_BK_Q_AVX512 ? ", avx512" : "");
+    if (best < DNNL_BK_Q_AVX512)
+        fprintf(stderr, "  this CPU lacks AVX512F/BW/VL: the AVX-512 path is not checked\n");
+    const int qb[2] = {1, 32}, fb[2] = {128, 128}, fb2[2] = {32, 64};
+    /* N: whole row blocks of 24, a pair tail (50 = 2 x 24 + 2), an odd
+     * tail (37, 7); K: one chunk, scale blocks that do not divide K (96 with
+     * 64 columns per fp8 scale), a long row. */
+    const int64_t shapes[][2] = {{32, 7}, {96, 37}, {256, 50}, {1024, 48}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t K = shapes[s][0], N = shapes[s][1];
+        CHECK_EQ_INT(check_kernel_one(TIDE_QFMT_Q8_0, qb, K, N, false, best), 0);
+        CHECK_EQ_INT(check_kernel_one(TIDE_QFMT_Q4_0, qb, K, N, false, best), 0);
+        CHECK_EQ_INT(check_kernel_one(TIDE_QFMT_FP8, fb, K, N, false, best), 0);
+        CHECK_EQ_INT(check_kernel_one(TIDE_QFMT_FP8, fb2, K, N, false, best), 0);
+        CHECK_EQ_INT(check_kernel_one(TIDE_QFMT_FP8, fb2, K, N, true, best), 0);
+    }
+}
+
 /* expert_create / slot_load refuse `bad` with an error naming `name`. */
 static void expect_refused(struct tide_backend *bk, const char *what, int rc, const char *name)
 {
@@ -620,6 +761,7 @@ int main(void)
         TEST_RUN(test_fp8_nan);
         TEST_RUN(test_refusals);
     }
+    TEST_RUN(test_kernel_paths);
     ops->destroy(bk);
     ops->destroy(bp);
     tide_config_destroy(cfg);
