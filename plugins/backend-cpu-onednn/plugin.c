@@ -48,8 +48,9 @@
  * they always keep their own compressed layout, the checkpoint's values and
  * scales in place (or a slot's copy of them), read by quant_kernel.c; oneDNN
  * 2.6 has no matmul for them (quant_kernel.c says why). The `simd` option
- * also switches quant_kernel.c between its AVX2 code and its plain C twin
- * (same bits). (The one-line helps below feed docs/config.md, which a test
+ * also switches quant_kernel.c between its vector code (AVX-512 where the CPU
+ * has it, else AVX2; `quant` in the description) and its plain C twin (same
+ * bits). (The one-line helps below feed docs/config.md, which a test
  * compares with `tide config doc`; they are left as they were.) */
 static const struct tide_option dnnl_bk_options[] = {
     {"threads", TIDE_OPT_INT, "0",
@@ -216,8 +217,8 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
             : DNNL_BK_RAW;
     const dnnl_version_t *v = dnnl_version();
     snprintf(bk->desc, sizeof bk->desc,
-             "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s", v->major,
-             v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
+             "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s, quant %s",
+             v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
              dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
              !bk->own       ? "onednn"
              : bk->own_avx2 ? "own (avx2)"
@@ -226,7 +227,10 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
              strcmp(layout, "auto") ? "" : " (auto)",
              dnnl_bk_simd_on(bk) ? "on"
              : bk->simd_avx2     ? "avx2"
-                                 : "off");
+                                 : "off",
+             bk->q_isa == DNNL_BK_Q_AVX512 ? "avx512"
+             : bk->q_isa == DNNL_BK_Q_AVX2 ? "avx2"
+                                           : "plain");
     *out = bk;
     return TIDE_OK;
 }

@@ -19,8 +19,8 @@
  *     2^-8 exactly (normals and subnormals), which F16C widens exactly; the
  *     2^8 goes into the scale (exact below 2^120), so the product is the
  *     same real number and rounds the same. The NaN codes 0x7f and 0xff
- *     decode to NaN, as in the reference: the AVX2 code recomputes a tile
- *     whose values hold one with the plain code.
+ *     decode to NaN, as in the reference: the AVX2 and AVX-512 code
+ *     recompute a tile whose values hold one with the plain code.
  *   - y[t][j] = x[t] . W[j] in f32 in own_kernel.c's order: lane l (0..7)
  *     sums x[i] W[j][i] for i = l, l + 8, l + 16, ... < K, one fused
  *     multiply-add per i, i ascending; then the lanes are added as
@@ -29,9 +29,9 @@
  * The order depends on K alone: a row's bits do not depend on how many rows
  * share the call (batch invariance), the tiling or the threads, and the AVX2
  * code and the plain code (fmaf, the same correctly rounded fused
- * multiply-add) give identical bits; tests/conformance/test_quant_experts.c
- * checks both against that order written out plainly on
- * tide_qview_row_f32's rows.
+ * multiply-add) give identical bits, as does the AVX-512 code below;
+ * tests/conformance/test_quant_experts.c checks each against that order
+ * written out plainly on tide_qview_row_f32's rows.
  *
  * AVX2 tiles are up to 4 tokens by 3 to 8 weight rows: each chunk of weights
  * is decoded once per tile, so at 1-4 tokens the weights are read once.
@@ -40,7 +40,20 @@
  * by 3 rows run over them: the same operations in the same order, so the
  * same bits, without decoding the weights again for every 4 tokens.
  * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
- * passes over them) are split among the threads. */
+ * passes over them) are split among the threads.
+ *
+ * AVX-512 (AVX512F+BW+VL, chosen at run time; -DDNNL_BK_Q_AVX512_ON=0 leaves
+ * it out) keeps the same order: two weight rows share a zmm, row r in lanes
+ * 0-7 and row r+1 in lanes 8-15, the x values in both halves, so each
+ * 512-bit fused multiply-add does per lane what two 256-bit ones did, and
+ * each half goes through the same lane tree. A pair of rows is decoded with
+ * one 64-bit unpack, one widening (vpmovsxbd; fp8: vpmovsxbw and vcvtph2ps),
+ * one convert and one multiply by [scale r x8 | scale r+1 x8] per 16
+ * weights. The 32 registers take tiles of 24, 12, 12 and 8 rows at 1, 2, 3
+ * and 4 tokens; above 4 tokens the decoded rows run in tiles of 4 tokens by
+ * 8 rows. A row left over by the pairs runs on the AVX2 tile (same bits).
+ * The fp8 NaN fallback is the AVX2 code's. test_quant_experts checks every
+ * path the CPU has against the stated order. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -449,6 +462,32 @@ static QK_TARGET512 QK_INLINE void qk_dec16x4(int fmt, const uint8_t *qa, const 
     }
 }
 
+#ifndef QK_Q4_LUT
+#define QK_Q4_LUT 1
+#endif
+/* q4_0 scaled in one step: a nibble has 16 values, so the 16 products
+ * (v - 8) * scale of each row (the same multiplications, so the same bits)
+ * are a table, and vpermt2ps looks up both rows' at once (index bit 4: row
+ * b's table). d[g] as qk_dec16x4 gives it, times the scales. */
+static QK_TARGET512 QK_INLINE void qk_q4_lut(const uint8_t *qa, const uint8_t *qb, float sa,
+                                             float sb, __m512 d[4])
+{
+    const __m512 v = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512 ta = _mm512_mul_ps(v, _mm512_set1_ps(sa)),
+                 tb = _mm512_mul_ps(v, _mm512_set1_ps(sb));
+    const __m128i m15 = _mm_set1_epi8(15), b16 = _mm_set1_epi8(16);
+    const __m128i a = _mm_loadu_si128((const __m128i *)qa),
+                  b = _mm_loadu_si128((const __m128i *)qb);
+    const __m128i alo = _mm_and_si128(a, m15), ahi = _mm_and_si128(_mm_srli_epi16(a, 4), m15),
+                  blo = _mm_or_si128(_mm_and_si128(b, m15), b16),
+                  bhi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m15), b16);
+    const __m128i p[4] = {_mm_unpacklo_epi64(alo, blo), _mm_unpackhi_epi64(alo, blo),
+                          _mm_unpacklo_epi64(ahi, bhi), _mm_unpackhi_epi64(ahi, bhi)};
+    QK_UNROLL
+    for (int g = 0; g < 4; g++)
+        d[g] = _mm512_permutex2var_ps(ta, _mm512_cvtepu8_epi32(p[g]), tb);
+}
+
 /* True when the 32-byte fp8 chunk at q holds a NaN code. */
 static QK_TARGET512 QK_INLINE __m256i qk_nan32(const uint8_t *q)
 {
@@ -499,12 +538,16 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
                     sa = _cvtsh_ss(hs[2 * p * w->sld]);
                     sb = _cvtsh_ss(hs[(2 * p + 1) * w->sld]);
                 }
-                const __m512 s = qk_join(_mm256_set1_ps(sa), _mm256_set1_ps(sb));
                 __m512 d[4];
-                qk_dec16x4(fmt, qa, qb, d);
+                if (fmt == TIDE_QFMT_Q4_0 && QK_Q4_LUT)
+                    qk_q4_lut(qa, qb, sa, sb, d);
+                else
+                    qk_dec16x4(fmt, qa, qb, d);
+                const __m512 s = qk_join(_mm256_set1_ps(sa), _mm256_set1_ps(sb));
                 QK_UNROLL
                 for (int g = 0; g < 4; g++) {
-                    const __m512 wv = _mm512_mul_ps(d[g], s);
+                    const __m512 wv =
+                        fmt == TIDE_QFMT_Q4_0 && QK_Q4_LUT ? d[g] : _mm512_mul_ps(d[g], s);
                     QK_UNROLL
                     for (int t = 0; t < mt; t++)
                         acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i + 8 * g), wv, acc[t][p]);
