@@ -75,6 +75,8 @@ static const int qk_nr[5] = {0, 8, 6, 4, 3};
 #define QK_INLINE __attribute__((always_inline)) inline
 /* The tile loops unrolled completely, so that acc[t][r] are registers. */
 #define QK_UNROLL _Pragma("GCC unroll 8")
+/* The AVX-512 tiles hold up to QK_NP_MAX pairs. */
+#define QK_UNROLL16 _Pragma("GCC unroll 16")
 
 #ifndef DNNL_BK_Q_AVX512_ON
 #define DNNL_BK_Q_AVX512_ON 1
@@ -449,7 +451,7 @@ static QK_TARGET512 QK_INLINE void qk_dec16x4(int fmt, const uint8_t *qa, const 
         p[2] = _mm_unpacklo_epi64(a1, b1);
         p[3] = _mm_unpackhi_epi64(a1, b1);
     }
-    QK_UNROLL
+    QK_UNROLL16
     for (int g = 0; g < 4; g++) {
         if (fmt == TIDE_QFMT_FP8) {
             /* As qk_dec8: 16-bit sign extension, shifted by 7, bit 14 cleared. */
@@ -483,7 +485,7 @@ static QK_TARGET512 QK_INLINE void qk_q4_lut(const uint8_t *qa, const uint8_t *q
                   bhi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m15), b16);
     const __m128i p[4] = {_mm_unpacklo_epi64(alo, blo), _mm_unpackhi_epi64(alo, blo),
                           _mm_unpacklo_epi64(ahi, bhi), _mm_unpackhi_epi64(ahi, bhi)};
-    QK_UNROLL
+    QK_UNROLL16
     for (int g = 0; g < 4; g++)
         d[g] = _mm512_permutex2var_ps(ta, _mm512_cvtepu8_epi32(p[g]), tb);
 }
@@ -504,9 +506,9 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
                                               float *const *y, int64_t pf)
 {
     __m512 acc[4][QK_NP_MAX];
-    QK_UNROLL
+    QK_UNROLL16
     for (int t = 0; t < mt; t++)
-        QK_UNROLL
+        QK_UNROLL16
     for (int p = 0; p < np; p++)
         acc[t][p] = _mm512_setzero_ps();
     const int64_t k = w->k, rb = qk_row_bytes(w), bc = w->bc;
@@ -518,7 +520,7 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
     for (int64_t c0 = 0, b = 0; c0 < k; c0 += bc, b++) {
         const int64_t c1 = c0 + bc < k ? c0 + bc : k;
         for (int64_t i = c0; i < c1; i += 32, off += chunk_bytes) {
-            QK_UNROLL
+            QK_UNROLL16
             for (int p = 0; p < np; p++) {
                 const uint8_t *qa = q0 + 2 * p * rb + off, *qb = qa + rb;
                 if ((off & 63) == 0) {
@@ -544,14 +546,19 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
                 else
                     qk_dec16x4(fmt, qa, qb, d);
                 const __m512 s = qk_join(_mm256_set1_ps(sa), _mm256_set1_ps(sb));
-                QK_UNROLL
+                QK_UNROLL16
                 for (int g = 0; g < 4; g++) {
                     const __m512 wv =
                         fmt == TIDE_QFMT_Q4_0 && QK_Q4_LUT ? d[g] : _mm512_mul_ps(d[g], s);
-                    QK_UNROLL
+                    QK_UNROLL16
                     for (int t = 0; t < mt; t++)
                         acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i + 8 * g), wv, acc[t][p]);
                 }
+                /* At 3-4 tokens, keeping the 4 mt x vectors of a chunk in
+                 * registers for every pair (GCC's choice) spills
+                 * accumulators: load them again (L1) for each pair. */
+                if (mt >= 3)
+                    __asm__ volatile("" ::: "memory");
             }
         }
     }
@@ -562,9 +569,9 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
         return;
     }
     float o[2];
-    QK_UNROLL
+    QK_UNROLL16
     for (int t = 0; t < mt; t++)
-        QK_UNROLL
+        QK_UNROLL16
     for (int p = 0; p < np; p++) {
         qk_hsum2(acc[t][p], o);
         y[t][j0 + 2 * p] = o[0];
@@ -638,7 +645,7 @@ static QK_TARGET512 void qk_decode_row512(const struct dnnl_bk_qmat *w, int64_t 
             d[1] = _mm512_cvtepi32_ps(
                 _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(a, 4), m15), e8)));
         } else {
-            QK_UNROLL
+            QK_UNROLL16
             for (int h = 0; h < 2; h++) {
                 const __m128i a = _mm_loadu_si128((const __m128i *)(q + 16 * h));
                 if (fmt == TIDE_QFMT_FP8)
@@ -661,25 +668,25 @@ static QK_TARGET512 QK_INLINE void qk_ftile512(int mt, int np, const float *cons
                                                int64_t col)
 {
     __m512 acc[4][4];
-    QK_UNROLL
+    QK_UNROLL16
     for (int t = 0; t < mt; t++)
-        QK_UNROLL
+        QK_UNROLL16
     for (int p = 0; p < np; p++)
         acc[t][p] = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += 8) {
-        QK_UNROLL
+        QK_UNROLL16
         for (int p = 0; p < np; p++) {
             const __m512 wv = qk_join(_mm256_loadu_ps(wf + 2 * p * k + i),
                                       _mm256_loadu_ps(wf + (2 * p + 1) * k + i));
-            QK_UNROLL
+            QK_UNROLL16
             for (int t = 0; t < mt; t++)
                 acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i), wv, acc[t][p]);
         }
     }
     float o[2];
-    QK_UNROLL
+    QK_UNROLL16
     for (int t = 0; t < mt; t++)
-        QK_UNROLL
+        QK_UNROLL16
     for (int p = 0; p < np; p++) {
         qk_hsum2(acc[t][p], o);
         y[t][col + 2 * p] = o[0];
