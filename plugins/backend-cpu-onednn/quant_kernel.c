@@ -470,13 +470,15 @@ static QK_TARGET512 QK_INLINE void qk_dec16x4(int fmt, const uint8_t *qa, const 
 /* q4_0 scaled in one step: a nibble has 16 values, so the 16 products
  * (v - 8) * scale of each row (the same multiplications, so the same bits)
  * are a table, and vpermt2ps looks up both rows' at once (index bit 4: row
- * b's table). d[g] as qk_dec16x4 gives it, times the scales. */
-static QK_TARGET512 QK_INLINE void qk_q4_lut(const uint8_t *qa, const uint8_t *qb, float sa,
-                                             float sb, __m512 d[4])
+ * b's table). d[g] as qk_dec16x4 gives it, times the scales s2[0] (row a)
+ * and s2[1] (row b). */
+static QK_TARGET512 QK_INLINE void qk_q4_lut(const uint8_t *qa, const uint8_t *qb, __m128 s2,
+                                             __m512 d[4])
 {
     const __m512 v = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m512 ta = _mm512_mul_ps(v, _mm512_set1_ps(sa)),
-                 tb = _mm512_mul_ps(v, _mm512_set1_ps(sb));
+    const __m512 ta = _mm512_mul_ps(v, _mm512_broadcastss_ps(s2)),
+                 tb = _mm512_mul_ps(
+                     v, _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(s2)));
     const __m128i m15 = _mm_set1_epi8(15), b16 = _mm_set1_epi8(16);
     const __m128i a = _mm_loadu_si128((const __m128i *)qa),
                   b = _mm_loadu_si128((const __m128i *)qb);
@@ -529,23 +531,29 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
                     _mm_prefetch((const char *)((uintptr_t)qb + (uintptr_t)(pf * rb)),
                                  DNNL_BK_RAW_PF_HINT);
                 }
-                float sa, sb;
+                /* The pair's two scales in lanes 0 and 1, converted at once. */
+                __m128 s2;
                 if (fmt == TIDE_QFMT_FP8) {
                     const float *fs = (const float *)w->s;
-                    sa = fs[(j0 + 2 * p) / w->br * w->sld + b] * 256.0f;
-                    sb = fs[(j0 + 2 * p + 1) / w->br * w->sld + b] * 256.0f;
+                    s2 = _mm_mul_ps(
+                        _mm_unpacklo_ps(_mm_load_ss(fs + (j0 + 2 * p) / w->br * w->sld + b),
+                                        _mm_load_ss(fs + (j0 + 2 * p + 1) / w->br * w->sld + b)),
+                        _mm_set1_ps(256.0f));
                     nan = _mm256_or_si256(nan, _mm256_or_si256(qk_nan32(qa), qk_nan32(qb)));
                 } else {
                     const uint16_t *hs = (const uint16_t *)w->s + s0 + b;
-                    sa = _cvtsh_ss(hs[2 * p * w->sld]);
-                    sb = _cvtsh_ss(hs[(2 * p + 1) * w->sld]);
+                    const uint32_t h2 = hs[2 * p * w->sld] | (uint32_t)hs[(2 * p + 1) * w->sld]
+                                                                 << 16;
+                    s2 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h2));
                 }
                 __m512 d[4];
                 if (fmt == TIDE_QFMT_Q4_0 && QK_Q4_LUT)
-                    qk_q4_lut(qa, qb, sa, sb, d);
+                    qk_q4_lut(qa, qb, s2, d);
                 else
                     qk_dec16x4(fmt, qa, qb, d);
-                const __m512 s = qk_join(_mm256_set1_ps(sa), _mm256_set1_ps(sb));
+                const __m512 s = _mm512_permutexvar_ps(
+                    _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                    _mm512_castps128_ps512(s2));
                 QK_UNROLL16
                 for (int g = 0; g < 4; g++) {
                     const __m512 wv =

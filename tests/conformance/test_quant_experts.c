@@ -549,7 +549,8 @@ static void test_kernel_paths(void)
     fprintf(stderr, "  paths: plain%s%s\n", best >= DNNL_BK_Q_AVX2 ? ", avx2" : "",
             best >= DNNL_BK_Q_AVX512 ? ", avx512" : "");
     if (best < DNNL_BK_Q_AVX512)
-        fprintf(stderr, "  this CPU lacks AVX512F/BW/VL: the AVX-512 path is not checked\n");
+        fprintf(stderr, "  no AVX-512 path (the CPU lacks AVX512F/BW/VL, or built without it): "
+                        "not checked\n");
     const int qb[2] = {1, 32}, fb[2] = {128, 128}, fb2[2] = {32, 64};
     /* N: whole row blocks of 24, a pair tail (50 = 2 x 24 + 2), an odd
      * tail (37, 7); K: one chunk, scale blocks that do not divide K (96 with
