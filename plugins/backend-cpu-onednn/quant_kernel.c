@@ -49,11 +49,15 @@
  * each half goes through the same lane tree. A pair of rows is decoded with
  * one 64-bit unpack, one widening (vpmovsxbd; fp8: vpmovsxbw and vcvtph2ps),
  * one convert and one multiply by [scale r x8 | scale r+1 x8] per 16
- * weights. The 32 registers take tiles of 24, 12, 12 and 8 rows at 1, 2, 3
- * and 4 tokens; above 4 tokens the decoded rows run in tiles of 4 tokens by
- * 8 rows. A row left over by the pairs runs on the AVX2 tile (same bits).
- * The fp8 NaN fallback is the AVX2 code's. test_quant_experts checks every
- * path the CPU has against the stated order. */
+ * weights (q4_0: one table lookup, qk_q4_lut). Tiles are 8, 12, 12 and 8
+ * rows at 1, 2, 3 and 4 tokens (up to 18 of the 32 registers accumulate). A row left over by the
+ * pairs runs on the AVX2 tile (same bits). The fp8 NaN fallback is the
+ * AVX2 code's. Above 4 tokens the AVX2 decoded-row path runs (a zmm
+ * version measured slower on Zen 4: dnnl_bk_q_gemm). On Zen 4, whose
+ * 512-bit operations take two passes through 256-bit units, the AVX-512
+ * tiles gain at 1 token in q4_0 (the table) and little elsewhere
+ * (docs/cpu-performance.md). test_quant_experts checks every path the CPU
+ * has against the stated order. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -83,10 +87,12 @@ static const int qk_nr[5] = {0, 8, 6, 4, 3};
 #endif
 #define QK_TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 /* AVX-512 tiles: weight rows are taken in pairs (row 2p in the low 8 lanes
- * of a zmm, row 2p+1 in the high 8), so tiles hold 2 * qk_np[tokens] rows.
- * 24, 12, 12 and 8 rows divide QK_RB; at most 18 accumulators. */
-#define QK_NP_MAX 12
-static const int qk_np[5] = {0, 12, 6, 6, 4};
+ * of a zmm, row 2p+1 in the high 8), so tiles hold 2 * qk_np[tokens] rows:
+ * 8, 12, 12 and 8, which divide QK_RB; at most 18 accumulators. At 1 token
+ * 8 rows beat 24 on Zen 4 (q8_0 112 against 127 us per expert: fewer row
+ * pointers to keep in registers). */
+#define QK_NP_MAX 6
+static const int qk_np[5] = {0, 4, 6, 6, 4};
 
 enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void)
 {
@@ -402,13 +408,6 @@ static const qk_ftile_fn qk_ftiles[5][2] = {
 
 /* ---- AVX-512: two weight rows per zmm --------------------------------- */
 
-/* Lanes 0..7 from lo, 8..15 from hi. */
-static QK_TARGET512 QK_INLINE __m512 qk_join(__m256 lo, __m256 hi)
-{
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
-
 /* x[i .. i+7] in both halves. */
 static QK_TARGET512 QK_INLINE __m512 qk_x2(const float *x)
 {
@@ -597,7 +596,7 @@ static QK_TARGET512 QK_INLINE void qk_tile512(int fmt, int mt, int np, const flo
     }
 #define QK_TILES512(fmt, name)                                                                     \
     QK_TILE512(fmt, name, 1, 1, 1)                                                                 \
-    QK_TILE512(fmt, name, 1, 12, n)                                                                \
+    QK_TILE512(fmt, name, 1, 4, n)                                                                 \
     QK_TILE512(fmt, name, 2, 1, 1)                                                                 \
     QK_TILE512(fmt, name, 2, 6, n)                                                                 \
     QK_TILE512(fmt, name, 3, 1, 1)                                                                 \
@@ -627,125 +626,18 @@ static const qk_tile_fn qk_tiles512[TIDE_QFMT_COUNT][5][2] = {
                        {qk_tile512_f8_4_1, qk_tile512_f8_4_n}},
 };
 
-/* qk_decode_row, 16 values per step: the same products. */
-static QK_TARGET512 void qk_decode_row512(const struct dnnl_bk_qmat *w, int64_t j, float *out)
-{
-    const int fmt = w->fmt;
-    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
-    const uint8_t *q0 = (const uint8_t *)w->q + j * qk_row_bytes(w);
-    int64_t off = 0;
-    for (int64_t i = 0; i < w->k; i += 32, off += chunk_bytes) {
-        const uint8_t *q = q0 + off;
-        if (fmt == TIDE_QFMT_FP8) {
-            const __m256i nan = qk_nan32(q);
-            if (!_mm256_testz_si256(nan, nan)) {
-                qk_chunk_scalar(w, j, i, out + i);
-                continue;
-            }
-        }
-        const __m512 s = _mm512_set1_ps(qk_scale(w, j, i / w->bc));
-        __m512 d[2];
-        if (fmt == TIDE_QFMT_Q4_0) {
-            const __m128i m15 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
-            const __m128i a = _mm_loadu_si128((const __m128i *)q);
-            d[0] =
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(a, m15), e8)));
-            d[1] = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(a, 4), m15), e8)));
-        } else {
-            QK_UNROLL16
-            for (int h = 0; h < 2; h++) {
-                const __m128i a = _mm_loadu_si128((const __m128i *)(q + 16 * h));
-                if (fmt == TIDE_QFMT_FP8)
-                    d[h] = _mm512_cvtph_ps(
-                        _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(a), 7),
-                                         _mm256_set1_epi16((short)0xbf80)));
-                else
-                    d[h] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
-            }
-        }
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(d[0], s));
-        _mm512_storeu_ps(out + i + 16, _mm512_mul_ps(d[1], s));
-    }
-}
-
-/* qk_ftile on mt (1..4) tokens by np (1..4) pairs of decoded rows wf
- * (2np rows of k), outputs col .. col+2np-1. */
-static QK_TARGET512 QK_INLINE void qk_ftile512(int mt, int np, const float *const *xf,
-                                               const float *wf, int64_t k, float *const *y,
-                                               int64_t col)
-{
-    __m512 acc[4][4];
-    QK_UNROLL16
-    for (int t = 0; t < mt; t++)
-        QK_UNROLL16
-    for (int p = 0; p < np; p++)
-        acc[t][p] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) {
-        QK_UNROLL16
-        for (int p = 0; p < np; p++) {
-            const __m512 wv = qk_join(_mm256_loadu_ps(wf + 2 * p * k + i),
-                                      _mm256_loadu_ps(wf + (2 * p + 1) * k + i));
-            QK_UNROLL16
-            for (int t = 0; t < mt; t++)
-                acc[t][p] = _mm512_fmadd_ps(qk_x2(xf[t] + i), wv, acc[t][p]);
-        }
-    }
-    float o[2];
-    QK_UNROLL16
-    for (int t = 0; t < mt; t++)
-        QK_UNROLL16
-    for (int p = 0; p < np; p++) {
-        qk_hsum2(acc[t][p], o);
-        y[t][col + 2 * p] = o[0];
-        y[t][col + 2 * p + 1] = o[1];
-    }
-}
-
-#define QK_FTILE512(mt, np)                                                                        \
-    static QK_TARGET512 void qk_ftile512_##mt##_##np(const float *const *xf, const float *wf,      \
-                                                     int64_t k, float *const *y, int64_t col)      \
-    {                                                                                              \
-        qk_ftile512(mt, np, xf, wf, k, y, col);                                                    \
-    }
-QK_FTILE512(1, 1)
-QK_FTILE512(1, 4)
-QK_FTILE512(2, 1)
-QK_FTILE512(2, 4)
-QK_FTILE512(3, 1)
-QK_FTILE512(3, 4)
-QK_FTILE512(4, 1)
-QK_FTILE512(4, 4)
-/* [tokens][1 pair or 4 pairs] */
-static const qk_ftile_fn qk_ftiles512[5][2] = {
-    {NULL, NULL},
-    {qk_ftile512_1_1, qk_ftile512_1_4},
-    {qk_ftile512_2_1, qk_ftile512_2_4},
-    {qk_ftile512_3_1, qk_ftile512_3_4},
-    {qk_ftile512_4_1, qk_ftile512_4_4},
-};
-
 /* Rows [r0, r1) of one segment for m > 4 tokens: decoded once into wbuf
  * (QK_RB rows of k floats), then every tile of tokens over them. */
 static void qk_block_decoded(const float *const *xf, int64_t m, const struct dnnl_bk_qseg *s,
-                             int64_t r0, int64_t r1, float *wbuf, int isa)
+                             int64_t r0, int64_t r1, float *wbuf)
 {
     const struct dnnl_bk_qmat *w = s->w;
     const int64_t k = w->k;
     for (int64_t r = r0; r < r1; r++)
-        if (isa == DNNL_BK_Q_AVX512)
-            qk_decode_row512(w, r, wbuf + (r - r0) * k);
-        else
-            qk_decode_row(w, r, wbuf + (r - r0) * k);
+        qk_decode_row(w, r, wbuf + (r - r0) * k);
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
         int64_t r = r0;
-        if (isa == DNNL_BK_Q_AVX512) {
-            for (; r + 8 <= r1; r += 8)
-                qk_ftiles512[mt][1](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
-            for (; r + 2 <= r1; r += 2)
-                qk_ftiles512[mt][0](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
-        }
         for (; r + 3 <= r1; r += 3)
             qk_ftiles[mt][1](xf + t0, wbuf + (r - r0) * k, k, s->y + t0, r);
         for (; r < r1; r++)
@@ -799,7 +691,10 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
     const int nt = threads > 1 ? threads : 1;
-    /* Above 4 tokens: a buffer of QK_RB decoded rows per thread. */
+    /* Above 4 tokens: a buffer of QK_RB decoded rows per thread, and the
+     * AVX2 tiles over them whatever isa is: on Zen 4 (512-bit operations
+     * take two cycles) tiles of 4 tokens by 4 row pairs on zmm, which must
+     * join two rows per load, measured 10% slower at 32 and 64 tokens. */
     float *wbuf =
         isa != DNNL_BK_Q_PLAIN && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
     if (threads <= 1) {
@@ -807,7 +702,7 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
             for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB) {
                 const int64_t r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
                 if (wbuf)
-                    qk_block_decoded(xf, m, &segs[i], r0, r1, wbuf, isa);
+                    qk_block_decoded(xf, m, &segs[i], r0, r1, wbuf);
                 else
                     qk_block(xf, x, m, &segs[i], r0, r1, isa);
             }
@@ -822,7 +717,7 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
                           r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
             if (wbuf)
                 qk_block_decoded(xf, m, &segs[i], r0, r1,
-                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k), isa);
+                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k));
             else
                 qk_block(xf, x, m, &segs[i], r0, r1, isa);
         }
