@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "shard.h"
 #include "polcheck.h"
 #include "tide/engine.h"
 #include "tide/log.h"
@@ -339,13 +340,8 @@ struct pcheck_gen {
 static void pcheck_on_rows(void *user, const struct tide_rows_event *ev)
 {
     struct pcheck_gen *g = user;
-    uint64_t h = g->hash;
-    for (int r = 0; r < ev->n; r++) {
-        const unsigned char *p = (const unsigned char *)ev->rows[r];
-        for (size_t i = 0; i < (size_t)ev->vocab * sizeof *ev->rows[r]; i++)
-            h = (h ^ p[i]) * 0x100000001b3ull;
-    }
-    g->hash = h;
+    for (int r = 0; r < ev->n; r++)
+        g->hash = cli_fnv1a64(g->hash, ev->rows[r], (size_t)ev->vocab * sizeof *ev->rows[r]);
 }
 
 static int pcheck_generate(struct tide_engine *e, struct pcheck_gen *g)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "shard.h"
 #include "progress.h"
 #include "engine.h"
 #include "tide/engine.h"
@@ -80,13 +81,8 @@ struct run_state {
 static void run_on_rows(void *user, const struct tide_rows_event *ev)
 {
     struct run_state *s = user;
-    uint64_t h = s->hash;
-    for (int r = 0; r < ev->n; r++) {
-        const unsigned char *p = (const unsigned char *)ev->rows[r];
-        for (size_t i = 0; i < (size_t)ev->vocab * sizeof *ev->rows[r]; i++)
-            h = (h ^ p[i]) * 0x100000001b3ull;
-    }
-    s->hash = h;
+    for (int r = 0; r < ev->n; r++)
+        s->hash = cli_fnv1a64(s->hash, ev->rows[r], (size_t)ev->vocab * sizeof *ev->rows[r]);
 }
 
 /* --dump-logits: the whole block at every step. */
