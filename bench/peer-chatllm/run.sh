@@ -95,7 +95,7 @@ chat_run() {
 ntok=$("$tide" run -c "$work/tide.ini" -f "$work/prompt.txt" --set generation.gen_length=1 \
     --set generation.steps=1 2>&1 | sed -n 's/.*prompt: \([0-9]*\) tokens.*/\1/p')
 echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-    "$(grep -qw avx512bf16 /proc/cpuinfo && echo AVX512-BF16 ||
+    "$(grep -qwE "avx512_?bf16" /proc/cpuinfo && echo AVX512-BF16 ||
         (grep -qw avx512f /proc/cpuinfo && echo 'AVX-512, no BF16' || echo 'AVX2, no AVX-512'))," \
     "$(nproc) CPUs; $threads threads; $("$tide" --version 2>/dev/null | head -1)"
 echo "# checkpoint $model; prompt $ntok tokens (tide's tokenizer); block 32, steps 32, threshold 0.95"

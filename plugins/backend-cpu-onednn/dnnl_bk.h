@@ -162,6 +162,8 @@ int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes);
 
 /* The M a primitive is built for when m rows are multiplied (m <= DNNL_BK_MAX_BUCKET). */
 int64_t dnnl_bk_bucket(int64_t m);
+/* The same for a weight of at least DNNL_BK_EXACT_M_MIN elements. */
+int64_t dnnl_bk_exact_m(int64_t m);
 
 /* Set up W[N,K] in `layout`. PACKED always owns its blocked copy; RAW owns an
  * [N][K] copy when `own`, else it aliases the rows it is loaded from. When

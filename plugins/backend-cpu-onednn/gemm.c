@@ -141,6 +141,19 @@ int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void 
     return rc;
 }
 
+/* The M of a big matrix's (the output layer's) primitive for m rows. Such a
+ * matrix is compute-bound from ~16 rows on, where padded rows would cost as
+ * much as real ones: one primitive per exact row count, except at 1 and 2
+ * rows, where oneDNN 2.6's brgemm blocking streams the weights slower than
+ * at 4 (AVX512-BF16 Zen 4, bench-onednn-matmul, docs/cpu-performance.md:
+ * 1 row 15.4 ms, 2 rows 20.9, 4 rows 13.8). A row's result does not depend
+ * on M (checked for oneDNN's brgemm by test_batch_invariance), so padding
+ * is lossless. */
+int64_t dnnl_bk_exact_m(int64_t m)
+{
+    return m >= 1 && m <= 2 ? 4 : m;
+}
+
 void dnnl_bk_prims_free(struct tide_backend *bk)
 {
     for (int i = 0; i < bk->n_prims; i++) {
@@ -278,11 +291,7 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
         int64_t rows = x->rows - t0 < DNNL_BK_MAX_BUCKET ? x->rows - t0 : DNNL_BK_MAX_BUCKET;
-        /* A big matrix (the output layer) is compute-bound from ~16 rows on, where
-         * padded rows would cost as much as real ones: one primitive per exact
-         * row count. A row's result does not depend on M (checked for oneDNN's
-         * brgemm, and by the model's forward_rows test), so this is lossless. */
-        int64_t mb = N * K >= DNNL_BK_EXACT_M_MIN ? rows : dnnl_bk_bucket(rows);
+        int64_t mb = N * K >= DNNL_BK_EXACT_M_MIN ? dnnl_bk_exact_m(rows) : dnnl_bk_bucket(rows);
         /* Use the caller's memory when it is dense and holds the whole bucket. */
         bool xd = mb == rows && x->stride == K, yd = mb == rows && y->stride == N;
         size_t xb = xd ? 0 : dnnl_bk_lines(sizeof(uint16_t) * (size_t)(mb * K));
