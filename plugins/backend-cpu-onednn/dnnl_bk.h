@@ -282,6 +282,10 @@ void dnnl_bk_silu_mul_bf16(bool simd, const float *g, const float *u, uint16_t *
 void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
 /* y[i] = tide_f32_to_bf16(x[i]). */
 void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
+/* One row of rmsnorm over groups of `group` columns (x, y f32 or bf16; y may
+ * alias x), in the order simd.c states, the same bits with simd on or off. */
+void dnnl_bk_rmsnorm_row(bool simd, const void *x, bool xb, void *y, bool yb, const float *w,
+                         int64_t cols, int group, float eps);
 /* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
 int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
 /* The vector steps of the tiled attention (simd.c's driver): scores

@@ -60,24 +60,11 @@ int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
         return rc;
     dnnl_bk_enter(bk);
     const bool xb = x->dtype == TIDE_DTYPE_BF16, yb = y->dtype == TIDE_DTYPE_BF16;
-    const float *wv = w->vec;
+    const bool simd = dnnl_bk_simd_on(bk);
 #pragma omp parallel for num_threads(bk->threads) if (x->rows * x->cols >= DNNL_BK_PAR_MIN)
-    for (int64_t r = 0; r < x->rows; r++) {
-        const void *xr = dnnl_bk_at(x, r, 0);
-        void *yr = dnnl_bk_at(y, r, 0);
-        for (int64_t g0 = 0; g0 < x->cols; g0 += group) {
-            double ss = 0.0;
-#pragma omp simd reduction(+ : ss)
-            for (int j = 0; j < group; j++) {
-                double v = dnnl_bk_ld(xr, xb, g0 + j);
-                ss += v * v;
-            }
-            float rr = (float)(1.0 / sqrt(ss / group + (double)eps));
-            /* Element j is read before it is written, so y may alias x. */
-            for (int j = 0; j < group; j++)
-                dnnl_bk_st(yr, yb, g0 + j, dnnl_bk_ld(xr, xb, g0 + j) * rr * wv[j]);
-        }
-    }
+    for (int64_t r = 0; r < x->rows; r++)
+        dnnl_bk_rmsnorm_row(simd, dnnl_bk_at(x, r, 0), xb, dnnl_bk_at(y, r, 0), yb, w->vec, x->cols,
+                            group, eps);
     return TIDE_OK;
 }
 

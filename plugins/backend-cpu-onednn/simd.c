@@ -121,6 +121,89 @@ SIMD_TARGET static void simd_to_bf16(const float *x, uint16_t *y, int64_t n)
         y[i] = tide_f32_to_bf16(x[i]);
 }
 
+/* ---- rmsnorm ---------------------------------------------------------------
+ * One order for the sum of squares, in both paths: element j of a group goes
+ * to double lane j % 8 (squares of f32 values are exact in double), the
+ * lanes then add as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)); the scale is
+ * 1/sqrt(ss/group + eps) rounded to f32 and each output (x * scale) * w in
+ * f32. A row's result depends on its own values alone. */
+static inline double rms_lanes(const double s[8])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static inline float rms_ld(const void *row, bool bf16, int64_t j)
+{
+    return bf16 ? tide_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
+}
+
+static void rms_plain(const void *x, bool xb, void *y, bool yb, const float *w, int64_t cols,
+                      int group, float eps)
+{
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+        double s[8] = {0};
+        for (int j = 0; j < group; j++) {
+            const double v = rms_ld(x, xb, g0 + j);
+            s[j % 8] += v * v;
+        }
+        const float rr = (float)(1.0 / sqrt(rms_lanes(s) / group + (double)eps));
+        /* Element j is read before it is written, so y may alias x. */
+        for (int j = 0; j < group; j++) {
+            const float v = rms_ld(x, xb, g0 + j) * rr * w[j];
+            if (yb)
+                ((uint16_t *)y)[g0 + j] = tide_f32_to_bf16(v);
+            else
+                ((float *)y)[g0 + j] = v;
+        }
+    }
+}
+
+/* n <= 16 elements at p as f32 (bf16 widened), the rest 0. */
+SIMD_TARGET static inline __m512 rms_ld16(const void *p, bool bf16, int64_t j, int n)
+{
+    const __mmask16 m = (__mmask16)((1u << n) - 1);
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + j)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)p + j);
+}
+
+SIMD_TARGET static void rms_simd(const void *x, bool xb, void *y, bool yb, const float *w,
+                                 int64_t cols, int group, float eps)
+{
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+        __m512d acc = _mm512_setzero_pd();
+        for (int j = 0; j < group; j += 8) {
+            const int n = group - j < 8 ? group - j : 8;
+            const __m512d v = _mm512_cvtps_pd(_mm512_castps512_ps256(rms_ld16(x, xb, g0 + j, n)));
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v)); /* masked lanes add +0 */
+        }
+        double s[8];
+        _mm512_storeu_pd(s, acc);
+        const float rr = (float)(1.0 / sqrt(rms_lanes(s) / group + (double)eps));
+        const __m512 rv = _mm512_set1_ps(rr);
+        for (int j = 0; j < group; j += 16) {
+            const int n = group - j < 16 ? group - j : 16;
+            const __mmask16 m = (__mmask16)((1u << n) - 1);
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(rms_ld16(x, xb, g0 + j, n), rv),
+                                           _mm512_maskz_loadu_ps(m, w + j));
+            if (yb)
+                _mm256_mask_storeu_epi16((uint16_t *)y + g0 + j, m, simd_bf16(v));
+            else
+                _mm512_mask_storeu_ps((float *)y + g0 + j, m, v);
+        }
+    }
+}
+
+void dnnl_bk_rmsnorm_row(bool simd, const void *x, bool xb, void *y, bool yb, const float *w,
+                         int64_t cols, int group, float eps)
+{
+    if (simd && simd_ok)
+        rms_simd(x, xb, y, yb, w, cols, group, eps);
+    else
+        rms_plain(x, xb, y, yb, w, cols, group, eps);
+}
+
 /* expf over 16 inputs by the vector path, for the start-up check. */
 SIMD_TARGET static void simd_exp_block(const float *x, float *y)
 {
