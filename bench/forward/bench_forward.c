@@ -274,8 +274,9 @@ static double bf_roof_fwd(const struct bf_run *r, int ph, double triad, double b
     return 1e3 * s / (double)r->forwards;
 }
 
-/* One line of the table: wall time and its roofline, CPU time and its;
- * the aggregate roofline (sums over the forwards first) is added to *agg. */
+/* One line of the table: wall time and its roofline, CPU time and its.
+ * sums[0] and sums[1] add the two rooflines per forward, sums[2] the
+ * aggregate one (the forwards' bytes and FLOPs summed first). */
 static void bf_line(const struct bf_run *r, int ph, const char *name, double ms, double cpu_ms,
                     double gb, double gf, double gf32, const struct bf_limits *lim, double sums[3])
 {

@@ -3,6 +3,25 @@
 #define DNNL_BK_MATH_H
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tide/tensor.h"
+
+/* Element j of a row of f32 or bf16 values, as f32. */
+static inline float dnnl_bk_ld(const void *row, bool bf16, int64_t j)
+{
+    return bf16 ? tide_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
+}
+
+/* Store v as element j of a row of f32 or bf16 values (bf16: rounded to nearest even). */
+static inline void dnnl_bk_st(void *row, bool bf16, int64_t j, float v)
+{
+    if (bf16)
+        ((uint16_t *)row)[j] = tide_f32_to_bf16(v);
+    else
+        ((float *)row)[j] = v;
+}
 
 /* silu(g) * u = g / (1 + exp(-g)) * u, in f32 (the caller rounds to bf16). */
 static inline float dnnl_bk_silu_mul(float g, float u)

@@ -14,19 +14,6 @@
 /* Elements below which a loop stays on one thread. */
 #define DNNL_BK_PAR_MIN 16384
 
-static inline float dnnl_bk_ld(const void *row, bool bf16, int64_t j)
-{
-    return bf16 ? tide_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
-}
-
-static inline void dnnl_bk_st(void *row, bool bf16, int64_t j, float v)
-{
-    if (bf16)
-        ((uint16_t *)row)[j] = tide_f32_to_bf16(v);
-    else
-        ((float *)row)[j] = v;
-}
-
 int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
                   int64_t n, const struct tide_tensor *out)
 {

@@ -132,29 +132,19 @@ static inline double rms_lanes(const double s[8])
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-static inline float rms_ld(const void *row, bool bf16, int64_t j)
-{
-    return bf16 ? tide_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
-}
-
 static void rms_plain(const void *x, bool xb, void *y, bool yb, const float *w, int64_t cols,
                       int group, float eps)
 {
     for (int64_t g0 = 0; g0 < cols; g0 += group) {
         double s[8] = {0};
         for (int j = 0; j < group; j++) {
-            const double v = rms_ld(x, xb, g0 + j);
+            const double v = dnnl_bk_ld(x, xb, g0 + j);
             s[j % 8] += v * v;
         }
         const float rr = (float)(1.0 / sqrt(rms_lanes(s) / group + (double)eps));
         /* Element j is read before it is written, so y may alias x. */
-        for (int j = 0; j < group; j++) {
-            const float v = rms_ld(x, xb, g0 + j) * rr * w[j];
-            if (yb)
-                ((uint16_t *)y)[g0 + j] = tide_f32_to_bf16(v);
-            else
-                ((float *)y)[g0 + j] = v;
-        }
+        for (int j = 0; j < group; j++)
+            dnnl_bk_st(y, yb, g0 + j, dnnl_bk_ld(x, xb, g0 + j) * rr * w[j]);
     }
 }
 
