@@ -18,6 +18,8 @@
 #include "tide/status.h"
 
 #define WR_BUF (1u << 20) /* bytes buffered before a write(2) */
+/* Files from this size on leave the page cache once written (see finish). */
+#define WR_DROP_CACHE_MIN ((uint64_t)64 << 20)
 
 struct tide_st_writer {
     char *path;         /* destination */
@@ -319,6 +321,13 @@ int tide_st_writer_finish(struct tide_st_writer *w)
         tide_error("%s: fsync failed: %s", w->tmp, strerror(errno));
         rc = TIDE_E_IO;
     }
+    /* A written file sits in the page cache in the small folios its writes
+     * made, and a mapping of it then gets 4 KiB pages, from which the weights
+     * stream up to ~10% slower (docs/cpu-performance.md, sessions 9-10). Dropping the
+     * (now clean) pages of a big file lets the first load read it back cold,
+     * in the 2 MiB folios readahead makes, which map as huge pages. */
+    if (!rc && w->total >= WR_DROP_CACHE_MIN)
+        posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (!rc) {
         int fd = w->fd;
         w->fd = -1;

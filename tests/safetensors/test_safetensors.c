@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -287,6 +289,61 @@ static void test_large_stream(void)
     check_tensors(st, 0, t, 2, 5);
     tide_st_close(st);
     unlink(path);
+}
+
+/* Fraction of PATH's pages in the page cache (mincore); -1 when unknown. */
+static double resident_fraction(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0 || sb.st_size == 0) {
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    const size_t len = (size_t)sb.st_size, page = (size_t)sysconf(_SC_PAGESIZE);
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fileno(f), 0);
+    fclose(f);
+    if (map == MAP_FAILED)
+        return -1;
+    const size_t pages = (len + page - 1) / page;
+    unsigned char *vec = malloc(pages);
+    double frac = -1;
+    if (vec && mincore(map, len, vec) == 0) {
+        size_t in = 0;
+        for (size_t i = 0; i < pages; i++)
+            in += vec[i] & 1;
+        frac = (double)in / (double)pages;
+    }
+    free(vec);
+    munmap(map, len);
+    return frac;
+}
+
+/* A written file of 64 MiB or more leaves the page cache (so that its first
+ * load reads it back in the large folios readahead makes, which map as
+ * 2 MiB pages); a small one stays. Not checkable where the files live in
+ * memory (tmpfs): their pages are the file. */
+static void test_writer_drops_cache(void)
+{
+    struct statfs fs;
+    if (statfs(tmpdir, &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */) {
+        printf("  (skipped: %s is on tmpfs)\n", tmpdir);
+        return;
+    }
+    char big[PATH_MAX], small[PATH_MAX];
+    path_of(big, "big.safetensors");
+    path_of(small, "small.safetensors");
+    const struct tspec tb = {"w", TIDE_DTYPE_BF16, 2, {4096, 8192}}; /* 64 MiB */
+    const struct tspec ts = {"w", TIDE_DTYPE_BF16, 2, {512, 1024}};  /* 1 MiB */
+    CHECK_EQ_INT(write_st(big, &tb, 1, 9, (size_t)1 << 20), TIDE_OK);
+    CHECK_EQ_INT(write_st(small, &ts, 1, 9, (size_t)1 << 16), TIDE_OK);
+    const double fb = resident_fraction(big), fsm = resident_fraction(small);
+    printf("  resident after writing: 64 MiB file %.3f, 1 MiB file %.3f\n", fb, fsm);
+    CHECK(fb >= 0 && fb < 0.05);
+    CHECK(fsm > 0.95);
+    unlink(big);
+    unlink(small);
 }
 
 static void test_writer_refusals(void)
@@ -714,6 +771,7 @@ int main(void)
     tide_log_set_sink(sink, NULL);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_large_stream);
+    TEST_RUN(test_writer_drops_cache);
     TEST_RUN(test_writer_refusals);
     TEST_RUN(test_reader_refusals);
     TEST_RUN(test_sharded);
