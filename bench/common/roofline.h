@@ -275,4 +275,58 @@ static inline double roof_peak(int threads, bool bf16)
     return roof_peak2(threads, bf16, NULL);
 }
 
+/* How this process maps the files whose names end in `suffix` (the
+ * checkpoint's .safetensors): bytes resident, and bytes of those in 2 MiB
+ * pages (FilePmdMapped in /proc/self/smaps). A file mapping gets 2 MiB pages
+ * only where the page cache holds the file in 2 MiB folios: after a cold
+ * read, yes; after the file was just written (tide mkmodel, cp), mostly not.
+ * Weights on 4 KiB pages stream slower (docs/cpu-performance.md, session
+ * 10), so benchmarks print this beside their times. false when
+ * /proc/self/smaps cannot be read (not Linux) or no such file is mapped. */
+static inline bool roof_file_pages(const char *suffix, double *resident, double *huge)
+{
+    *resident = *huge = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool in = false, any = false;
+    const size_t ls = strlen(suffix);
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        char key[64];
+        if (sscanf(line, "%63[A-Za-z_]: %llu kB", key, &kb) == 2) {
+            if (in && !strcmp(key, "Rss"))
+                *resident += 1024.0 * (double)kb;
+            else if (in && !strcmp(key, "FilePmdMapped"))
+                *huge += 1024.0 * (double)kb;
+            continue;
+        }
+        /* A mapping's first line: range perms offset dev inode [path]. */
+        size_t n = strcspn(line, "\n");
+        line[n] = 0;
+        in = n >= ls && !strcmp(line + n - ls, suffix);
+        any |= in;
+    }
+    fclose(f);
+    return any;
+}
+
+/* One line for a benchmark's header: how the checkpoint's pages are mapped. */
+static inline void roof_print_file_pages(const char *suffix)
+{
+    double res, huge;
+    if (!roof_file_pages(suffix, &res, &huge)) {
+        printf("# weights: no %s file mapped (read into memory, [model] mmap = false?)\n", suffix);
+        return;
+    }
+    printf("# weights: %.2f GiB of mapped %s resident, %.2f GiB (%.0f%%) of it in 2 MiB "
+           "pages%s\n",
+           res / 1073741824.0, suffix, huge / 1073741824.0, res > 0 ? 100.0 * huge / res : 0.0,
+           res > 0 && huge < 0.5 * res
+               ? " (the page cache holds the file in small pages, as after writing it: "
+                 "weights stream slower; see docs/cpu-performance.md, session 10)"
+               : "");
+}
+
 #endif

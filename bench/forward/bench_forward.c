@@ -397,6 +397,7 @@ int main(int argc, char **argv)
     roof_cpu_name(cpu, sizeof cpu);
     printf("# CPU: %s; peak measured as %s\n", cpu, roof_peak_kind(true));
     printf("# %s\n", r.e->dev.ops->describe ? r.e->dev.ops->describe(r.e->dev.bk) : "");
+    roof_print_file_pages(".safetensors");
     printf("# prompt %d, block %d, %d timed blocks = %lld forwards, %.1f masked rows per "
            "forward; logits for %s rows; probabilities %s\n",
            c.prompt, c.block, c.repeats, (long long)r.forwards,
