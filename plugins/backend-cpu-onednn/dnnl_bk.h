@@ -157,6 +157,18 @@ static inline void *dnnl_bk_at(const struct tide_tensor *t, int64_t r, int64_t c
 /* Make this thread's OpenMP team size the instance's (oneDNN reads it). */
 void dnnl_bk_enter(struct tide_backend *bk);
 
+/* Memory for a weight the backend keeps its own copy of (a packed matrix):
+ * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge pages,
+ * as the weights of a file mapping get where the page cache allows (on 4 KiB
+ * pages the attention, dense and output phases took 3-9% longer:
+ * docs/cpu-performance.md, session 10).
+ * Released with free(); NULL when out of memory. Building with
+ * -DDNNL_BK_HUGE_WEIGHTS=0 keeps them on 64-byte boundaries, for comparison. */
+#ifndef DNNL_BK_HUGE_WEIGHTS
+#define DNNL_BK_HUGE_WEIGHTS 1
+#endif
+void *dnnl_bk_alloc_weight(size_t bytes);
+
 /* Grow the scratch area to at least `bytes`; TIDE_OK or TIDE_E_NOMEM. */
 int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes);
 

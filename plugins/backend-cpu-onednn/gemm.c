@@ -127,7 +127,7 @@ int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void 
     }
     if (own) {
         m->own_bytes = dnnl_memory_desc_get_size(&m->md);
-        m->own = aligned_alloc(64, (m->own_bytes + 63) & ~(size_t)63);
+        m->own = dnnl_bk_alloc_weight(m->own_bytes);
         if (!m->own) {
             tide_error(DNNL_BK_NAME ": cannot allocate %zu bytes for %s", m->own_bytes, what);
             m->own_bytes = 0;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dnnl_bk.h"
@@ -94,6 +95,20 @@ static void *dnnl_bk_alloc(size_t bytes)
 {
     size_t n = (bytes + 63) & ~(size_t)63;
     return aligned_alloc(64, n ? n : 64);
+}
+
+void *dnnl_bk_alloc_weight(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge || !DNNL_BK_HUGE_WEIGHTS)
+        return dnnl_bk_alloc(bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, (bytes + 63) & ~(size_t)63) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes)
