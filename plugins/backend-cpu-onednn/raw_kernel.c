@@ -182,9 +182,10 @@ RK_INLINE void rk_rows(const int mt, const int nr, const uint16_t *const *x, con
  * rows wb[0..nr) into cb.. of yb, each output summed exactly as rk_tile sums
  * it (one accumulator, chunks in order, the masked tail last, rk_hsum16).
  * The two groups lie far apart, so a core reads two streams from DRAM at
- * once: one stream is limited by the cache misses a core keeps in flight
- * (one thread read 12.8 GB/s from one stream and 24.9 from two, session 10
- * of docs/cpu-performance.md). mt * nr <= 8. */
+ * once: with the memory slow (high latency), one stream is limited by the
+ * cache misses a core keeps in flight (one thread read 12.8 GB/s from one
+ * stream and 24.9 from two, session 10 of docs/cpu-performance.md).
+ * mt * nr <= 8. */
 RK_INLINE void rk_tile2(const int mt, const int nr, const uint16_t *const *x, const uint16_t *wa,
                         const uint16_t *wb, int64_t k, float *const *ya, int64_t ca,
                         float *const *yb, int64_t cb)
