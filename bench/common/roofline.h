@@ -1,10 +1,12 @@
 /* The machine's limits, measured in the benchmark's own run, for rooflines:
  * a STREAM triad (memory bandwidth) and peak arithmetic (bf16 dot products
- * with VDPBF16PS, f32 with FMA), on the same OpenMP thread count as the code
- * measured. Header-only: each benchmark includes it once. */
+ * with AMX's TDPBF16PS where the CPU has it, else VDPBF16PS; f32 with FMA),
+ * on the same OpenMP thread count as the code measured. Header-only: each
+ * benchmark includes it once. */
 #ifndef TIDE_BENCH_ROOFLINE_H
 #define TIDE_BENCH_ROOFLINE_H
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -224,16 +227,79 @@ ROOF_TARGET_AVX2 static float roof_f32_loop_avx2(long iters)
     return l[0] + l[7];
 }
 
+#define ROOF_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
+
+/* AMX-BF16 and AMX-TILE (CPUID 7.0:EDX bits 22, 24), and Linux's leave to
+ * use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18). */
+static bool roof_has_amx(void)
+{
+    unsigned a, b, c, d;
+    if (!roof_has_bf16() || __get_cpuid_max(0, NULL) < 7)
+        return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d >> 22 & 1) || !(d >> 24 & 1))
+        return false;
+#ifdef SYS_arch_prctl
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return false;
+#endif
+}
+
+/* iters x 6 independent TDPBF16PS (16 x 16 x 32 x 2 = 16384 FLOP each) into
+ * tiles 0-5 from tiles 6 and 7; returns an element so the work stays. */
+ROOF_TARGET_AMX static float roof_amx_loop(long iters)
+{
+    struct {
+        unsigned char palette, start, reserved[14];
+        unsigned short colsb[16];
+        unsigned char rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    unsigned buf[256] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    for (int i = 0; i < 256; i++)
+        buf[i] = 0x3c003c00u; /* bf16 pairs (2^-7, 2^-7): no overflow in 1.2M steps */
+    _tile_loadd(6, buf, 64);
+    _tile_loadd(7, buf, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 6, 7);
+        _tile_dpbf16ps(1, 6, 7);
+        _tile_dpbf16ps(2, 6, 7);
+        _tile_dpbf16ps(3, 6, 7);
+        _tile_dpbf16ps(4, 6, 7);
+        _tile_dpbf16ps(5, 6, 7);
+    }
+    float out[256] __attribute__((aligned(64)));
+    _tile_stored(5, out, 64);
+    _tile_release();
+    return out[0];
+}
+
 /* The kind of peak roof_peak2 measures on this CPU. */
 static const char *roof_peak_kind(bool bf16)
 {
+    if (bf16 && roof_has_amx())
+        return "TDPBF16PS (AMX)";
     if (roof_has_bf16())
         return bf16 ? "VDPBF16PS" : "AVX-512 FMA";
     return roof_has_avx2() ? "AVX2 FMA" : "none";
 }
 
-/* Peak GFLOP/s on `threads` threads, best of 5 runs of about 20 ms: bf16
- * (VDPBF16PS) when bf16 is true, else f32 FMA. On a CPU without AVX512-BF16
+/* Peak GFLOP/s on `threads` threads, best of 5 runs of 10-40 ms: bf16
+ * (TDPBF16PS where the CPU has AMX, else VDPBF16PS) when bf16 is true, else
+ * f32 FMA. On a CPU without AVX512-BF16
  * both are the AVX2 f32 FMA peak: the own kernel's bf16 matmul is f32 FMAs
  * on widened bf16 values (0 without AVX2: nothing is measured). *per_cpu
  * (may be NULL) gets the same in GFLOP per CPU-second times threads: the
@@ -242,19 +308,23 @@ static double roof_peak2(int threads, bool bf16, double *per_cpu)
 {
     if (per_cpu)
         *per_cpu = 0.0;
-    const bool avx512 = roof_has_bf16();
+    const bool avx512 = roof_has_bf16(), amx = bf16 && roof_has_amx();
     if (!avx512 && !roof_has_avx2())
         return 0.0;
-    const long iters = avx512 ? 200000 : 300000; /* 4M and 3.6M instructions per thread */
+    /* 40M vector instructions per thread (about 10-20 ms), or 1.2M tile
+     * products (16 cycles each where one tile unit runs them). Shorter runs
+     * read low on a VM whose idle vCPUs take time to wake. */
+    const long iters = amx ? 200000 : avx512 ? 2000000 : 3000000;
     double best = 1e30, best_cpu = 1e30;
     volatile float sink = 0;
     for (int rep = 0; rep < 6; rep++) {
         double t0 = roof_now(), c0 = roof_cpu_now();
 #pragma omp parallel num_threads(threads)
         {
-            float v = !avx512 ? roof_f32_loop_avx2(iters)
-                      : bf16  ? roof_bf16_loop(iters)
-                              : roof_f32_loop(iters);
+            float v = amx       ? roof_amx_loop(iters)
+                      : !avx512 ? roof_f32_loop_avx2(iters)
+                      : bf16    ? roof_bf16_loop(iters)
+                                : roof_f32_loop(iters);
 #pragma omp atomic
             sink += v;
         }
@@ -263,7 +333,9 @@ static double roof_peak2(int threads, bool bf16, double *per_cpu)
         best_cpu = dc < best_cpu && rep > 0 ? dc : best_cpu;
     }
     (void)sink;
-    const double per_iter = !avx512 ? 12.0 * 16.0 : 20.0 * (bf16 ? 64.0 : 32.0);
+    const double per_iter = amx       ? 6.0 * 16384.0
+                            : !avx512 ? 12.0 * 16.0
+                                      : 20.0 * (bf16 ? 64.0 : 32.0);
     const double flops = (double)threads * (double)iters * per_iter;
     if (per_cpu)
         *per_cpu = flops / best_cpu / 1e9;

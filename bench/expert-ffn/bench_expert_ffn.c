@@ -24,6 +24,9 @@
  * Usage: bench-expert-ffn [--backend NAME] [--threads N] [--mib MiB] [--hidden H]
  *                         [--inter I] [--seconds S] [--reps R] [--tokens 1,4,8,32,64]
  *                         [--huge 0|1] [--format bf16|q8_0|q4_0|fp8|all]
+ * --gemm a,b (backends with a `gemm` option) measures each bf16 layout under
+ * each of those matmul kernels, interleaved (e.g. --gemm amx,onednn);
+ * --layout NAME measures that expert_layout only.
  * --huge 1 puts the weights in transparent huge pages (2 MiB), as the
  * checkpoint is with [model] mmap = false; by default they are in 4 KiB
  * pages, as a mapped checkpoint is.
@@ -63,6 +66,8 @@ struct bench_cfg {
     int tokens[BENCH_MAX_TOKENS]; /* token counts, each in [1, 256] */
     int n_tokens;
     bool formats[TIDE_QFMT_COUNT]; /* formats measured (bf16 = TIDE_QFMT_NONE) */
+    char gemm[64];                 /* --gemm: the backend's `gemm` values to compare, ',' apart */
+    const char *layout;            /* --layout: this expert_layout only (NULL: each) */
 };
 
 /* The experts quantized to one format: expert e's matrix j (gate, up, down)
@@ -298,20 +303,22 @@ static double slot_load_ms(struct bench_run *r, const uint16_t *raw, int64_t H, 
 
 /* Create a backend instance with `layout` (NULL: the backend's default) and its experts. */
 static int run_open(struct bench_run *r, const struct tide_plugin *p, struct tide_config *cfg,
-                    const struct bench_cfg *bc, const char *layout, const uint16_t *raw,
-                    const struct bench_q *q, int n_experts)
+                    const struct bench_cfg *bc, const char *layout, const char *gemm,
+                    const uint16_t *raw, const struct bench_q *q, int n_experts)
 {
     const char *sec = p->desc->name;
     char threads[32];
     snprintf(threads, sizeof threads, "%d", bc->threads);
     if ((has_option(p->desc, "threads") &&
          tide_config_set_value(cfg, sec, "threads", threads, "bench")) ||
-        (layout && tide_config_set_value(cfg, sec, "expert_layout", layout, "bench")))
+        (layout && tide_config_set_value(cfg, sec, "expert_layout", layout, "bench")) ||
+        (gemm && tide_config_set_value(cfg, sec, "gemm", gemm, "bench")))
         return TIDE_E_CONFIG;
-    snprintf(r->layout, sizeof r->layout, "%s",
+    snprintf(r->layout, sizeof r->layout, "%s%s%s",
              q        ? tide_qfmt_name(q->fmt)
              : layout ? layout
-                      : "default");
+                      : "default",
+             gemm ? "/" : "", gemm ? gemm : "");
     r->q = q;
     r->bytes = q ? (double)tide_qexpert_bytes(q->fmt, q->block, bc->hidden, bc->inter)
                  : 3.0 * bc->hidden * bc->inter * 2.0;
@@ -386,7 +393,7 @@ static int usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--backend NAME] [--threads N] [--mib MiB] [--hidden H] [--inter I] "
             "[--seconds S] [--reps R] [--tokens 1,4,8,32,64] [--huge 0|1] "
-            "[--format bf16|q8_0|q4_0|fp8|all]\n",
+            "[--format bf16|q8_0|q4_0|fp8|all] [--gemm a,b] [--layout NAME]\n",
             argv0);
     return 2;
 }
@@ -413,7 +420,13 @@ static int parse_args(int argc, char **argv, struct bench_cfg *bc)
             bc->seconds = atof(v);
         else if (!strcmp(argv[i], "--reps"))
             bc->reps = atoi(v);
-        else if (!strcmp(argv[i], "--format")) {
+        else if (!strcmp(argv[i], "--layout"))
+            bc->layout = v;
+        else if (!strcmp(argv[i], "--gemm")) {
+            if (strlen(v) >= sizeof bc->gemm)
+                return 1;
+            snprintf(bc->gemm, sizeof bc->gemm, "%s", v);
+        } else if (!strcmp(argv[i], "--format")) {
             int f;
             memset(bc->formats, 0, sizeof bc->formats);
             if (!strcmp(v, "all"))
@@ -452,7 +465,7 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                     runs[l].ratio[b][i][rep] = runs[l].bytes / (1e-6 * us) / 1e9 / triad[i][rep];
                 }
         }
-    printf("%6s  %-8s %-6s %10s %11s %8s %10s %8s %10s %9s %9s\n", "tokens", "layout", "call",
+    printf("%6s  %-14s %-6s %10s %11s %8s %10s %8s %10s %9s %9s\n", "tokens", "layout", "call",
            "us/expert", "weight GB/s", "/triad", "GFLOP/s", "/peak", "triad GB/s", "cpu us",
            "cpu/peak");
     for (int i = 0; i < bc->n_tokens; i++) {
@@ -465,7 +478,7 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                 double gf = 2.0 * bc->tokens[i] * 3.0 * mat / t / 1e9;
                 double cus = median(runs[l].cpu_us[b][i], bc->reps);
                 double gf_cpu = 2.0 * bc->tokens[i] * 3.0 * mat / (1e-6 * cus) / 1e9;
-                printf("%6d  %-8s %-6s %10.1f %11.1f %8.2f %10.1f %8.2f %10.1f %9.1f %9.2f\n",
+                printf("%6d  %-14s %-6s %10.1f %11.1f %8.2f %10.1f %8.2f %10.1f %9.1f %9.2f\n",
                        bc->tokens[i], runs[l].layout, b ? "batch" : "single", us,
                        runs[l].bytes / t / 1e9, median(runs[l].ratio[b][i], bc->reps), gf,
                        peak > 0 ? gf / peak : 0.0, tri, cus,
@@ -545,20 +558,31 @@ int main(int argc, char **argv)
     for (const struct tide_option *o = p->desc->options; o && o->name; o++)
         if (!strcmp(o->name, "expert_layout") && o->choices)
             snprintf(choices, sizeof choices, "%s", o->choices);
-    char *save = NULL, *c = strtok_r(choices, "|", &save);
-    if (bc.formats[TIDE_QFMT_NONE]) {
+    /* Each layout under each --gemm value (or the backend's default). */
+    char gemms[64];
+    snprintf(gemms, sizeof gemms, "%s", bc.gemm);
+    char *gsave = NULL, *g = bc.gemm[0] ? strtok_r(gemms, ",", &gsave) : NULL;
+    do {
+        char lay[128];
+        snprintf(lay, sizeof lay, "%s", choices);
+        char *save = NULL, *c = strtok_r(lay, "|", &save);
+        if (!bc.formats[TIDE_QFMT_NONE])
+            break;
         if (!c && !rc)
-            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, raw, NULL, n_experts);
+            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, g, raw, NULL, n_experts);
         for (; c && !rc && n_runs < BENCH_MAX_LAYOUTS; c = strtok_r(NULL, "|", &save))
-            if (strcmp(c, "auto"))
-                rc = run_open(&runs[n_runs++], p, cfg, &bc, c, raw, NULL, n_experts);
-    }
+            if (strcmp(c, "auto") && (!bc.layout || !strcmp(c, bc.layout)))
+                rc = run_open(&runs[n_runs++], p, cfg, &bc, c, g, raw, NULL, n_experts);
+    } while (g && !rc && (g = strtok_r(NULL, ",", &gsave)));
+    if (bc.gemm[0] && !rc)
+        rc = tide_config_set_value(cfg, p->desc->name, "gemm", "auto", "bench") ? TIDE_E_CONFIG
+                                                                                : TIDE_OK;
     /* Quantized experts have one layout of their own, whatever expert_layout says. */
     struct bench_q qs[TIDE_QFMT_COUNT];
     memset(qs, 0, sizeof qs);
     for (int f = 1; f < TIDE_QFMT_COUNT && !rc && n_runs < BENCH_MAX_LAYOUTS; f++)
         if (bc.formats[f] && !(rc = bench_quantize(&qs[f], f, raw, n_experts, bc.hidden, bc.inter)))
-            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, raw, &qs[f], n_experts);
+            rc = run_open(&runs[n_runs++], p, cfg, &bc, NULL, NULL, raw, &qs[f], n_experts);
     struct roof_triad tr = {0};
     if (!rc)
         rc = roof_triad_init(&tr, (size_t)32 << 20, threads) ? TIDE_E_NOMEM

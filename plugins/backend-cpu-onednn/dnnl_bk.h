@@ -116,6 +116,9 @@ struct tide_backend {
      * layout. own_avx2: its AVX2 code runs (else its scalar code). */
     bool own;
     bool own_avx2;
+    /* Every matmul and inplace expert runs on amx_kernel.c (`gemm = amx`;
+     * auto: where the CPU has AMX-BF16), every matrix in the raw layout. */
+    bool amx;
     bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
     bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
     int q_isa;      /* enum dnnl_bk_q_isa: quant_kernel.c's code (`simd` off: plain) */
@@ -221,6 +224,12 @@ struct dnnl_bk_raw_seg {
     float *const *y;
 };
 
+/* raw_kernel.c: block number i of the segments when each is cut into
+ * blocks of `rows` rows (the last of a segment may be shorter): its segment
+ * and rows [*r0, *r1). */
+const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
+                                                int64_t rows, int64_t *r0, int64_t *r1);
+
 /* True when this CPU has AVX512-BF16, which raw_kernel.c needs. */
 bool dnnl_bk_raw_available(void);
 
@@ -250,10 +259,29 @@ const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k,
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2);
 
-/* The row kernel of bk for inplace matrices: raw_kernel.c, or own_kernel.c
- * when bk->own (same arguments as dnnl_bk_raw_gemm). */
+/* amx_kernel.c: true when this CPU has AMX-BF16 (and AVX512-BF16) and
+ * Linux lets this process use the tile state (asked for on the first call). */
+bool dnnl_bk_amx_available(void);
+
+/* amx_kernel.c: bytes of `work` that dnnl_bk_amx_gemm needs for m tokens of
+ * k values on `threads` threads. */
+size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads);
+
+/* amx_kernel.c: the same products as dnnl_bk_raw_gemm, on AMX tiles, with
+ * the weight rows read in place: one f32 accumulator per output over the
+ * chunks of 32 in increasing order, so a token's result does not depend on
+ * m or on its companions. k not a multiple of 32 runs dnnl_bk_raw_gemm.
+ * work: dnnl_bk_amx_work_bytes(m, k, threads) bytes of scratch. */
+void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+                      int n_segs, int64_t k, int threads, void *work);
+
+/* The row kernel of bk for inplace matrices: amx_kernel.c when bk->amx,
+ * own_kernel.c when bk->own, else raw_kernel.c (same arguments as
+ * dnnl_bk_raw_gemm); work: dnnl_bk_row_work_bytes(bk, m, k, threads) bytes. */
+size_t dnnl_bk_row_work_bytes(const struct tide_backend *bk, int64_t m, int64_t k, int threads);
 void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
-                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads);
+                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
+                      void *work);
 
 /* quant_kernel.c: one weight matrix of a quantized call, its output rows
  * y[t][0..w->n) for token t. */

@@ -249,21 +249,31 @@ static size_t dnnl_bk_lines(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
-                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads)
+size_t dnnl_bk_row_work_bytes(const struct tide_backend *bk, int64_t m, int64_t k, int threads)
 {
-    if (bk->own)
+    return bk->amx ? dnnl_bk_amx_work_bytes(m, k, threads) : 0;
+}
+
+void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
+                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
+                      void *work)
+{
+    if (bk->amx)
+        dnnl_bk_amx_gemm(x, m, segs, n_segs, k, threads, work);
+    else if (bk->own)
         dnnl_bk_own_gemm(x, m, segs, n_segs, k, threads, bk->own_avx2);
     else
         dnnl_bk_raw_gemm(x, m, segs, n_segs, k, threads);
 }
 
-/* matmul on the own kernel: x and y rows where they are, any stride. */
-static int dnnl_bk_matmul_own(struct tide_backend *bk, const struct tide_tensor *x,
-                              const struct dnnl_bk_mat *m, const struct tide_tensor *y)
+/* matmul on the row kernel (own or AMX): x and y rows where they are, any
+ * stride. */
+static int dnnl_bk_matmul_rows(struct tide_backend *bk, const struct tide_tensor *x,
+                               const struct dnnl_bk_mat *m, const struct tide_tensor *y)
 {
     const int64_t T = x->rows;
-    int rc = dnnl_bk_scratch(bk, 2 * sizeof(void *) * (size_t)(T ? T : 1));
+    const size_t bp = dnnl_bk_lines(2 * sizeof(void *) * (size_t)(T ? T : 1));
+    int rc = dnnl_bk_scratch(bk, bp + dnnl_bk_row_work_bytes(bk, T, m->k, bk->threads));
     if (rc)
         return rc;
     const uint16_t **xr = bk->scratch;
@@ -273,7 +283,7 @@ static int dnnl_bk_matmul_own(struct tide_backend *bk, const struct tide_tensor 
         yr[t] = dnnl_bk_at(y, t, 0);
     }
     const struct dnnl_bk_raw_seg seg = {m->data, m->n, yr};
-    dnnl_bk_own_gemm(xr, T, &seg, 1, m->k, bk->threads, bk->own_avx2);
+    dnnl_bk_row_gemm(bk, xr, T, &seg, 1, m->k, bk->threads, (char *)bk->scratch + bp);
     return TIDE_OK;
 }
 
@@ -286,8 +296,8 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
         return rc;
     const struct dnnl_bk_mat *m = &w->mat;
     dnnl_bk_enter(bk);
-    if (bk->own)
-        return dnnl_bk_matmul_own(bk, x, m, y);
+    if (bk->own || bk->amx)
+        return dnnl_bk_matmul_rows(bk, x, m, y);
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
         int64_t rows = x->rows - t0 < DNNL_BK_MAX_BUCKET ? x->rows - t0 : DNNL_BK_MAX_BUCKET;
@@ -340,19 +350,22 @@ static int dnnl_bk_ffn_check(const struct tide_expert *e, const struct tide_tens
     return TIDE_OK;
 }
 
-/* Scratch of one raw-kernel expert call of m rows and width I: row pointers
- * x, h, g, u, y [m] | g, u [m,I] f32 | h [m,I] bf16. */
-static size_t dnnl_bk_ffn_raw_bytes(int64_t m, int64_t I)
+/* Scratch of one row-kernel expert call of m rows, hidden size H and width
+ * I on `threads` threads: row pointers x, h, g, u, y [m] | g, u [m,I] f32 |
+ * h [m,I] bf16 | the row kernel's work for the longer of H and I. */
+static size_t dnnl_bk_ffn_raw_bytes(const struct tide_backend *bk, int64_t m, int64_t H, int64_t I,
+                                    int threads)
 {
     return dnnl_bk_lines(5 * sizeof(void *) * (size_t)m) +
            dnnl_bk_lines(2 * sizeof(float) * (size_t)(m * I)) +
-           dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I));
+           dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I)) +
+           dnnl_bk_row_work_bytes(bk, m, H > I ? H : I, threads);
 }
 
 /* expert_ffn of an inplace expert on the row kernel (raw_kernel.c or
  * own_kernel.c), or of a quantized expert on quant_kernel.c (any m): no gather, no
  * padding, results written straight to out. `scratch` holds
- * dnnl_bk_ffn_raw_bytes(m, I); threads = 1 runs inline. */
+ * dnnl_bk_ffn_raw_bytes(bk, m, H, I, threads); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
                             const struct tide_tensor *x_all, const int32_t *rows,
                             const int32_t *dst_rows, int64_t m, const struct tide_tensor *out,
@@ -365,6 +378,7 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
     float **gr = (float **)(hr + m), **ur = gr + m, **yr = ur + m;
     float *g = (float *)((char *)scratch + bp), *u = g + m * I;
     uint16_t *h = (uint16_t *)((char *)g + bgu);
+    void *work = (char *)h + dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I));
     for (int64_t t = 0; t < m; t++) {
         xr[t] = dnnl_bk_at(x_all, rows[t], 0);
         gr[t] = g + t * I;
@@ -377,7 +391,7 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         dnnl_bk_q_gemm(xr, m, gu, 2, H, threads, bk->q_isa);
     } else {
         const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
-        dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads);
+        dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads, work);
     }
 #pragma omp parallel for num_threads(threads) if (threads > 1 && m * I >= 4096)
     for (int64_t t = 0; t < m; t++)
@@ -387,7 +401,7 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_isa);
     } else {
         const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
-        dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads);
+        dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads, work);
     }
 }
 
@@ -406,8 +420,8 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
          * expert got (the KV path equals recompute). Switching to oneDNN above
          * some count, as an earlier version did at 64 rows, broke that. */
         if (e->qfmt != TIDE_QFMT_NONE ||
-            (e->layout == DNNL_BK_RAW && (bk->own || bk->raw_kernel))) {
-            if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(m, I))))
+            (e->layout == DNNL_BK_RAW && (bk->own || bk->amx || bk->raw_kernel))) {
+            if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(bk, m, H, I, bk->threads))))
                 return rc;
             dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch,
                             bk->threads, bk->simd);
@@ -510,10 +524,10 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
      * expert. The others (many rows, packed layout) run one by one on all
      * threads. */
     const int T = bk->threads;
-    const bool spread = T > 1 && (bk->own || (bk->raw_kernel && dnnl_bk_simd_on(bk)));
+    const bool spread = T > 1 && (bk->own || bk->amx || (bk->raw_kernel && dnnl_bk_simd_on(bk)));
     int *bin = malloc(sizeof *bin * (size_t)(n_experts + 1));
     double load[64] = {0};
-    int64_t max_m = 0, max_i = 0;
+    int64_t max_m = 0, max_i = 0, max_h = 0;
     int n_spread = 0;
     if (!bin)
         return TIDE_E_NOMEM;
@@ -535,13 +549,14 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
         n_spread++;
         max_m = m > max_m ? m : max_m;
         max_i = e->inter > max_i ? e->inter : max_i;
+        max_h = e->hidden > max_h ? e->hidden : max_h;
     }
     rc = TIDE_OK;
     for (int j = 0; j < n_experts && !rc; j++)
         if (bin[j] < 0 && offsets[j + 1] > offsets[j])
             rc = dnnl_bk_ffn_run(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
                                  offsets[j + 1] - offsets[j], out);
-    const size_t per = dnnl_bk_lines(dnnl_bk_ffn_raw_bytes(max_m, max_i));
+    const size_t per = dnnl_bk_lines(dnnl_bk_ffn_raw_bytes(bk, max_m, max_h, max_i, 1));
     const int bins = T < 64 ? T : 64;
     if (!rc && n_spread && !(rc = dnnl_bk_scratch(bk, per * (size_t)bins))) {
         char *scratch = bk->scratch;

@@ -63,11 +63,12 @@ static const struct tide_option dnnl_bk_options[] = {
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
     {"gemm", TIDE_OPT_ENUM, "auto",
-     "matmul kernels: onednn = oneDNN's bf16 matmuls (and raw_kernel.c for inplace "
-     "experts); own = own_kernel.c for every matmul (AVX2 or plain C, one summation order per "
-     "output whatever the row count); auto = onednn where it has a bf16 matmul on this CPU "
-     "(AVX512), else own",
-     "auto|onednn|own", NULL},
+     "matmul kernels: amx = amx_kernel.c for every matmul and inplace expert (AMX-BF16 tiles, "
+     "the checkpoint's rows read in place, no packed copies); onednn = oneDNN's bf16 matmuls "
+     "(and raw_kernel.c for inplace experts); own = own_kernel.c for every matmul (AVX2 or "
+     "plain C); each keeps one summation order per output whatever the row count; auto = amx "
+     "where the CPU has AMX-BF16, else onednn where it has a bf16 matmul (AVX512), else own",
+     "auto|amx|onednn|own", NULL},
     {"simd", TIDE_OPT_BOOL, "true",
      "vector kernels: AVX-512 attention, exp/SiLU and the expert batch where the CPU has them, "
      "else AVX2 attention; they give the same bits as the plain C loops, which false selects "
@@ -186,8 +187,23 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     if (strcmp(layout, "auto") && strcmp(layout, "packed") && strcmp(layout, "inplace"))
         return dnnl_bk_inval("create", "expert_layout = '%s', expected auto, inplace or packed",
                              layout);
-    if (strcmp(gemm, "auto") && strcmp(gemm, "onednn") && strcmp(gemm, "own"))
-        return dnnl_bk_inval("create", "gemm = '%s', expected auto, onednn or own", gemm);
+    if (strcmp(gemm, "auto") && strcmp(gemm, "amx") && strcmp(gemm, "onednn") &&
+        strcmp(gemm, "own"))
+        return dnnl_bk_inval("create", "gemm = '%s', expected auto, amx, onednn or own", gemm);
+
+    /* oneDNN 2.6's AMX brgemm gives a row other bits when the call has
+     * another number of rows (test_backend_ops on a Xeon with AMX: matmuls of
+     * N = K = 4096 at 1-40 rows, N = 96, K = 200 at 1-512, packed experts),
+     * so oneDNN dispatches to AVX512-BF16 at most, whose brgemm does not
+     * (batch invariance); AMX runs in amx_kernel.c. The cap is process-wide
+     * and must come before oneDNN's first use; a later instance finds it set. */
+    dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
+    if (dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx) {
+        tide_error(DNNL_BK_NAME ": oneDNN dispatches to AMX (its ISA was fixed before this "
+                                "backend could cap it at avx512_core_bf16), and its AMX "
+                                "matmuls are not batch invariant");
+        return TIDE_E_UNSUPPORTED;
+    }
 
     struct tide_backend *bk = calloc(1, sizeof *bk);
     if (!bk)
@@ -217,7 +233,15 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         dnnl_bk_destroy(bk);
         return TIDE_E_UNSUPPORTED;
     }
-    bk->own = !strcmp(gemm, "own") || !onednn_bf16;
+    const bool amx_can = dnnl_bk_amx_available();
+    if (!strcmp(gemm, "amx") && !amx_can) {
+        tide_error(DNNL_BK_NAME ": gemm = amx, but this CPU has no AMX-BF16 (or Linux refused "
+                                "the tile state); set gemm = onednn, own or auto");
+        dnnl_bk_destroy(bk);
+        return TIDE_E_UNSUPPORTED;
+    }
+    bk->amx = amx_can && (!strcmp(gemm, "amx") || !strcmp(gemm, "auto"));
+    bk->own = !bk->amx && (!strcmp(gemm, "own") || !onednn_bf16);
     bk->own_avx2 = bk->own && dnnl_bk_own_avx2();
     if (bk->own && strcmp(gemm, "own"))
         tide_info(DNNL_BK_NAME ": %s: every matmul runs on the backend's own %s kernel", bf16_why,
@@ -226,16 +250,17 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     if (bk->own && !strcmp(layout, "packed"))
         tide_info(DNNL_BK_NAME ": expert_layout = packed needs oneDNN's matmul (gemm = own "
                                "here): experts stay inplace");
-    bk->expert_layout =
-        !bk->own && (!strcmp(layout, "packed") || (!strcmp(layout, "auto") && !bk->raw_kernel))
-            ? DNNL_BK_PACKED
-            : DNNL_BK_RAW;
+    bk->expert_layout = !bk->own && (!strcmp(layout, "packed") ||
+                                     (!strcmp(layout, "auto") && !bk->raw_kernel && !bk->amx))
+                            ? DNNL_BK_PACKED
+                            : DNNL_BK_RAW;
     const dnnl_version_t *v = dnnl_version();
     snprintf(bk->desc, sizeof bk->desc,
              "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s, quant %s",
              v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
              dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
-             !bk->own       ? "onednn"
+             bk->amx        ? "amx"
+             : !bk->own     ? "onednn"
              : bk->own_avx2 ? "own (avx2)"
                             : "own (plain C)",
              bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
@@ -329,8 +354,9 @@ static void dnnl_bk_weight_destroy(struct tide_backend *bk, struct tide_weight *
     free(w);
 }
 
-/* MATMUL: prepacked once (oneDNN), or the checkpoint's rows (own kernel). bf16 is the contract for
- * matmul inputs, so an f32 or f16 checkpoint tensor is rounded to bf16 (nearest even) first. */
+/* MATMUL: prepacked once (oneDNN), or the checkpoint's rows (own and AMX kernels). bf16 is the
+ * contract for matmul inputs, so an f32 or f16 checkpoint tensor is rounded to bf16 (nearest even)
+ * first. */
 static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view *src,
                                  struct tide_weight *w)
 {
@@ -346,11 +372,16 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
             tmp[i] = tide_f32_to_bf16(bkc_view_f32(src, i));
         rows = tmp;
     }
-    /* The own kernel reads the rows where they are; a converted copy is kept. */
-    int rc = bk->own ? dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_RAW,
-                                        tmp != NULL, w->name)
-                     : dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED, true,
-                                        w->name);
+    /* The own kernel reads the rows where they are; a converted copy is
+     * kept. The AMX kernel reads a copy of its own in 2 MiB pages (as much
+     * memory as oneDNN's packed copy): on a Xeon VM the page cache of the
+     * mapped checkpoint streamed the output layer at 13.7 GB/s in one state
+     * and 23 in another, where anonymous huge pages gave 26-28 (session 11
+     * of docs/cpu-performance.md); routed experts stay in place. */
+    int rc = bk->own || bk->amx ? dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_RAW,
+                                                   tmp != NULL || bk->amx, w->name)
+                                : dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols,
+                                                   DNNL_BK_PACKED, true, w->name);
     free(tmp);
     return rc;
 }

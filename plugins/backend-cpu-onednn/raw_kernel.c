@@ -414,16 +414,22 @@ static void rk_block(const uint16_t *const *x, int64_t m, int64_t k,
     }
 }
 
+const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
+                                                int64_t rows, int64_t *r0, int64_t *r1)
+{
+    int j = 0;
+    while (i >= (segs[j].n + rows - 1) / rows)
+        i -= (segs[j++].n + rows - 1) / rows;
+    *r0 = i * rows;
+    *r1 = *r0 + rows < segs[j].n ? *r0 + rows : segs[j].n;
+    return &segs[j];
+}
+
 /* Block number i of the segments: its segment and rows [*r0, *r1). */
 static const struct dnnl_bk_raw_seg *rk_block_at(const struct dnnl_bk_raw_seg *segs, int64_t i,
                                                  int64_t *r0, int64_t *r1)
 {
-    int j = 0;
-    while (i >= (segs[j].n + DNNL_BK_RAW_RB - 1) / DNNL_BK_RAW_RB)
-        i -= (segs[j++].n + DNNL_BK_RAW_RB - 1) / DNNL_BK_RAW_RB;
-    *r0 = i * DNNL_BK_RAW_RB;
-    *r1 = *r0 + DNNL_BK_RAW_RB < segs[j].n ? *r0 + DNNL_BK_RAW_RB : segs[j].n;
-    return &segs[j];
+    return dnnl_bk_seg_block(segs, i, DNNL_BK_RAW_RB, r0, r1);
 }
 
 /* Block i and block i + half, walked together: the first and the second

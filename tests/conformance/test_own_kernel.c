@@ -22,26 +22,19 @@
 
 #include "bf16_rand.h"
 #include "dnnl_bk.h"
+#include "kernel_case.h"
 
 static int failures;
-
-static float widen(uint16_t v)
-{
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
 {
     float l[8] = {0};
     const int64_t k8 = k / 8 * 8;
     for (int64_t i = 0; i < k8; i++)
-        l[i % 8] = fmaf(widen(x[i]), widen(w[i]), l[i % 8]);
+        l[i % 8] = fmaf(kcase_f32(x[i]), kcase_f32(w[i]), l[i % 8]);
     float r = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
     for (int64_t i = k8; i < k; i++)
-        r = fmaf(widen(x[i]), widen(w[i]), r);
+        r = fmaf(kcase_f32(x[i]), kcase_f32(w[i]), r);
     return r;
 }
 
@@ -51,33 +44,17 @@ static float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
  * output of the same row computed alone (m = 1). */
 static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads, bool avx2)
 {
-    const int64_t n[2] = {n0, n1};
-    uint16_t *xbuf = malloc(sizeof(uint16_t) * (size_t)(m * (k + 1) + 1));
-    uint16_t *wbuf[2];
-    float *y[2], **yp[2];
-    const uint16_t **xr = malloc(sizeof *xr * (size_t)m);
-    for (int64_t t = 0; t < m; t++) {
-        xr[t] = xbuf + 1 + t * (k + 1);
-        for (int64_t i = 0; i < k; i++)
-            ((uint16_t *)xr[t])[i] = rand_bf16();
-    }
-    struct dnnl_bk_raw_seg segs[2];
-    for (int s = 0; s < 2; s++) {
-        wbuf[s] = malloc(sizeof(uint16_t) * (size_t)(n[s] * k + 1));
-        for (int64_t i = 0; i < n[s] * k; i++)
-            wbuf[s][1 + i] = rand_bf16();
-        y[s] = malloc(sizeof(float) * (size_t)(m * n[s]));
-        yp[s] = malloc(sizeof *yp[s] * (size_t)m);
-        for (int64_t t = 0; t < m; t++)
-            yp[s][t] = y[s] + t * n[s];
-        segs[s] = (struct dnnl_bk_raw_seg){wbuf[s] + 1, n[s], yp[s]};
-    }
-    dnnl_bk_own_gemm(xr, m, segs, 2, k, threads, avx2);
+    struct kcase c;
+    kcase_init(&c, m, n0, n1, k);
+    const uint16_t **xr = c.xr;
+    float ***yp = c.yp;
+    const int64_t *n = c.n;
+    dnnl_bk_own_gemm(xr, m, c.segs, 2, k, threads, avx2);
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)
         for (int64_t t = 0; t < m; t++)
             for (int64_t r = 0; r < n[s]; r++) {
-                const float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k), got = yp[s][t][r];
+                const float want = ref_dot(xr[t], c.w[s] + r * k, k), got = yp[s][t][r];
                 if (memcmp(&want, &got, sizeof want) && bad++ < 3)
                     fprintf(stderr,
                             "FAIL %s m %lld k %lld threads %d: segment %d row %lld col %lld: "
@@ -88,26 +65,14 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     /* Each row alone, through the kernel: the same bits as in the batch. */
     float *alone = malloc(sizeof(float) * (size_t)(n0 > n1 ? n0 : n1));
     for (int64_t t = 0; t < m; t++) {
-        const struct dnnl_bk_raw_seg one = {wbuf[0] + 1, n0, &alone};
+        const struct dnnl_bk_raw_seg one = {c.w[0], n0, &alone};
         dnnl_bk_own_gemm(&xr[t], 1, &one, 1, k, 1, avx2);
         if (memcmp(alone, yp[0][t], sizeof(float) * (size_t)n0) && bad++ < 3)
             fprintf(stderr, "FAIL %s m %lld k %lld: row %lld alone differs from the batch\n",
                     avx2 ? "avx2" : "plain", (long long)m, (long long)k, (long long)t);
     }
-    if (bad) {
-        fprintf(stderr, "FAIL %s m %lld rows %lld+%lld k %lld threads %d: %lld outputs differ\n",
-                avx2 ? "avx2" : "plain", (long long)m, (long long)n0, (long long)n1, (long long)k,
-                threads, (long long)bad);
-        failures++;
-    }
     free(alone);
-    free(xbuf);
-    free(xr);
-    for (int s = 0; s < 2; s++) {
-        free(wbuf[s]);
-        free(y[s]);
-        free(yp[s]);
-    }
+    kcase_end(&c, avx2 ? "avx2 " : "plain ", threads, bad, &failures);
 }
 
 int main(void)

@@ -25,6 +25,7 @@
 
 #include "bf16_rand.h"
 #include "dnnl_bk.h"
+#include "kernel_case.h"
 
 /* The most tokens of a case. */
 #define DNNL_BK_TEST_MAX_M 130
@@ -55,37 +56,28 @@ static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+/* One token on one thread. */
+static void raw_one(const uint16_t *const *x, const struct dnnl_bk_raw_seg *segs, int64_t k)
+{
+    dnnl_bk_raw_gemm(x, 1, segs, 2, k, 1);
+}
+
 /* m tokens against two segments of n0 and n1 rows of length k (the gate/up
  * call shape), on `threads` threads. The x rows and weights sit at odd
  * element offsets, as tensors in a safetensors file may. */
 static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads)
 {
-    const int64_t n[2] = {n0, n1};
-    uint16_t *xbuf = malloc(sizeof(uint16_t) * (size_t)(m * (k + 1) + 1));
-    uint16_t *wbuf[2];
-    float *y[2], *yp[2][DNNL_BK_TEST_MAX_M], *y1[2];
-    const uint16_t *xr[DNNL_BK_TEST_MAX_M];
-    for (int64_t t = 0; t < m; t++) {
-        xr[t] = xbuf + 1 + t * (k + 1);
-        for (int64_t i = 0; i < k; i++)
-            ((uint16_t *)xr[t])[i] = rand_bf16();
-    }
-    struct dnnl_bk_raw_seg segs[2];
-    for (int s = 0; s < 2; s++) {
-        wbuf[s] = malloc(sizeof(uint16_t) * (size_t)(n[s] * k + 1));
-        for (int64_t i = 0; i < n[s] * k; i++)
-            wbuf[s][1 + i] = rand_bf16();
-        y[s] = malloc(sizeof(float) * (size_t)(m * n[s]));
-        for (int64_t t = 0; t < m; t++)
-            yp[s][t] = y[s] + t * n[s];
-        segs[s] = (struct dnnl_bk_raw_seg){wbuf[s] + 1, n[s], yp[s]};
-    }
-    dnnl_bk_raw_gemm(xr, m, segs, 2, k, threads);
+    struct kcase c;
+    kcase_init(&c, m, n0, n1, k);
+    const uint16_t **xr = c.xr;
+    float ***yp = c.yp;
+    const int64_t *n = c.n;
+    dnnl_bk_raw_gemm(xr, m, c.segs, 2, k, threads);
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)
         for (int64_t t = 0; t < m; t++) {
             for (int64_t r = 0; r < n[s]; r++) {
-                float want = ref_dot(xr[t], wbuf[s] + 1 + r * k, k);
+                float want = ref_dot(xr[t], c.w[s] + r * k, k);
                 float got = yp[s][t][r];
                 if (memcmp(&want, &got, sizeof want)) {
                     if (bad++ < 3)
@@ -98,30 +90,8 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
             }
         }
     /* Each token alone, on one thread, against its row of the batch. */
-    for (int s = 0; s < 2; s++)
-        y1[s] = malloc(sizeof(float) * (size_t)n[s]);
-    for (int64_t t = 0; t < m; t++) {
-        struct dnnl_bk_raw_seg one[2] = {{wbuf[0] + 1, n[0], &y1[0]}, {wbuf[1] + 1, n[1], &y1[1]}};
-        dnnl_bk_raw_gemm(&xr[t], 1, one, 2, k, 1);
-        for (int s = 0; s < 2; s++)
-            if (memcmp(y1[s], yp[s][t], sizeof(float) * (size_t)n[s])) {
-                if (bad++ < 3)
-                    fprintf(stderr, "FAIL m %lld k %lld: token %lld alone differs from the batch\n",
-                            (long long)m, (long long)k, (long long)t);
-            }
-    }
-    for (int s = 0; s < 2; s++)
-        free(y1[s]);
-    if (bad) {
-        fprintf(stderr, "FAIL m %lld rows %lld+%lld k %lld threads %d: %lld outputs differ\n",
-                (long long)m, (long long)n0, (long long)n1, (long long)k, threads, (long long)bad);
-        failures++;
-    }
-    free(xbuf);
-    for (int s = 0; s < 2; s++) {
-        free(wbuf[s]);
-        free(y[s]);
-    }
+    bad += kcase_alone(&c, raw_one);
+    kcase_end(&c, "", threads, bad, &failures);
 }
 
 int main(void)

@@ -68,7 +68,7 @@ def kernels(binary, cfg):
     """The (gemm, expert_layout) settings this CPU runs, each with the
     backend's description."""
     out = []
-    for gemm in ("auto", "own", "onednn"):
+    for gemm in ("auto", "amx", "own", "onednn"):
         for layout in ("auto", "packed"):
             sets = ["backend-cpu-onednn.gemm=" + gemm, "backend-cpu-onednn.expert_layout=" + layout]
             r = subprocess.run([binary, "run", "-c", cfg, "--ids", "5,6,7", "--print-ids"] +
@@ -77,7 +77,7 @@ def kernels(binary, cfg):
             if r.returncode != 0:
                 print("(skipped, refused on this CPU: %s)" % " ".join(sets))
                 continue
-            m = re.search(r"gemm (own \(\w+ ?\w*\)|onednn), experts (\w+)", r.stderr)
+            m = re.search(r"gemm (own \(\w+ ?\w*\)|onednn|amx), experts (\w+)", r.stderr)
             desc = m.group(0) if m else "?"
             if any(d == desc for _, d in out):
                 continue  # the same kernels as a setting already listed

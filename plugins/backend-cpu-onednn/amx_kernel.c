@@ -1,0 +1,309 @@
+/* A bf16 matmul kernel on AMX tiles for the checkpoint's own [N][K] layout:
+ * every matmul and inplace expert with `gemm = amx` (the default where the
+ * CPU has AMX-BF16 and Linux grants the tile state).
+ *
+ * y[t][n] = x[t] . w[n] is computed transposed, C = W X^T: the weight rows
+ * are the A operand of TDPBF16PS as they lie in memory (16 rows of 32 bf16
+ * per tile, the row stride of the matrix), so nothing is repacked and the
+ * weights stream from the mapping; the tokens are the B operand, packed once
+ * per call into the pair-interleaved (VNNI) layout TDPBF16PS wants, 16
+ * tokens per tile (missing tokens are zeros). One TDPBF16PS multiplies a
+ * 16 x 32 slice of the weights by 16 tokens in 16 cycles, ~60 bytes of
+ * weights per cycle: even one token leaves the memory, not the tiles, as the
+ * limit, and 512 tokens stay far below the peak of VDPBF16PS code.
+ *
+ * Summation order: each output is one f32 accumulator (a tile element)
+ * that TDPBF16PS advances over the chunks of 32 k in increasing order,
+ * starting from zero; within a chunk the instruction's own order. A tile
+ * element depends only on its weight row, its token and that order, never on
+ * the other rows or tokens of the tile, so a token's result does not depend
+ * on how many tokens share the call or where it sits among them (batch
+ * invariance, tests/conformance/test_amx_kernel.c). Rows whose length is not
+ * a multiple of 32 run on raw_kernel.c instead (AVX512-BF16, which every AMX
+ * CPU has): a choice made by k alone.
+ *
+ * Rows are walked in blocks of 32 (two A tiles) and tokens in pairs of
+ * tiles, so one step is 2 weight tiles, 2 token tiles and 4 products into 4
+ * accumulator tiles. While a block is multiplied, the next block of the same
+ * thread is prefetched into L2 at the rate the tiles consume this one: a
+ * block's rows are contiguous, and the tiles read them 32 rows abreast,
+ * which the hardware prefetchers do not follow across pages. */
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "dnnl_bk.h"
+
+#define AK_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+#define AK_INLINE static inline __attribute__((always_inline)) AK_TARGET
+
+/* Weight rows per tile and per block; tokens per tile; k per chunk. */
+#define AK_ROWS 16
+#ifndef AK_BLOCK
+#define AK_BLOCK 32
+#endif
+#define AK_TOK 16
+#define AK_KC  32
+
+#ifndef DNNL_BK_AMX_PF
+#define DNNL_BK_AMX_PF 0
+#endif
+#ifndef DNNL_BK_AMX_PFD
+#define DNNL_BK_AMX_PFD 8
+#endif
+#ifndef DNNL_BK_AMX_PF_HINT
+#define DNNL_BK_AMX_PF_HINT _MM_HINT_T1
+#endif
+
+/* Linux: ask for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA); without it the first tile instruction raises SIGILL. */
+#define AK_ARCH_REQ_XCOMP_PERM 0x1023
+#define AK_XFEATURE_XTILEDATA  18
+
+bool dnnl_bk_amx_available(void)
+{
+    static int state = -1; /* -1 unknown, 0 no, 1 yes */
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s >= 0)
+        return s == 1;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    bool ok = dnnl_bk_raw_available();
+    if (ok && __get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        ok = (d >> 22 & 1) && (d >> 24 & 1); /* AMX-BF16, AMX-TILE */
+    } else {
+        ok = false;
+    }
+#ifdef SYS_arch_prctl
+    ok = ok && syscall(SYS_arch_prctl, AK_ARCH_REQ_XCOMP_PERM, AK_XFEATURE_XTILEDATA) == 0;
+#else
+    ok = false;
+#endif
+    __atomic_store_n(&state, ok ? 1 : 0, __ATOMIC_RELEASE);
+    return ok;
+}
+
+/* Palette 1, tiles 0-7 all 16 rows of 64 bytes: 0-3 accumulators, 4-5
+ * weights, 6-7 tokens. */
+struct ak_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+AK_INLINE void ak_config(void)
+{
+    struct ak_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = AK_ROWS;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* Bytes of the packed tokens and of one thread's short-tile rows. */
+static size_t ak_pack_bytes(int64_t m, int64_t k)
+{
+    return ((size_t)((m + AK_TOK - 1) / AK_TOK * k / 2 * AK_TOK) * sizeof(uint32_t) + 63) &
+           ~(size_t)63;
+}
+static size_t ak_tail_bytes(int64_t k)
+{
+    return ((size_t)(AK_ROWS * k) * sizeof(uint16_t) + 63) & ~(size_t)63;
+}
+
+size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads)
+{
+    return 64 + ak_pack_bytes(m, k) + (size_t)(threads > 1 ? threads : 1) * ak_tail_bytes(k);
+}
+
+/* The tokens x[0..m) as TDPBF16PS's B operand, into b: tiles of AK_TOK
+ * tokens, each [k/2][AK_TOK] words holding the pair (x[t][2p], x[t][2p+1])
+ * at row p, column t % AK_TOK; zeros past m. */
+static void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, uint32_t *b)
+{
+    const int64_t tiles = (m + AK_TOK - 1) / AK_TOK, kp = k / 2;
+    if (m % AK_TOK)
+        memset(b + (tiles - 1) * kp * AK_TOK, 0, sizeof(uint32_t) * (size_t)(kp * AK_TOK));
+    for (int64_t t = 0; t < m; t++) {
+        uint32_t *col = b + (t / AK_TOK) * kp * AK_TOK + t % AK_TOK;
+        const uint16_t *row = x[t];
+        for (int64_t p = 0; p < kp; p++) {
+            uint32_t v;
+            memcpy(&v, row + 2 * p, sizeof v);
+            col[p * AK_TOK] = v;
+        }
+    }
+}
+
+/* nr (1-2) tiles of weight rows from w (row stride k) against nt (1-2) tiles
+ * of tokens from b (b + kp * AK_TOK for the second), all of k: c gets the
+ * accumulators, tile (i, j) at c + (j * 2 + i) * 256 as [16 rows][16 tokens].
+ * pf, when not NULL, is prefetched at nr KiB per chunk (the next block). */
+AK_INLINE void ak_tiles(const int nr, const int nt, const uint16_t *w, int64_t k, const uint32_t *b,
+                        float *c, const char *pf)
+{
+    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
+    const uint16_t *w1 = w + AK_ROWS * k;
+    const uint32_t *b1 = b + k / 2 * AK_TOK;
+    _tile_zero(0);
+    if (nr > 1)
+        _tile_zero(1);
+    if (nt > 1) {
+        _tile_zero(2);
+        if (nr > 1)
+            _tile_zero(3);
+    }
+    for (int64_t kc = 0; kc < k; kc += AK_KC) {
+        if (DNNL_BK_AMX_PF == 1 && pf) {
+            const char *p = pf + kc / AK_KC * (nr * 1024);
+#pragma GCC unroll 32
+            for (int i = 0; i < nr * 16; i++)
+                _mm_prefetch(p + i * 64, DNNL_BK_AMX_PF_HINT);
+        }
+        if (DNNL_BK_AMX_PF == 2 && pf && kc + DNNL_BK_AMX_PFD * AK_KC < k) {
+#pragma GCC unroll 32
+            for (int i = 0; i < nr * 16; i++)
+                _mm_prefetch((const char *)(w + i * k + kc + DNNL_BK_AMX_PFD * AK_KC),
+                             DNNL_BK_AMX_PF_HINT);
+        }
+        _tile_loadd(4, w + kc, ws);
+        if (nr > 1)
+            _tile_loadd(5, w1 + kc, ws);
+        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
+        if (nt > 1)
+            _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        if (nr > 1)
+            _tile_dpbf16ps(1, 5, 6);
+        if (nt > 1) {
+            _tile_dpbf16ps(2, 4, 7);
+            if (nr > 1)
+                _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, c, 64);
+    if (nr > 1)
+        _tile_stored(1, c + 256, 64);
+    if (nt > 1) {
+        _tile_stored(2, c + 512, 64);
+        if (nr > 1)
+            _tile_stored(3, c + 768, 64);
+    }
+}
+
+typedef void (*ak_tiles_fn)(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
+                            const char *pf);
+
+#define AK_DEFINE(nr, nt)                                                                          \
+    static AK_TARGET void ak_tiles_##nr##_##nt(const uint16_t *w, int64_t k, const uint32_t *b,    \
+                                               float *c, const char *pf)                           \
+    {                                                                                              \
+        ak_tiles(nr, nt, w, k, b, c, pf);                                                          \
+    }
+AK_DEFINE(1, 1)
+AK_DEFINE(1, 2)
+AK_DEFINE(2, 1)
+AK_DEFINE(2, 2)
+static const ak_tiles_fn ak_fns[2][2] = {{ak_tiles_1_1, ak_tiles_1_2},
+                                         {ak_tiles_2_1, ak_tiles_2_2}};
+
+/* Rows [r0, r1) of segment s (r1 - r0 <= AK_BLOCK) for all m tokens (b
+ * packed); pf: the next block to prefetch, or NULL. tail: AK_ROWS x k
+ * elements for a last tile of fewer than 16 rows. */
+static void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, int64_t m, int64_t k,
+                     const uint32_t *b, const char *pf, uint16_t *tail)
+{
+    float c[4 * 256] __attribute__((aligned(64)));
+    const int64_t rows = r1 - r0, full = rows / AK_ROWS * AK_ROWS,
+                  tiles = (m + AK_TOK - 1) / AK_TOK;
+    for (int64_t part = 0; part < rows; part += AK_ROWS) {
+        /* Whole tiles in one pass (one or two); a short last tile apart. */
+        const uint16_t *w = s->w + (r0 + part) * k;
+        int nr = part < full ? (int)((full - part) / AK_ROWS) : 1;
+        const int64_t nrows = part < full ? nr * AK_ROWS : rows - part;
+        if (part >= full) {
+            memcpy(tail, w, sizeof(uint16_t) * (size_t)(nrows * k));
+            memset(tail + nrows * k, 0, sizeof(uint16_t) * (size_t)((AK_ROWS - nrows) * k));
+            w = tail;
+        }
+        for (int64_t j = 0; j < tiles; j += 2) {
+            const int nt = tiles - j >= 2 ? 2 : 1;
+            ak_fns[nr - 1][nt - 1](w, k, b + j * (k / 2) * AK_TOK, c,
+                                   j == 0 ? (DNNL_BK_AMX_PF == 2 ? (const char *)w : pf) : NULL);
+            for (int jj = 0; jj < nt; jj++) {
+                const int64_t t0 = (j + jj) * AK_TOK;
+                const int64_t mt = m - t0 < AK_TOK ? m - t0 : AK_TOK;
+                for (int ii = 0; ii < nr; ii++) {
+                    const float *ct = c + (jj * 2 + ii) * 256;
+                    const int64_t col = r0 + part + ii * AK_ROWS;
+                    const int64_t nv =
+                        nrows - ii * AK_ROWS < AK_ROWS ? nrows - ii * AK_ROWS : AK_ROWS;
+                    for (int64_t t = 0; t < mt; t++) {
+                        float *y = s->y[t0 + t] + col;
+                        for (int64_t r = 0; r < nv; r++)
+                            y[r] = ct[r * AK_TOK + t];
+                    }
+                }
+            }
+        }
+        part += (nr - 1) * AK_ROWS;
+        pf = NULL; /* prefetched with the first pass */
+    }
+}
+
+/* Blocks [i0, i1) of the segments on the calling thread. */
+static AK_TARGET void ak_run(const struct dnnl_bk_raw_seg *segs, int64_t i0, int64_t i1, int64_t m,
+                             int64_t k, const uint32_t *b, uint16_t *tail)
+{
+    if (i0 >= i1)
+        return;
+    ak_config();
+    int64_t r0, r1;
+    const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(segs, i0, AK_BLOCK, &r0, &r1);
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t q0 = 0, q1 = 0;
+        const struct dnnl_bk_raw_seg *n =
+            i + 1 < i1 ? dnnl_bk_seg_block(segs, i + 1, AK_BLOCK, &q0, &q1) : NULL;
+        /* Prefetch a whole next block only: its rows are what the next pass reads. */
+        const char *pf = n && q1 - q0 == AK_BLOCK ? (const char *)(n->w + q0 * k) : NULL;
+        ak_block(s, r0, r1, m, k, b, pf, tail);
+        s = n;
+        r0 = q0;
+        r1 = q1;
+    }
+    _tile_release();
+}
+
+void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+                      int n_segs, int64_t k, int threads, void *work)
+{
+    if (m <= 0)
+        return;
+    if (k % AK_KC) {
+        dnnl_bk_raw_gemm(x, m, segs, n_segs, k, threads);
+        return;
+    }
+    int64_t blocks = 0;
+    for (int i = 0; i < n_segs; i++)
+        blocks += (segs[i].n + AK_BLOCK - 1) / AK_BLOCK;
+    uint32_t *b = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    uint16_t *tails = (uint16_t *)((char *)b + ak_pack_bytes(m, k));
+    ak_pack(x, m, k, b);
+    if (threads <= 1 || blocks < 2) {
+        ak_run(segs, 0, blocks, m, k, b, tails);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+        ak_run(segs, blocks * me / nt, blocks * (me + 1) / nt, m, k, b,
+               (uint16_t *)((char *)tails + (size_t)me * ak_tail_bytes(k)));
+    }
+}
