@@ -22,12 +22,18 @@
  * a multiple of 32 run on raw_kernel.c instead (AVX512-BF16, which every AMX
  * CPU has): a choice made by k alone.
  *
- * Rows are walked in blocks of 32 (two A tiles) and tokens in pairs of
- * tiles, so one step is 2 weight tiles, 2 token tiles and 4 products into 4
- * accumulator tiles. While a block is multiplied, the next block of the same
- * thread is prefetched into L2 at the rate the tiles consume this one: a
- * block's rows are contiguous, and the tiles read them 32 rows abreast,
- * which the hardware prefetchers do not follow across pages. */
+ * Rows are walked in blocks of 32: with one token tile (up to 16 tokens),
+ * two weight tiles per chunk; with more, one weight tile against two token
+ * tiles. Either way the tiles are double-buffered (chunks alternate between
+ * two sets of weight and token tiles, so a chunk's loads need not wait for
+ * the products still reading the previous chunk's tiles), which streamed the output
+ * layer at 24-32 tokens at 22 GB/s instead of 20 (2 threads, Xeon VM, same
+ * bits). Software prefetch of the next block (or a few chunks ahead in the
+ * rows) into L2 was slower than none at 1-8 tokens (bench-expert-ffn:
+ * 260-280 against 242-262 us per expert): the hardware prefetchers follow
+ * the rows, and a prefetch holds a line-fill buffer as the tile loads do.
+ * DNNL_BK_AMX_PF=1 or 2 builds those variants for measurement.
+ */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -198,6 +204,78 @@ AK_INLINE void ak_tiles(const int nr, const int nt, const uint16_t *w, int64_t k
     }
 }
 
+/* Two weight tiles against one token tile, double-buffered: chunks
+ * alternate between weight tiles 4-5 and 2-3 and token tiles 6 and 7, so the
+ * loads of one chunk need not wait for the products of the previous one
+ * (tiles are not renamed). Accumulators 0-1; the same chunk order per
+ * output as ak_tiles(2, 1, ...). */
+static AK_TARGET void ak_db_2_1(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
+                                const char *pf)
+{
+    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
+    const uint16_t *w1 = w + AK_ROWS * k;
+    (void)pf;
+    _tile_zero(0);
+    _tile_zero(1);
+    int64_t kc = 0;
+    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
+        _tile_loadd(4, w + kc, ws);
+        _tile_loadd(5, w1 + kc, ws);
+        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
+        _tile_loadd(2, w + kc + AK_KC, ws);
+        _tile_loadd(3, w1 + kc + AK_KC, ws);
+        _tile_loadd(7, b + (kc + AK_KC) / 2 * AK_TOK, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 5, 6);
+        _tile_dpbf16ps(0, 2, 7);
+        _tile_dpbf16ps(1, 3, 7);
+    }
+    if (kc < k) {
+        _tile_loadd(4, w + kc, ws);
+        _tile_loadd(5, w1 + kc, ws);
+        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 5, 6);
+    }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 256, 64);
+}
+
+/* One weight tile against two token tiles, double-buffered: weight tiles 4
+ * and 5, token tiles 6-7 and 2-3 alternate; accumulators 0 (token tile 0)
+ * and 1 (token tile 1), stored as tiles (0, 0) and (0, 1) of c. */
+static AK_TARGET void ak_db_1_2(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
+                                const char *pf)
+{
+    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
+    const uint32_t *b1 = b + k / 2 * AK_TOK;
+    (void)pf;
+    _tile_zero(0);
+    _tile_zero(1);
+    int64_t kc = 0;
+    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
+        _tile_loadd(4, w + kc, ws);
+        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
+        _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
+        _tile_loadd(5, w + kc + AK_KC, ws);
+        _tile_loadd(2, b + (kc + AK_KC) / 2 * AK_TOK, bs);
+        _tile_loadd(3, b1 + (kc + AK_KC) / 2 * AK_TOK, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(0, 5, 2);
+        _tile_dpbf16ps(1, 5, 3);
+    }
+    if (kc < k) {
+        _tile_loadd(4, w + kc, ws);
+        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
+        _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+    }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 512, 64);
+}
+
 typedef void (*ak_tiles_fn)(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
                             const char *pf);
 
@@ -211,8 +289,11 @@ AK_DEFINE(1, 1)
 AK_DEFINE(1, 2)
 AK_DEFINE(2, 1)
 AK_DEFINE(2, 2)
-static const ak_tiles_fn ak_fns[2][2] = {{ak_tiles_1_1, ak_tiles_1_2},
-                                         {ak_tiles_2_1, ak_tiles_2_2}};
+#ifndef AK_DB
+#define AK_DB 1
+#endif
+static const ak_tiles_fn ak_fns[2][2] = {{ak_tiles_1_1, AK_DB ? ak_db_1_2 : ak_tiles_1_2},
+                                         {AK_DB ? ak_db_2_1 : ak_tiles_2_1, ak_tiles_2_2}};
 
 /* Rows [r0, r1) of segment s (r1 - r0 <= AK_BLOCK) for all m tokens (b
  * packed); pf: the next block to prefetch, or NULL. tail: AK_ROWS x k
@@ -226,7 +307,9 @@ static void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, in
     for (int64_t part = 0; part < rows; part += AK_ROWS) {
         /* Whole tiles in one pass (one or two); a short last tile apart. */
         const uint16_t *w = s->w + (r0 + part) * k;
-        int nr = part < full ? (int)((full - part) / AK_ROWS) : 1;
+        /* Two weight tiles at a time where a token tile is alone; with
+         * more tokens, one (ak_db_1_2's tiles hold two token tiles). */
+        int nr = part < full && !(AK_DB && tiles > 1) ? (int)((full - part) / AK_ROWS) : 1;
         const int64_t nrows = part < full ? nr * AK_ROWS : rows - part;
         if (part >= full) {
             memcpy(tail, w, sizeof(uint16_t) * (size_t)(nrows * k));

@@ -485,6 +485,21 @@ int dnnl_bk_expert_ffn(struct tide_backend *bk, const struct tide_expert *e,
     return rc;
 }
 
+/* An expert of a batch for the threads: its cost estimate and index. */
+struct dnnl_bk_job {
+    double cost;
+    int j;
+};
+
+/* Larger cost first; equal costs in index order. */
+static int dnnl_bk_job_cmp(const void *a, const void *b)
+{
+    const struct dnnl_bk_job *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost < y->cost ? 1 : -1;
+    return (x->j > y->j) - (x->j < y->j);
+}
+
 /* Rows up to which an expert of a batch runs on one thread (the raw kernel). */
 #define DNNL_BK_BATCH_MAX_M DNNL_BK_RAW_MAX_M
 
@@ -519,70 +534,66 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
     }
     dnnl_bk_enter(bk);
     const double t_start = dnnl_bk_now();
-    /* Experts of few rows on the raw kernel: one thread each, the threads
+    /* Experts of few rows on the row kernel: one thread each, the threads
      * working on different experts at once, so there is no team barrier per
      * expert. The others (many rows, packed layout) run one by one on all
      * threads. */
     const int T = bk->threads;
     const bool spread = T > 1 && (bk->own || bk->amx || (bk->raw_kernel && dnnl_bk_simd_on(bk)));
-    int *bin = malloc(sizeof *bin * (size_t)(n_experts + 1));
-    double load[64] = {0};
+    struct dnnl_bk_job *ord = malloc(sizeof *ord * (size_t)(n_experts + 1));
     int64_t max_m = 0, max_i = 0, max_h = 0;
     int n_spread = 0;
-    if (!bin)
+    if (!ord)
         return TIDE_E_NOMEM;
-    for (int j = 0; j < n_experts; j++) {
+    rc = TIDE_OK;
+    for (int j = 0; j < n_experts && !rc; j++) {
         const struct tide_expert *e = experts[j];
         const int64_t m = offsets[j + 1] - offsets[j];
-        bin[j] = -1;
         /* Quantized experts always run on quant_kernel.c, on any CPU. */
         const bool row = e->qfmt != TIDE_QFMT_NONE ? T > 1 : spread && e->layout == DNNL_BK_RAW;
-        if (!row || !m || m > DNNL_BK_BATCH_MAX_M)
+        if (!m)
             continue;
-        /* Greedy balance: a matrix is streamed once, plus about one tenth of
-         * that per row of compute; ties go to the lowest thread. */
-        int best = 0;
-        for (int t = 1; t < T && t < 64; t++)
-            best = load[t] < load[best] ? t : best;
-        load[best] += (double)(e->hidden * e->inter) * (10.0 + (double)m);
-        bin[j] = best;
-        n_spread++;
+        if (!row || m > DNNL_BK_BATCH_MAX_M) {
+            rc = dnnl_bk_ffn_run(bk, e, x_all, rows + offsets[j], dst_rows + offsets[j], m, out);
+            continue;
+        }
+        /* A matrix is streamed once, plus about one tenth of that per row of
+         * compute. */
+        ord[n_spread++] =
+            (struct dnnl_bk_job){(double)(e->hidden * e->inter) * (10.0 + (double)m), j};
         max_m = m > max_m ? m : max_m;
         max_i = e->inter > max_i ? e->inter : max_i;
         max_h = e->hidden > max_h ? e->hidden : max_h;
     }
-    rc = TIDE_OK;
-    for (int j = 0; j < n_experts && !rc; j++)
-        if (bin[j] < 0 && offsets[j + 1] > offsets[j])
-            rc = dnnl_bk_ffn_run(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
-                                 offsets[j + 1] - offsets[j], out);
+    /* Largest first, each thread taking the next expert when it is free: the
+     * last ones are the smallest, so the threads finish together. Each
+     * expert writes its own rows of out, so the order does not change a bit. */
+    qsort(ord, (size_t)n_spread, sizeof *ord, dnnl_bk_job_cmp);
     const size_t per = dnnl_bk_lines(dnnl_bk_ffn_raw_bytes(bk, max_m, max_h, max_i, 1));
-    const int bins = T < 64 ? T : 64;
-    if (!rc && n_spread && !(rc = dnnl_bk_scratch(bk, per * (size_t)bins))) {
+    if (!rc && n_spread && !(rc = dnnl_bk_scratch(bk, per * (size_t)T))) {
         char *scratch = bk->scratch;
         const bool simd = bk->simd;
-#pragma omp parallel num_threads(bins)
+        int next = 0;
+#pragma omp parallel num_threads(T)
         {
-            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-            for (int b = me; b < bins; b += nt) {
-                int j = 0;
-                while (j < n_experts && bin[j] != b)
-                    j++;
-                while (j < n_experts) {
-                    int next = j + 1;
-                    while (next < n_experts && bin[next] != b)
-                        next++;
-                    if (next < n_experts)
-                        dnnl_bk_expert_touch(experts[next]);
-                    dnnl_bk_ffn_raw(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
-                                    offsets[j + 1] - offsets[j], out, scratch + (size_t)me * per, 1,
-                                    simd);
-                    j = next;
-                }
+            char *mine = scratch + (size_t)omp_get_thread_num() * per;
+            int i, after;
+#pragma omp atomic capture
+            i = next++;
+            while (i < n_spread) {
+                /* Claim the next expert now, to fetch its first lines while this one runs. */
+#pragma omp atomic capture
+                after = next++;
+                if (after < n_spread)
+                    dnnl_bk_expert_touch(experts[ord[after].j]);
+                const int j = ord[i].j;
+                dnnl_bk_ffn_raw(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
+                                offsets[j + 1] - offsets[j], out, mine, 1, simd);
+                i = after;
             }
         }
     }
-    free(bin);
+    free(ord);
     bk->expert_seconds += dnnl_bk_now() - t_start;
     return rc;
 }
