@@ -362,9 +362,9 @@ static size_t dnnl_bk_ffn_raw_bytes(const struct tide_backend *bk, int64_t m, in
            dnnl_bk_row_work_bytes(bk, m, H > I ? H : I, threads);
 }
 
-/* expert_ffn of an inplace expert on the row kernel (raw_kernel.c or
- * own_kernel.c), or of a quantized expert on quant_kernel.c (any m): no gather, no
- * padding, results written straight to out. `scratch` holds
+/* expert_ffn of an inplace expert on the row kernel (amx_kernel.c,
+ * raw_kernel.c or own_kernel.c), or of a quantized expert on quant_kernel.c
+ * (any m): no gather, no padding, results written straight to out. `scratch` holds
  * dnnl_bk_ffn_raw_bytes(bk, m, H, I, threads); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
                             const struct tide_tensor *x_all, const int32_t *rows,
@@ -500,7 +500,7 @@ static int dnnl_bk_job_cmp(const void *a, const void *b)
     return (x->j > y->j) - (x->j < y->j);
 }
 
-/* Rows up to which an expert of a batch runs on one thread (the raw kernel). */
+/* Rows up to which an expert of a batch runs on one thread (the row kernel). */
 #define DNNL_BK_BATCH_MAX_M DNNL_BK_RAW_MAX_M
 
 /* Fetch the first bytes of each of e's matrices towards the caches: the

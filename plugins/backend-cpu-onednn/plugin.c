@@ -1,7 +1,8 @@
 /* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
  * memory and weights. Experts and slots live in experts.c, the matmuls and
- * the expert FFN in gemm.c (oneDNN) and raw_kernel.c (AVX512-BF16), the other
- * ops in ops.c (OpenMP loops); block-quantized experts run on quant_kernel.c.
+ * the expert FFN in gemm.c (oneDNN), amx_kernel.c (AMX-BF16) and
+ * raw_kernel.c (AVX512-BF16), the other ops in ops.c (OpenMP loops);
+ * block-quantized experts run on quant_kernel.c.
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -18,8 +19,9 @@
 
 /* `expert_layout`, for routed experts (expert_create and slots):
  *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
- *    by raw_kernel.c (or own_kernel.c) at every token count, one summation
- *    order whatever the count (batch invariance); oneDNN on the raw layout
+ *    by amx_kernel.c, raw_kernel.c or own_kernel.c (the row kernel of `gemm`)
+ *    at every token count, one summation order whatever the count (batch
+ *    invariance); oneDNN on the raw layout
  *    (tag ba) only where neither kernel runs. No extra memory, nothing to do
  *    at load, and a promotion into a slot is a copy.
  *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
@@ -27,9 +29,10 @@
  *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
  *    186 GiB for flash), ~3 ms of packing per expert on first use, and a
  *    promotion into a slot is a reorder rather than a copy.
- *  - auto (default): inplace when this CPU has AVX512-BF16 (raw_kernel.c), else
- *    packed: without that kernel oneDNN reads the raw layout at about half the
- *    speed of the packed one.
+ *  - auto (default): inplace when this CPU has AVX512-BF16 (raw_kernel.c, or
+ *    amx_kernel.c where it also has AMX-BF16), else packed: without that
+ *    kernel oneDNN reads the raw layout at about half the speed of the packed
+ *    one.
  * bench-expert-ffn (H=2048, I=512, 64 experts = 384 MiB cycled from DRAM, 2
  * threads, AMD EPYC Zen 5 VM shared with other jobs; layouts interleaved), us
  * per expert, inplace / packed, and the ratio to the STREAM triad measured
