@@ -199,12 +199,21 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
      * N = K = 4096 at 1-40 rows, N = 96, K = 200 at 1-512, packed experts),
      * so oneDNN dispatches to AVX512-BF16 at most, whose brgemm does not
      * (batch invariance); AMX runs in amx_kernel.c. The cap is process-wide
-     * and must come before oneDNN's first use; a later instance finds it set. */
-    dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
+     * and must come before oneDNN's first use; a later instance finds it set.
+     * A cap the user set (ONEDNN_MAX_CPU_ISA, e.g. AVX2 for a comparison) is
+     * left as it is, unless it lets AMX in. */
+    const char *isa_env = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!isa_env)
+        isa_env = getenv("DNNL_MAX_CPU_ISA");
+    if (!isa_env)
+        dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
     if (dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx) {
-        tide_error(DNNL_BK_NAME ": oneDNN dispatches to AMX (its ISA was fixed before this "
-                                "backend could cap it at avx512_core_bf16), and its AMX "
-                                "matmuls are not batch invariant");
+        tide_error(DNNL_BK_NAME ": oneDNN dispatches to AMX (%s%s), and its AMX matmuls are "
+                                "not batch invariant; set it to AVX512_CORE_BF16 or lower",
+                   isa_env ? "ONEDNN_MAX_CPU_ISA = "
+                           : "its ISA was fixed before this backend "
+                             "could cap it",
+                   isa_env ? isa_env : "");
         return TIDE_E_UNSUPPORTED;
     }
 
