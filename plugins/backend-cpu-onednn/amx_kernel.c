@@ -24,16 +24,13 @@
  *
  * Rows are walked in blocks of 32: with one token tile (up to 16 tokens),
  * two weight tiles per chunk; with more, one weight tile against two token
- * tiles. Either way the tiles are double-buffered (chunks alternate between
- * two sets of weight and token tiles, so a chunk's loads need not wait for
- * the products still reading the previous chunk's tiles), which streamed the output
- * layer at 24-32 tokens at 22 GB/s instead of 20 (2 threads, Xeon VM, same
- * bits). Software prefetch of the next block (or a few chunks ahead in the
- * rows) into L2 was slower than none at 1-8 tokens (bench-expert-ffn:
- * 260-280 against 242-262 us per expert): the hardware prefetchers follow
- * the rows, and a prefetch holds a line-fill buffer as the tile loads do.
- * DNNL_BK_AMX_PF=1 or 2 builds those variants for measurement.
- */
+ * tiles (ak_dot). Either way the tiles are double-buffered, which streamed
+ * the output layer at 24-32 tokens at 22 GB/s instead of 20 (2 threads,
+ * Xeon VM, same bits). Software prefetch of the next block (or a few chunks
+ * ahead in the rows) into L2 was slower than none at 1-8 tokens
+ * (bench-expert-ffn: 260-280 against 242-262 us per expert; the variants
+ * were removed): the hardware prefetchers follow the rows, and a prefetch
+ * holds a line-fill buffer as the tile loads do. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -48,22 +45,10 @@
 #define AK_INLINE static inline __attribute__((always_inline)) AK_TARGET
 
 /* Weight rows per tile and per block; tokens per tile; k per chunk. */
-#define AK_ROWS 16
-#ifndef AK_BLOCK
+#define AK_ROWS  16
 #define AK_BLOCK 32
-#endif
-#define AK_TOK 16
-#define AK_KC  32
-
-#ifndef DNNL_BK_AMX_PF
-#define DNNL_BK_AMX_PF 0
-#endif
-#ifndef DNNL_BK_AMX_PFD
-#define DNNL_BK_AMX_PFD 8
-#endif
-#ifndef DNNL_BK_AMX_PF_HINT
-#define DNNL_BK_AMX_PF_HINT _MM_HINT_T1
-#endif
+#define AK_TOK   16
+#define AK_KC    32
 
 /* Linux: ask for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA); without it the first tile instruction raises SIGILL. */
@@ -148,168 +133,84 @@ static void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, uint32_t *b)
     }
 }
 
-/* nr (1-2) tiles of weight rows from w (row stride k) against nt (1-2) tiles
- * of tokens from b (b + kp * AK_TOK for the second), all of k: c gets the
- * accumulators, tile (i, j) at c + (j * 2 + i) * 256 as [16 rows][16 tokens].
- * pf, when not NULL, is prefetched at nr KiB per chunk (the next block). */
-AK_INLINE void ak_tiles(const int nr, const int nt, const uint16_t *w, int64_t k, const uint32_t *b,
-                        float *c, const char *pf)
+/* One chunk of 32 k into accumulators 0 (and 1): weight tiles a0 (and a1)
+ * from rows wa (and wb), token tiles b0 (and b1) from ba (and bb). */
+#define AK_CHUNK(nr, nt, a0, a1, b0, b1, kc)                                                       \
+    do {                                                                                           \
+        _tile_loadd(a0, wa + (kc), ws);                                                            \
+        if (nr > 1)                                                                                \
+            _tile_loadd(a1, wb + (kc), ws);                                                        \
+        _tile_loadd(b0, ba + (kc) / 2 * AK_TOK, bs);                                               \
+        if (nt > 1)                                                                                \
+            _tile_loadd(b1, bb + (kc) / 2 * AK_TOK, bs);                                           \
+        _tile_dpbf16ps(0, a0, b0);                                                                 \
+        if (nr > 1)                                                                                \
+            _tile_dpbf16ps(1, a1, b0);                                                             \
+        if (nt > 1)                                                                                \
+            _tile_dpbf16ps(1, a0, b1);                                                             \
+    } while (0)
+
+/* nr weight tiles (16 rows each, from wa and wa + 16 k) against nt token
+ * tiles (from ba and ba + k/2 * AK_TOK), nr * nt <= 2, over all of k: c
+ * gets the accumulators, tile (i, j) at c + (j * 2 + i) * 256 as [16
+ * rows][16 tokens]. Double-buffered: even chunks load tiles 4 (5) and 6
+ * (7), odd ones the other free tiles, so a chunk's loads need not wait for
+ * the products still reading the previous chunk's tiles. */
+AK_INLINE void ak_dot(const int nr, const int nt, const uint16_t *wa, int64_t k, const uint32_t *ba,
+                      float *c)
 {
     const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
-    const uint16_t *w1 = w + AK_ROWS * k;
-    const uint32_t *b1 = b + k / 2 * AK_TOK;
+    const uint16_t *wb = wa + AK_ROWS * k;
+    const uint32_t *bb = ba + k / 2 * AK_TOK;
     _tile_zero(0);
-    if (nr > 1)
+    if (nr * nt > 1)
         _tile_zero(1);
-    if (nt > 1) {
-        _tile_zero(2);
+    int64_t kc = 0;
+    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
+        AK_CHUNK(nr, nt, 4, 5, 6, 7, kc);
         if (nr > 1)
-            _tile_zero(3);
+            AK_CHUNK(nr, nt, 2, 3, 7, 7, kc + AK_KC);
+        else if (nt > 1)
+            AK_CHUNK(nr, nt, 5, 5, 2, 3, kc + AK_KC);
+        else
+            AK_CHUNK(nr, nt, 5, 5, 7, 7, kc + AK_KC);
     }
-    for (int64_t kc = 0; kc < k; kc += AK_KC) {
-        if (DNNL_BK_AMX_PF == 1 && pf) {
-            const char *p = pf + kc / AK_KC * (nr * 1024);
-#pragma GCC unroll 32
-            for (int i = 0; i < nr * 16; i++)
-                _mm_prefetch(p + i * 64, DNNL_BK_AMX_PF_HINT);
-        }
-        if (DNNL_BK_AMX_PF == 2 && pf && kc + DNNL_BK_AMX_PFD * AK_KC < k) {
-#pragma GCC unroll 32
-            for (int i = 0; i < nr * 16; i++)
-                _mm_prefetch((const char *)(w + i * k + kc + DNNL_BK_AMX_PFD * AK_KC),
-                             DNNL_BK_AMX_PF_HINT);
-        }
-        _tile_loadd(4, w + kc, ws);
-        if (nr > 1)
-            _tile_loadd(5, w1 + kc, ws);
-        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
-        if (nt > 1)
-            _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        if (nr > 1)
-            _tile_dpbf16ps(1, 5, 6);
-        if (nt > 1) {
-            _tile_dpbf16ps(2, 4, 7);
-            if (nr > 1)
-                _tile_dpbf16ps(3, 5, 7);
-        }
-    }
+    if (kc < k)
+        AK_CHUNK(nr, nt, 4, 5, 6, 7, kc);
     _tile_stored(0, c, 64);
     if (nr > 1)
         _tile_stored(1, c + 256, 64);
-    if (nt > 1) {
-        _tile_stored(2, c + 512, 64);
-        if (nr > 1)
-            _tile_stored(3, c + 768, 64);
-    }
+    if (nt > 1)
+        _tile_stored(1, c + 512, 64);
 }
 
-/* Two weight tiles against one token tile, double-buffered: chunks
- * alternate between weight tiles 4-5 and 2-3 and token tiles 6 and 7, so the
- * loads of one chunk need not wait for the products of the previous one
- * (tiles are not renamed). Accumulators 0-1; the same chunk order per
- * output as ak_tiles(2, 1, ...). */
-static AK_TARGET void ak_db_2_1(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
-                                const char *pf)
-{
-    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
-    const uint16_t *w1 = w + AK_ROWS * k;
-    (void)pf;
-    _tile_zero(0);
-    _tile_zero(1);
-    int64_t kc = 0;
-    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
-        _tile_loadd(4, w + kc, ws);
-        _tile_loadd(5, w1 + kc, ws);
-        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
-        _tile_loadd(2, w + kc + AK_KC, ws);
-        _tile_loadd(3, w1 + kc + AK_KC, ws);
-        _tile_loadd(7, b + (kc + AK_KC) / 2 * AK_TOK, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-        _tile_dpbf16ps(0, 2, 7);
-        _tile_dpbf16ps(1, 3, 7);
-    }
-    if (kc < k) {
-        _tile_loadd(4, w + kc, ws);
-        _tile_loadd(5, w1 + kc, ws);
-        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-    }
-    _tile_stored(0, c, 64);
-    _tile_stored(1, c + 256, 64);
-}
-
-/* One weight tile against two token tiles, double-buffered: weight tiles 4
- * and 5, token tiles 6-7 and 2-3 alternate; accumulators 0 (token tile 0)
- * and 1 (token tile 1), stored as tiles (0, 0) and (0, 1) of c. */
-static AK_TARGET void ak_db_1_2(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
-                                const char *pf)
-{
-    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
-    const uint32_t *b1 = b + k / 2 * AK_TOK;
-    (void)pf;
-    _tile_zero(0);
-    _tile_zero(1);
-    int64_t kc = 0;
-    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
-        _tile_loadd(4, w + kc, ws);
-        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
-        _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
-        _tile_loadd(5, w + kc + AK_KC, ws);
-        _tile_loadd(2, b + (kc + AK_KC) / 2 * AK_TOK, bs);
-        _tile_loadd(3, b1 + (kc + AK_KC) / 2 * AK_TOK, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(0, 5, 2);
-        _tile_dpbf16ps(1, 5, 3);
-    }
-    if (kc < k) {
-        _tile_loadd(4, w + kc, ws);
-        _tile_loadd(6, b + kc / 2 * AK_TOK, bs);
-        _tile_loadd(7, b1 + kc / 2 * AK_TOK, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-    }
-    _tile_stored(0, c, 64);
-    _tile_stored(1, c + 512, 64);
-}
-
-typedef void (*ak_tiles_fn)(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
-                            const char *pf);
+typedef void (*ak_dot_fn)(const uint16_t *wa, int64_t k, const uint32_t *ba, float *c);
 
 #define AK_DEFINE(nr, nt)                                                                          \
-    static AK_TARGET void ak_tiles_##nr##_##nt(const uint16_t *w, int64_t k, const uint32_t *b,    \
-                                               float *c, const char *pf)                           \
+    static AK_TARGET void ak_dot_##nr##_##nt(const uint16_t *wa, int64_t k, const uint32_t *ba,    \
+                                             float *c)                                             \
     {                                                                                              \
-        ak_tiles(nr, nt, w, k, b, c, pf);                                                          \
+        ak_dot(nr, nt, wa, k, ba, c);                                                              \
     }
 AK_DEFINE(1, 1)
 AK_DEFINE(1, 2)
 AK_DEFINE(2, 1)
-AK_DEFINE(2, 2)
-#ifndef AK_DB
-#define AK_DB 1
-#endif
-static const ak_tiles_fn ak_fns[2][2] = {{ak_tiles_1_1, AK_DB ? ak_db_1_2 : ak_tiles_1_2},
-                                         {AK_DB ? ak_db_2_1 : ak_tiles_2_1, ak_tiles_2_2}};
+/* [nr - 1][nt - 1]; two of each is not run (8 tiles do not double-buffer it). */
+static const ak_dot_fn ak_fns[2][2] = {{ak_dot_1_1, ak_dot_1_2}, {ak_dot_2_1, NULL}};
 
 /* Rows [r0, r1) of segment s (r1 - r0 <= AK_BLOCK) for all m tokens (b
- * packed); pf: the next block to prefetch, or NULL. tail: AK_ROWS x k
- * elements for a last tile of fewer than 16 rows. */
+ * packed). tail: AK_ROWS x k elements for a last tile of fewer than 16 rows. */
 static void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, int64_t m, int64_t k,
-                     const uint32_t *b, const char *pf, uint16_t *tail)
+                     const uint32_t *b, uint16_t *tail)
 {
     float c[4 * 256] __attribute__((aligned(64)));
     const int64_t rows = r1 - r0, full = rows / AK_ROWS * AK_ROWS,
                   tiles = (m + AK_TOK - 1) / AK_TOK;
     for (int64_t part = 0; part < rows; part += AK_ROWS) {
-        /* Whole tiles in one pass (one or two); a short last tile apart. */
         const uint16_t *w = s->w + (r0 + part) * k;
-        /* Two weight tiles at a time where a token tile is alone; with
-         * more tokens, one (ak_db_1_2's tiles hold two token tiles). */
-        int nr = part < full && !(AK_DB && tiles > 1) ? (int)((full - part) / AK_ROWS) : 1;
+        /* Two weight tiles at a time where a token tile is alone; with more
+         * tokens, one against two token tiles; a short last tile apart. */
+        int nr = part < full && tiles == 1 ? (int)((full - part) / AK_ROWS) : 1;
         const int64_t nrows = part < full ? nr * AK_ROWS : rows - part;
         if (part >= full) {
             memcpy(tail, w, sizeof(uint16_t) * (size_t)(nrows * k));
@@ -318,8 +219,7 @@ static void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, in
         }
         for (int64_t j = 0; j < tiles; j += 2) {
             const int nt = tiles - j >= 2 ? 2 : 1;
-            ak_fns[nr - 1][nt - 1](w, k, b + j * (k / 2) * AK_TOK, c,
-                                   j == 0 ? (DNNL_BK_AMX_PF == 2 ? (const char *)w : pf) : NULL);
+            ak_fns[nr - 1][nt - 1](w, k, b + j * (k / 2) * AK_TOK, c);
             for (int jj = 0; jj < nt; jj++) {
                 const int64_t t0 = (j + jj) * AK_TOK;
                 const int64_t mt = m - t0 < AK_TOK ? m - t0 : AK_TOK;
@@ -337,7 +237,6 @@ static void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, in
             }
         }
         part += (nr - 1) * AK_ROWS;
-        pf = NULL; /* prefetched with the first pass */
     }
 }
 
@@ -348,18 +247,10 @@ static AK_TARGET void ak_run(const struct dnnl_bk_raw_seg *segs, int64_t i0, int
     if (i0 >= i1)
         return;
     ak_config();
-    int64_t r0, r1;
-    const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(segs, i0, AK_BLOCK, &r0, &r1);
     for (int64_t i = i0; i < i1; i++) {
-        int64_t q0 = 0, q1 = 0;
-        const struct dnnl_bk_raw_seg *n =
-            i + 1 < i1 ? dnnl_bk_seg_block(segs, i + 1, AK_BLOCK, &q0, &q1) : NULL;
-        /* Prefetch a whole next block only: its rows are what the next pass reads. */
-        const char *pf = n && q1 - q0 == AK_BLOCK ? (const char *)(n->w + q0 * k) : NULL;
-        ak_block(s, r0, r1, m, k, b, pf, tail);
-        s = n;
-        r0 = q0;
-        r1 = q1;
+        int64_t r0, r1;
+        const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(segs, i, AK_BLOCK, &r0, &r1);
+        ak_block(s, r0, r1, m, k, b, tail);
     }
     _tile_release();
 }
