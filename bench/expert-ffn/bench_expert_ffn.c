@@ -577,6 +577,11 @@ int main(int argc, char **argv)
     if (bc.gemm[0] && !rc)
         rc = tide_config_set_value(cfg, p->desc->name, "gemm", "auto", "bench") ? TIDE_E_CONFIG
                                                                                 : TIDE_OK;
+    if (!rc && bc.layout && bc.formats[TIDE_QFMT_NONE] && !n_runs) {
+        fprintf(stderr, "bench-expert-ffn: --layout %s: %s offers expert_layout %s\n", bc.layout,
+                p->desc->name, choices[0] ? choices : "(none)");
+        rc = TIDE_E_CONFIG;
+    }
     /* Quantized experts have one layout of their own, whatever expert_layout says. */
     struct bench_q qs[TIDE_QFMT_COUNT];
     memset(qs, 0, sizeof qs);
