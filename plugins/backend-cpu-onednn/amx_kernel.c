@@ -114,23 +114,77 @@ size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads)
     return 64 + ak_pack_bytes(m, k) + (size_t)(threads > 1 ? threads : 1) * ak_tail_bytes(k);
 }
 
+/* a[i][j] becomes a[j][i] (16 x 16 32-bit elements): interleaved in pairs
+ * of rows, then pairs of pairs, then 128-bit quarters across 4 and 8 rows;
+ * 64 shuffles. */
+AK_INLINE void ak_transpose(__m512 a[16])
+{
+    __m512 b[16];
+#pragma GCC unroll 8
+    for (int r = 0; r < 16; r += 2) {
+        b[r] = _mm512_unpacklo_ps(a[r], a[r + 1]);
+        b[r + 1] = _mm512_unpackhi_ps(a[r], a[r + 1]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 16; r += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d p = _mm512_castps_pd(b[r + h]), q = _mm512_castps_pd(b[r + h + 2]);
+            a[r + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(p, q));
+            a[r + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(p, q));
+        }
+#pragma GCC unroll 2
+    for (int r = 0; r < 16; r += 8)
+        for (int h = 0; h < 4; h++) {
+            b[r + h] = _mm512_shuffle_f32x4(a[r + h], a[r + h + 4], 0x88);
+            b[r + h + 4] = _mm512_shuffle_f32x4(a[r + h], a[r + h + 4], 0xdd);
+        }
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; h++) {
+        a[h] = _mm512_shuffle_f32x4(b[h], b[h + 8], 0x88);
+        a[h + 8] = _mm512_shuffle_f32x4(b[h], b[h + 8], 0xdd);
+    }
+}
+
 /* The tokens x[0..m) as TDPBF16PS's B operand, into b: tiles of AK_TOK
  * tokens, each [k/2][AK_TOK] words holding the pair (x[t][2p], x[t][2p+1])
- * at row p, column t % AK_TOK; zeros past m. */
-static void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, uint32_t *b)
+ * at row p, column t % AK_TOK; zeros past m. 16 x 16 words at a time through
+ * ak_transpose (k is a multiple of AK_KC here): word by word, 32 tokens of
+ * k = 2048 took 33 us, on one thread, before every matmul of a step. */
+static AK_TARGET void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, uint32_t *b)
 {
-    const int64_t tiles = (m + AK_TOK - 1) / AK_TOK, kp = k / 2;
-    if (m % AK_TOK)
-        memset(b + (tiles - 1) * kp * AK_TOK, 0, sizeof(uint32_t) * (size_t)(kp * AK_TOK));
-    for (int64_t t = 0; t < m; t++) {
-        uint32_t *col = b + (t / AK_TOK) * kp * AK_TOK + t % AK_TOK;
-        const uint16_t *row = x[t];
-        for (int64_t p = 0; p < kp; p++) {
-            uint32_t v;
-            memcpy(&v, row + 2 * p, sizeof v);
-            col[p * AK_TOK] = v;
+    const int64_t kp = k / 2;
+    for (int64_t t0 = 0; t0 < m; t0 += AK_TOK) {
+        const int mt = m - t0 < AK_TOK ? (int)(m - t0) : AK_TOK;
+        uint32_t *tile = b + t0 / AK_TOK * kp * AK_TOK;
+        for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+            __m512 a[16];
+            for (int t = 0; t < AK_TOK; t++)
+                a[t] = t < mt ? _mm512_loadu_ps(x[t0 + t] + 2 * p0) : _mm512_setzero_ps();
+            ak_transpose(a);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                _mm512_store_ps(tile + (p0 + i) * AK_TOK, a[i]);
         }
     }
+}
+
+/* An accumulator tile c ([16 rows][16 tokens]) out to the token rows:
+ * y[t][col + r] = c[r][t] for t < mt, r < nv, through ak_transpose, one
+ * 64-byte store per token, even for one token: element by element, the loads
+ * from the lines the tile store had just written stalled (1-token experts:
+ * 226 against 213 us per expert, 2 threads), and the stores of a 32-token
+ * output layer call took 5 of its 28 ms (157184 rows, 2 threads). Copies
+ * only: the bits are the tile's. */
+AK_INLINE void ak_scatter(const float *c, int mt, int nv, float *const *y, int64_t col)
+{
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        a[r] = _mm512_load_ps(c + r * AK_TOK);
+    ak_transpose(a);
+    const __mmask16 rows = (__mmask16)((1u << nv) - 1);
+    for (int t = 0; t < mt; t++)
+        _mm512_mask_storeu_ps(y[t] + col, rows, a[t]);
 }
 
 /* One chunk of 32 k into accumulators 0 (and 1): weight tiles a0 (and a1)
@@ -197,55 +251,6 @@ AK_DEFINE(1, 2)
 AK_DEFINE(2, 1)
 /* [nr - 1][nt - 1]; two of each is not run (8 tiles do not double-buffer it). */
 static const ak_dot_fn ak_fns[2][2] = {{ak_dot_1_1, ak_dot_1_2}, {ak_dot_2_1, NULL}};
-
-/* An accumulator tile c ([16 rows][16 tokens]) out to the token rows:
- * y[t][col + r] = c[r][t] for t < mt, r < nv. From 3 tokens on, the tile is
- * transposed in registers (4 rounds of 16 shuffles) and each token gets one
- * 64-byte store: element by element, the stores of a 32-token output layer
- * call took 5 of its 28 ms (157184 rows, 2 threads). Copies only: the bits
- * are the tile's. */
-AK_INLINE void ak_scatter(const float *c, int mt, int nv, float *const *y, int64_t col)
-{
-    if (mt < 3) {
-        for (int t = 0; t < mt; t++)
-            for (int r = 0; r < nv; r++)
-                y[t][col + r] = c[r * AK_TOK + t];
-        return;
-    }
-    __m512 a[16], b[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++)
-        a[r] = _mm512_load_ps(c + r * AK_TOK);
-        /* Round 1: lanes interleaved in pairs of rows; round 2: pairs of pairs;
-         * then 128-bit quarters across 4 and 8 rows. */
-#pragma GCC unroll 8
-    for (int r = 0; r < 16; r += 2) {
-        b[r] = _mm512_unpacklo_ps(a[r], a[r + 1]);
-        b[r + 1] = _mm512_unpackhi_ps(a[r], a[r + 1]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 16; r += 4)
-        for (int h = 0; h < 2; h++) {
-            __m512d p = _mm512_castps_pd(b[r + h]), q = _mm512_castps_pd(b[r + h + 2]);
-            a[r + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(p, q));
-            a[r + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(p, q));
-        }
-#pragma GCC unroll 2
-    for (int r = 0; r < 16; r += 8)
-        for (int h = 0; h < 4; h++) {
-            b[r + h] = _mm512_shuffle_f32x4(a[r + h], a[r + h + 4], 0x88);
-            b[r + h + 4] = _mm512_shuffle_f32x4(a[r + h], a[r + h + 4], 0xdd);
-        }
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; h++) {
-        a[h] = _mm512_shuffle_f32x4(b[h], b[h + 8], 0x88);
-        a[h + 8] = _mm512_shuffle_f32x4(b[h], b[h + 8], 0xdd);
-    }
-    /* a[t] now holds token t's 16 rows. */
-    const __mmask16 rows = (__mmask16)((1u << nv) - 1);
-    for (int t = 0; t < mt; t++)
-        _mm512_mask_storeu_ps(y[t] + col, rows, a[t]);
-}
 
 /* Rows [r0, r1) of segment s (r1 - r0 <= AK_BLOCK) for all m tokens (b
  * packed). tail: AK_ROWS x k elements for a last tile of fewer than 16 rows. */
