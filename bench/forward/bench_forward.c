@@ -37,7 +37,7 @@
 #include "core_options.h"
 #include "engine.h"
 #include "loader.h"
-#include "decoder-common/probs.h"
+#include "decoder-common/sample.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
 #include "tide/status.h"
@@ -107,6 +107,9 @@ static void plain_pick(const float *l, int V, int32_t *id, double *prob)
     *prob = 1.0 / sum;
 }
 
+/* The decoders' greedy pick over unfiltered logits (temperature 0). */
+static const struct dc_sampler bf_greedy = {.greedy = true, .plain = true, .skip = -1};
+
 /* One phase's work in one forward; phase BF_MAX_PHASES - 1 holds the
  * probabilities. */
 struct bf_work {
@@ -122,6 +125,11 @@ struct bf_run {
     int32_t mask;
     float *logits; /* [L, V] */
     int32_t *rows;
+    /* The decoders' picks (dc_sample_rows, greedy): their rows and results. */
+    struct dc_rows picks;
+    const float **prow;
+    int32_t *pid;
+    double *pconf;
     double fwd_s, prob_s;     /* summed over timed steps */
     double fwd_cpu, prob_cpu; /* CPU seconds of the forwards (all threads), probabilities */
     int64_t forwards, rows_out;
@@ -183,14 +191,15 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
         int best_row = -1;
         int32_t best_id = 0;
         double best_p = -1;
+        for (int j = 0; j < n; j++)
+            r->prow[j] = r->logits + (size_t)(use_rows ? j : r->rows[j]) * (size_t)V;
+        if (!c->plain_probs)
+            dc_sample_rows(&r->picks, &bf_greedy, r->prow, n, V, NULL, r->pid, r->pconf);
         for (int j = 0; j < n; j++) {
-            const float *row = r->logits + (size_t)(use_rows ? j : r->rows[j]) * (size_t)V;
-            int32_t id;
-            double p;
+            int32_t id = r->pid[j];
+            double p = r->pconf[j];
             if (c->plain_probs)
-                plain_pick(row, V, &id, &p);
-            else
-                dc_greedy_pick(row, V, -1, &id, &p);
+                plain_pick(r->prow[j], V, &id, &p);
             if (p > best_p) {
                 best_p = p;
                 best_id = id;
@@ -362,7 +371,11 @@ int main(int argc, char **argv)
     r.canvas = malloc(sizeof *r.canvas * (size_t)n_ctx);
     r.logits = malloc(sizeof *r.logits * (size_t)c.block * (size_t)r.V);
     r.rows = malloc(sizeof *r.rows * (size_t)c.block);
-    if (!r.canvas || !r.logits || !r.rows) {
+    r.prow = malloc(sizeof *r.prow * (size_t)c.block);
+    r.pid = malloc(sizeof *r.pid * (size_t)c.block);
+    r.pconf = malloc(sizeof *r.pconf * (size_t)c.block);
+    if (!r.canvas || !r.logits || !r.rows || !r.prow || !r.pid || !r.pconf ||
+        dc_rows_init(&r.picks, &bf_greedy, r.V, c.block)) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -402,7 +415,9 @@ int main(int argc, char **argv)
            "forward; logits for %s rows; probabilities %s\n",
            c.prompt, c.block, c.repeats, (long long)r.forwards,
            (double)r.rows_out / (double)r.forwards, use_rows ? "the masked" : "all",
-           c.plain_probs ? "plain (libm exp, double)" : "dc_greedy_pick");
+           c.plain_probs
+               ? "plain (libm exp, double)"
+               : "dc_sample_rows (greedy: dc_greedy_pick per row, rows over the threads)");
     printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
            "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
            threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);
@@ -436,6 +451,10 @@ done:
     free(r.canvas);
     free(r.logits);
     free(r.rows);
+    free(r.prow);
+    free(r.pid);
+    free(r.pconf);
+    dc_rows_free(&r.picks);
     free(r.work);
     tide_engine_close(r.e);
     tide_config_destroy(cfg);

@@ -159,8 +159,15 @@ static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     struct llada_fwd fu = {.row = cfg ? malloc(sizeof *fu.row * (size_t)(total + L)) : NULL};
     float *mixed = NULL;
     size_t mixed_cap = 0;
+    /* Greedy: the candidates' picks, their rows spread over the threads. */
+    const struct dc_sampler gsp = {.greedy = true, .plain = true, .skip = skip};
+    struct dc_rows rs = {0};
+    const float **grow = greedy ? malloc(sizeof *grow * (size_t)total) : NULL;
+    int32_t *gid = greedy ? malloc(sizeof *gid * (size_t)total) : NULL;
+    double *gconf = greedy ? malloc(sizeof *gconf * (size_t)total) : NULL;
     if (!canvas || !is_prompt || !cand || !rows || !span || !bpos || !brow || !cand_row ||
-        !fc.row || (cfg && (!uncond || !fu.row))) {
+        !fc.row || (cfg && (!uncond || !fu.row)) ||
+        (greedy && (!grow || !gid || !gconf || dc_rows_init(&rs, &gsp, V, (int)total)))) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -262,11 +269,17 @@ static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 }
             h->step_rows(u, b, s, n_in, bpos, brow, V);
             /* L8: a token for every candidate; L9: its confidence. */
+            if (greedy) {
+                for (int j = 0; j < n_cand; j++)
+                    grow[j] = row[cand_row[j]];
+                dc_sample_rows(&rs, &gsp, grow, n_cand, V, NULL, gid, gconf);
+            }
             for (int j = 0; j < n_cand; j++) {
                 const float *l = row[cand_row[j]];
                 double pr;
                 if (greedy) {
-                    dc_greedy_pick(l, V, skip, &cand[j].x0, &pr);
+                    cand[j].x0 = gid[j];
+                    pr = gconf[j];
                 } else {
                     cand[j].x0 = llada_gumbel_pick(l, V, p->temperature, skip, &rng);
                     pr = !p->remask_random ? llada_prob(l, V, skip, cand[j].x0) : 0;
@@ -338,6 +351,10 @@ done:
     free(fu.buf);
     free((void *)fu.row);
     free(mixed);
+    dc_rows_free(&rs);
+    free(grow);
+    free(gid);
+    free(gconf);
     return rc;
 }
 

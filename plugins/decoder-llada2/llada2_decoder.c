@@ -141,15 +141,17 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     int rc = TIDE_OK;
     int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
     float *logits = malloc(sizeof *logits * (size_t)rows * (size_t)V);
-    struct dc_scratch sc;
-    const int sc_rc = dc_scratch_init(&sc, &sp, V);
+    struct dc_rows rs;
+    const int sc_rc = dc_rows_init(&rs, &sp, V, L);
+    double *conf = malloc(sizeof *conf * (size_t)L);
+    int32_t *ids = malloc(sizeof *ids * (size_t)L);
     struct dc_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
     /* The masked positions of a step (block-relative; span: scratch) and
      * their logits rows. */
     int32_t *mpos = malloc(sizeof *mpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
-    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || sc_rc) {
+    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || !conf || !ids || sc_rc) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -189,10 +191,10 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 goto done;
             out->steps++;
             /* R9: a token and a confidence for every masked position. */
+            dc_sample_rows(&rs, &sp, row, n_cand, V, &rng, ids, conf);
             for (int j = 0; j < n_cand; j++) {
-                double conf;
-                x0[mpos[j]] = dc_sample(row[j], V, &sp, &rng, &sc, &conf);
-                cand[j] = (struct dc_pos){conf, mpos[j]};
+                x0[mpos[j]] = ids[j];
+                cand[j] = (struct dc_pos){conf[j], mpos[j]};
             }
             /* R10-R12: commit, in place. A position given the mask token
              * stays a candidate. */
@@ -256,7 +258,9 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
 done:
     free(canvas);
     free(logits);
-    dc_scratch_free(&sc);
+    dc_rows_free(&rs);
+    free(conf);
+    free(ids);
     free(cand);
     free(x0);
     free(mpos);

@@ -225,8 +225,10 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     int rc = TIDE_OK;
     int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
     float *logits = malloc(sizeof *logits * (size_t)rows_max * (size_t)V);
-    struct dc_scratch sc;
-    const int sc_rc = dc_scratch_init(&sc, &sp, V);
+    struct dc_rows rs;
+    const int sc_rc = dc_rows_init(&rs, &sp, V, L);
+    int32_t *ids = malloc(sizeof *ids * (size_t)L);
+    double *pick = malloc(sizeof *pick * (size_t)L);
     struct l21_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L), *old = malloc(sizeof *old * (size_t)L);
     double *conf = malloc(sizeof *conf * (size_t)L);
@@ -234,7 +236,7 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     uint8_t *commit = malloc((size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
     if (!canvas || !logits || !cand || !x0 || !old || !conf || !dpos || !span || !commit || !row ||
-        sc_rc) {
+        !ids || !pick || sc_rc) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -289,8 +291,11 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 goto done;
             out->steps++;
             /* E6: a token and its probability at every decided position. */
-            for (int j = 0; j < n_rows; j++)
-                x0[dpos[j]] = dc_sample(row[j], V, &sp, &rng, &sc, &conf[dpos[j]]);
+            dc_sample_rows(&rs, &sp, row, n_rows, V, &rng, ids, pick);
+            for (int j = 0; j < n_rows; j++) {
+                x0[dpos[j]] = ids[j];
+                conf[dpos[j]] = pick[j];
+            }
             for (int i = 0; i < L; i++) {
                 old[i] = canvas[b0 + i];
                 commit[i] = 0;
@@ -379,7 +384,9 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
 done:
     free(canvas);
     free(logits);
-    dc_scratch_free(&sc);
+    dc_rows_free(&rs);
+    free(ids);
+    free(pick);
     free(cand);
     free(x0);
     free(old);
