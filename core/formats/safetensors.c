@@ -475,6 +475,15 @@ static int st_load_file(struct tide_st *st, const char *path)
     f->map_len = (size_t)size;
     /* Weights can be many GB: keep them out of core dumps. */
     madvise(map, f->map_len, MADV_DONTDUMP);
+#ifdef MADV_HUGEPAGE
+    /* Pages read from now on come into the page cache as 2 MiB folios where
+     * the kernel and file system can (Linux 6.18, ext4: 100% of a 6.3 GB
+     * checkpoint read cold, against 55-88% without), mapped by one TLB entry
+     * each: the routed experts of a 4-layer LLaDA2-mini step took 42 ms
+     * against 44.7 with the file half in 4 KiB pages (2 threads, Xeon VM).
+     * Pages already cached keep their size. */
+    madvise(map, f->map_len, MADV_HUGEPAGE);
+#endif
     if (st->flags & TIDE_ST_MLOCK)
         st_lock(path, map, f->map_len);
 
