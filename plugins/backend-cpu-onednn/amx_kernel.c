@@ -169,32 +169,22 @@ static AK_TARGET void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, ui
 }
 
 /* An accumulator tile c ([16 rows][16 tokens]) out to the token rows:
- * y[t][col + r] = c[r][t] for t < mt, r < nv, one 64-byte store per token.
- * Up to 4 tokens, a gather of the token's column from the stored tile; more,
- * ak_transpose. Element by element, the loads from the lines the tile store
- * had just written stalled, and the stores of a 32-token output layer call
- * took 5 of its 28 ms (157184 rows, 2 threads); the transpose's shuffles
- * slowed the 1-4-token experts by 2-5% against the gathers (2 threads, Xeon
- * VM: 234 -> 221 us per 1-token expert). Copies only: the bits are the
- * tile's. */
+ * y[t][col + r] = c[r][t] for t < mt, r < nv: a gather of the token's column
+ * from the stored tile, one 64-byte store. Element by element, the loads
+ * from the lines the tile store had just written stalled, and the stores of
+ * a 32-token output layer call took 5 of its 28 ms (157184 rows, 2
+ * threads); a register transpose (ak_transpose) instead slowed 1-token
+ * experts 5% (its shuffles beside the tile instructions: 234 against 221 us
+ * per expert, 2 threads, Xeon VM) and 8-16-token ones 1-2%. Copies only:
+ * the bits are the tile's. */
 AK_INLINE void ak_scatter(const float *c, int mt, int nv, float *const *y, int64_t col)
 {
     const __mmask16 rows = (__mmask16)((1u << nv) - 1);
-    if (mt <= 4) {
-        const __m512i col0 = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(AK_TOK));
-        for (int t = 0; t < mt; t++)
-            _mm512_mask_storeu_ps(y[t] + col, rows, _mm512_i32gather_ps(col0, c + t, 4));
-        return;
-    }
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++)
-        a[r] = _mm512_load_ps(c + r * AK_TOK);
-    ak_transpose(a);
+    const __m512i col0 =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(AK_TOK));
     for (int t = 0; t < mt; t++)
-        _mm512_mask_storeu_ps(y[t] + col, rows, a[t]);
+        _mm512_mask_storeu_ps(y[t] + col, rows, _mm512_i32gather_ps(col0, c + t, 4));
 }
 
 /* One chunk of 32 k into accumulators 0 (and 1): weight tiles a0 (and a1)
