@@ -410,6 +410,10 @@ int main(int argc, char **argv)
     roof_cpu_name(cpu, sizeof cpu);
     printf("# CPU: %s; peak measured as %s\n", cpu, roof_peak_kind(true));
     printf("# %s\n", r.e->dev.ops->describe ? r.e->dev.ops->describe(r.e->dev.bk) : "");
+    printf("# OpenMP: GOMP_SPINCOUNT=%s, OMP_WAIT_POLICY=%s (tide's default when neither is set: "
+           "300000 where nothing else ran at start, else 1000)\n",
+           getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)",
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
     roof_print_file_pages(".safetensors");
     printf("# prompt %d, block %d, %d timed blocks = %lld forwards, %.1f masked rows per "
            "forward; logits for %s rows; probabilities %s\n",

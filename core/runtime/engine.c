@@ -12,6 +12,7 @@
 #include "decode.h"
 #include "engine.h"
 #include "finite.h"
+#include "loader.h"
 #include "tide/trace.h"
 #include "tide/log.h"
 #include "tide/status.h"
@@ -355,6 +356,8 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
               info->n_layers, info->n_moe_layers, info->n_experts, info->top_k,
               e->dev.ops->describe ? e->dev.ops->describe(e->dev.bk) : e->dev.name,
               e->host.ops->describe ? e->host.ops->describe(e->host.bk) : e->host.name);
+    if (*tide_openmp_env_note())
+        tide_info("%s", tide_openmp_env_note());
     /* The decoder: the config's, or (auto) the one the open model names. */
     const char *want = tide_opts_str(tide_config_section(e->cfg, "generation"), "decoder");
     if (!strcmp(want, "auto")) {

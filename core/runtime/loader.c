@@ -428,8 +428,55 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
     return p;
 }
 
+/* Other runnable tasks than this one, the fewest seen in 5 samples of
+ * /proc/stat's procs_running a millisecond apart (a job that computes is
+ * runnable in each; a shell or kernel thread waking for a moment is not);
+ * -1 when unknown. */
+static int openmp_others_running(void)
+{
+    int fewest = -1;
+    for (int i = 0; i < 5; i++) {
+        FILE *f = fopen("/proc/stat", "r");
+        if (!f)
+            return -1;
+        char line[256];
+        int n = -1;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "procs_running %d", &n) == 1)
+                break;
+        fclose(f);
+        if (n < 1)
+            return -1;
+        fewest = fewest < 0 || n - 1 < fewest ? n - 1 : fewest;
+        if (i < 4)
+            usleep(1000);
+    }
+    return fewest;
+}
+
+static const char *openmp_note = "";
+
+const char *tide_openmp_env_note(void)
+{
+    return openmp_note;
+}
+
 void tide_openmp_env_defaults(void)
 {
-    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) {
+        openmp_note = "OpenMP idle threads: as OMP_WAIT_POLICY / GOMP_SPINCOUNT say";
+        return;
+    }
+    const int others = openmp_others_running();
+    if (others == 0) {
+        /* libgomp's own default, written out so that programs that re-run
+         * themselves once the environment is set (bench/) see it set. */
+        setenv("GOMP_SPINCOUNT", "300000", 0);
+        openmp_note = "OpenMP idle threads spin before sleeping (GOMP_SPINCOUNT=300000: nothing "
+                      "else was running at start; OMP_WAIT_POLICY=passive if other jobs start)";
+    } else {
         setenv("GOMP_SPINCOUNT", "1000", 0);
+        openmp_note = "OpenMP idle threads sleep soon (GOMP_SPINCOUNT=1000: other tasks were "
+                      "running at start; OMP_WAIT_POLICY=active on a dedicated machine)";
+    }
 }

@@ -51,12 +51,20 @@ void tide_plugins_free(struct tide_plugin_set *set);
 /* Defaults for the OpenMP runtime that CPU backend plugins bring in, which
  * reads its environment once, when the first such plugin is loaded: so call
  * this first thing in main(), before any thread starts (it uses setenv).
- * Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, idle OpenMP threads
- * spin about 1000 rounds (tens of microseconds) before sleeping, instead of
- * libgomp's 300000 (milliseconds): back-to-back ops still find the team
- * awake, but on a machine shared with other work no core is burnt waiting
- * for a thread the scheduler has preempted. README.md, "CPU threads". */
+ * Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, it looks at the
+ * tasks running on the machine (/proc/stat, the fewest of 5 samples over
+ * 4 ms):
+ *  - none but this one: GOMP_SPINCOUNT=300000, libgomp's default; idle
+ *    threads spin for milliseconds, so every op of a step finds the team
+ *    awake (a 4-layer LLaDA2-mini step: 77-78 ms against 80 with 1000, 2
+ *    threads, Xeon VM);
+ *  - any other (or unknown): GOMP_SPINCOUNT=1000, tens of microseconds, so
+ *    that no core is burnt waiting for a thread the scheduler has preempted
+ *    (under load, libgomp's default made a forward 2-4x slower).
+ * README.md, "CPU speed and threads". tide_openmp_env_note: what was chosen
+ * and why, for the log ("" before the call). */
 void tide_openmp_env_defaults(void);
+const char *tide_openmp_env_note(void);
 
 /* Resolve a plugin named in the configuration for a slot of the given kind.
  * `what` names the config key for messages ("[policy] plugin"). Logs and
