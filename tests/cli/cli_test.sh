@@ -581,6 +581,24 @@ plot)
     expect_status 1
     expect_in err "$work/none"
     ;;
+openmp-spin)
+    # The OpenMP idle-thread default follows the machine at start: with
+    # another task computing, the short spin; the user's setting always wins.
+    src=$(cd "$fixtures/../../.." && pwd)
+    printf '[model]\npath = %s/m\ncreate = tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/spin.ini"
+    unset GOMP_SPINCOUNT OMP_WAIT_POLICY
+    run GOMP_SPINCOUNT=5 -- run -c "$src/config/llada2-tiny.ini" -c "$work/spin.ini" --ids 1,2,3
+    expect_status 0
+    expect_in err "OpenMP idle threads: as OMP_WAIT_POLICY / GOMP_SPINCOUNT say"
+    sh -c 'while :; do :; done' &
+    busy=$!
+    run -- run -c "$src/config/llada2-tiny.ini" -c "$work/spin.ini" --ids 1,2,3
+    kill "$busy"
+    expect_status 0
+    expect_in err "GOMP_SPINCOUNT=1000: other tasks were running at start"
+    not_in err "GOMP_SPINCOUNT=300000"
+    ;;
 *)
     echo "cli_test.sh: unknown case '$case_name'"
     exit 2
