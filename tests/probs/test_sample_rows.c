@@ -16,16 +16,6 @@
 #define V    1000
 #define MAXR 40
 
-static uint64_t seed = 0x9e3779b97f4a7c15ull;
-
-static double urand(void)
-{
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    return (double)(seed >> 11) / 9007199254740992.0;
-}
-
 static void one(const struct dc_sampler *sp, int n, int threads, const float *const *rows,
                 const char *what)
 {
@@ -60,9 +50,11 @@ static void test_rows(void)
 {
     float *data = malloc(sizeof *data * (size_t)V * MAXR);
     const float *rows[MAXR];
+    struct dc_rng fill;
+    dc_rng_seed(&fill, 99);
     for (int j = 0; j < MAXR; j++) {
         for (int v = 0; v < V; v++)
-            data[(size_t)j * V + v] = (float)(8.0 * urand() - 4.0);
+            data[(size_t)j * V + v] = (float)(8.0 * dc_rng_uniform(&fill) - 4.0);
         rows[j] = data + (size_t)j * V;
     }
     const struct dc_sampler cases[] = {
