@@ -180,9 +180,10 @@ static AK_TARGET void ak_pack(const uint16_t *const *x, int64_t m, int64_t k, ui
 AK_INLINE void ak_scatter(const float *c, int mt, int nv, float *const *y, int64_t col)
 {
     const __mmask16 rows = (__mmask16)((1u << nv) - 1);
+    /* Element (r, t) of the tile is c[r * AK_TOK + t], AK_TOK = 16. */
+    _Static_assert(AK_TOK == 16, "the gather indices assume 16 tokens per tile");
     const __m512i col0 =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(AK_TOK));
+        _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     for (int t = 0; t < mt; t++)
         _mm512_mask_storeu_ps(y[t] + col, rows, _mm512_i32gather_ps(col0, c + t, 4));
 }
