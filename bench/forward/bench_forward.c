@@ -128,8 +128,6 @@ struct bf_run {
     /* The decoders' picks (dc_sample_rows, greedy): their rows and results. */
     struct dc_rows picks;
     const float **prow;
-    int32_t *pid;
-    double *pconf;
     double fwd_s, prob_s;     /* summed over timed steps */
     double fwd_cpu, prob_cpu; /* CPU seconds of the forwards (all threads), probabilities */
     int64_t forwards, rows_out;
@@ -194,10 +192,10 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
         for (int j = 0; j < n; j++)
             r->prow[j] = r->logits + (size_t)(use_rows ? j : r->rows[j]) * (size_t)V;
         if (!c->plain_probs)
-            dc_sample_rows(&r->picks, &bf_greedy, r->prow, n, V, NULL, r->pid, r->pconf);
+            dc_sample_rows(&r->picks, &bf_greedy, r->prow, n, V, NULL);
         for (int j = 0; j < n; j++) {
-            int32_t id = r->pid[j];
-            double p = r->pconf[j];
+            int32_t id = c->plain_probs ? 0 : r->picks.id[j];
+            double p = c->plain_probs ? 0.0 : r->picks.conf[j];
             if (c->plain_probs)
                 plain_pick(r->prow[j], V, &id, &p);
             if (p > best_p) {
@@ -372,9 +370,7 @@ int main(int argc, char **argv)
     r.logits = malloc(sizeof *r.logits * (size_t)c.block * (size_t)r.V);
     r.rows = malloc(sizeof *r.rows * (size_t)c.block);
     r.prow = malloc(sizeof *r.prow * (size_t)c.block);
-    r.pid = malloc(sizeof *r.pid * (size_t)c.block);
-    r.pconf = malloc(sizeof *r.pconf * (size_t)c.block);
-    if (!r.canvas || !r.logits || !r.rows || !r.prow || !r.pid || !r.pconf ||
+    if (!r.canvas || !r.logits || !r.rows || !r.prow ||
         dc_rows_init(&r.picks, &bf_greedy, r.V, c.block)) {
         rc = TIDE_E_NOMEM;
         goto done;
@@ -456,8 +452,6 @@ done:
     free(r.logits);
     free(r.rows);
     free(r.prow);
-    free(r.pid);
-    free(r.pconf);
     dc_rows_free(&r.picks);
     free(r.work);
     tide_engine_close(r.e);

@@ -237,6 +237,8 @@ struct dc_rows {
     int max_rows;          /* rows per call, at most */
     struct dc_scratch *sc; /* [threads] */
     double *u;             /* [max_rows] the step's uniforms */
+    int32_t *id;           /* [max_rows] what the last dc_sample_rows chose: tokens */
+    double *conf;          /* [max_rows] and their confidences */
 };
 
 static inline int dc_rows_max_threads(void)
@@ -254,6 +256,8 @@ static inline void dc_rows_free(struct dc_rows *r)
         dc_scratch_free(&r->sc[t]);
     free(r->sc);
     free(r->u);
+    free(r->id);
+    free(r->conf);
     memset(r, 0, sizeof *r);
 }
 
@@ -264,8 +268,11 @@ static inline int dc_rows_init(struct dc_rows *r, const struct dc_sampler *sp, i
     r->threads = dc_rows_max_threads();
     r->max_rows = max_rows;
     r->sc = calloc((size_t)r->threads, sizeof *r->sc);
-    r->u = malloc(sizeof *r->u * (size_t)(max_rows > 0 ? max_rows : 1));
-    int rc = r->sc && r->u ? 0 : -1;
+    const size_t rows = (size_t)(max_rows > 0 ? max_rows : 1);
+    r->u = malloc(sizeof *r->u * rows);
+    r->id = malloc(sizeof *r->id * rows);
+    r->conf = malloc(sizeof *r->conf * rows);
+    int rc = r->sc && r->u && r->id && r->conf ? 0 : -1;
     for (int t = 0; !rc && t < r->threads; t++)
         rc = dc_scratch_init(&r->sc[t], sp, V);
     if (rc) {
@@ -276,10 +283,9 @@ static inline int dc_rows_init(struct dc_rows *r, const struct dc_sampler *sp, i
     return rc;
 }
 
-/* ids[j] and conf[j] for rows[j], j < n <= r->max_rows. */
+/* r->id[j] and r->conf[j] for rows[j], j < n <= r->max_rows. */
 static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp,
-                                  const float *const *rows, int n, int V, struct dc_rng *rng,
-                                  int32_t *ids, double *conf)
+                                  const float *const *rows, int n, int V, struct dc_rng *rng)
 {
     if (n <= 0)
         return;
@@ -299,7 +305,7 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
         const int me = 0, nt = 1;
 #endif
         for (int j = me; j < n; j += nt)
-            ids[j] = dc_sample_u(rows[j], V, sp, r->u[j], &r->sc[me], &conf[j]);
+            r->id[j] = dc_sample_u(rows[j], V, sp, r->u[j], &r->sc[me], &r->conf[j]);
     }
 }
 

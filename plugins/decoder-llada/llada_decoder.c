@@ -163,11 +163,9 @@ static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     const struct dc_sampler gsp = {.greedy = true, .plain = true, .skip = skip};
     struct dc_rows rs = {0};
     const float **grow = greedy ? malloc(sizeof *grow * (size_t)total) : NULL;
-    int32_t *gid = greedy ? malloc(sizeof *gid * (size_t)total) : NULL;
-    double *gconf = greedy ? malloc(sizeof *gconf * (size_t)total) : NULL;
     if (!canvas || !is_prompt || !cand || !rows || !span || !bpos || !brow || !cand_row ||
         !fc.row || (cfg && (!uncond || !fu.row)) ||
-        (greedy && (!grow || !gid || !gconf || dc_rows_init(&rs, &gsp, V, (int)total)))) {
+        (greedy && (!grow || dc_rows_init(&rs, &gsp, V, (int)total)))) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -272,14 +270,14 @@ static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
             if (greedy) {
                 for (int j = 0; j < n_cand; j++)
                     grow[j] = row[cand_row[j]];
-                dc_sample_rows(&rs, &gsp, grow, n_cand, V, NULL, gid, gconf);
+                dc_sample_rows(&rs, &gsp, grow, n_cand, V, NULL);
             }
             for (int j = 0; j < n_cand; j++) {
                 const float *l = row[cand_row[j]];
                 double pr;
                 if (greedy) {
-                    cand[j].x0 = gid[j];
-                    pr = gconf[j];
+                    cand[j].x0 = rs.id[j];
+                    pr = rs.conf[j];
                 } else {
                     cand[j].x0 = llada_gumbel_pick(l, V, p->temperature, skip, &rng);
                     pr = !p->remask_random ? llada_prob(l, V, skip, cand[j].x0) : 0;
@@ -353,8 +351,6 @@ done:
     free(mixed);
     dc_rows_free(&rs);
     free(grow);
-    free(gid);
-    free(gconf);
     return rc;
 }
 

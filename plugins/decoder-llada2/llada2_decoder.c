@@ -143,15 +143,13 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     float *logits = malloc(sizeof *logits * (size_t)rows * (size_t)V);
     struct dc_rows rs;
     const int sc_rc = dc_rows_init(&rs, &sp, V, L);
-    double *conf = malloc(sizeof *conf * (size_t)L);
-    int32_t *ids = malloc(sizeof *ids * (size_t)L);
     struct dc_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
     /* The masked positions of a step (block-relative; span: scratch) and
      * their logits rows. */
     int32_t *mpos = malloc(sizeof *mpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
-    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || !conf || !ids || sc_rc) {
+    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || sc_rc) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -191,10 +189,10 @@ static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 goto done;
             out->steps++;
             /* R9: a token and a confidence for every masked position. */
-            dc_sample_rows(&rs, &sp, row, n_cand, V, &rng, ids, conf);
+            dc_sample_rows(&rs, &sp, row, n_cand, V, &rng);
             for (int j = 0; j < n_cand; j++) {
-                x0[mpos[j]] = ids[j];
-                cand[j] = (struct dc_pos){conf[j], mpos[j]};
+                x0[mpos[j]] = rs.id[j];
+                cand[j] = (struct dc_pos){rs.conf[j], mpos[j]};
             }
             /* R10-R12: commit, in place. A position given the mask token
              * stays a candidate. */
@@ -259,8 +257,6 @@ done:
     free(canvas);
     free(logits);
     dc_rows_free(&rs);
-    free(conf);
-    free(ids);
     free(cand);
     free(x0);
     free(mpos);

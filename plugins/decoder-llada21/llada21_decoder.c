@@ -227,8 +227,6 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     float *logits = malloc(sizeof *logits * (size_t)rows_max * (size_t)V);
     struct dc_rows rs;
     const int sc_rc = dc_rows_init(&rs, &sp, V, L);
-    int32_t *ids = malloc(sizeof *ids * (size_t)L);
-    double *pick = malloc(sizeof *pick * (size_t)L);
     struct l21_pos *cand = malloc(sizeof *cand * (size_t)L);
     int32_t *x0 = malloc(sizeof *x0 * (size_t)L), *old = malloc(sizeof *old * (size_t)L);
     double *conf = malloc(sizeof *conf * (size_t)L);
@@ -236,7 +234,7 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
     uint8_t *commit = malloc((size_t)L);
     const float **row = malloc(sizeof *row * (size_t)L);
     if (!canvas || !logits || !cand || !x0 || !old || !conf || !dpos || !span || !commit || !row ||
-        !ids || !pick || sc_rc) {
+        sc_rc) {
         rc = TIDE_E_NOMEM;
         goto done;
     }
@@ -291,10 +289,10 @@ static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, co
                 goto done;
             out->steps++;
             /* E6: a token and its probability at every decided position. */
-            dc_sample_rows(&rs, &sp, row, n_rows, V, &rng, ids, pick);
+            dc_sample_rows(&rs, &sp, row, n_rows, V, &rng);
             for (int j = 0; j < n_rows; j++) {
-                x0[dpos[j]] = ids[j];
-                conf[dpos[j]] = pick[j];
+                x0[dpos[j]] = rs.id[j];
+                conf[dpos[j]] = rs.conf[j];
             }
             for (int i = 0; i < L; i++) {
                 old[i] = canvas[b0 + i];
@@ -385,8 +383,6 @@ done:
     free(canvas);
     free(logits);
     dc_rows_free(&rs);
-    free(ids);
-    free(pick);
     free(cand);
     free(x0);
     free(old);

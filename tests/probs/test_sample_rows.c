@@ -32,7 +32,9 @@ static void one(const struct dc_sampler *sp, int n, int threads, const float *co
     omp_set_num_threads(threads);
     struct dc_rows rs;
     CHECK(dc_rows_init(&rs, sp, V, MAXR) == 0);
-    dc_sample_rows(&rs, sp, rows, n, V, &b, got, gconf);
+    dc_sample_rows(&rs, sp, rows, n, V, &b);
+    memcpy(got, rs.id, sizeof *got * (size_t)n);
+    memcpy(gconf, rs.conf, sizeof *gconf * (size_t)n);
     dc_rows_free(&rs);
     int bad = 0;
     for (int j = 0; j < n; j++)
