@@ -22,15 +22,18 @@
  * a multiple of 32 run on raw_kernel.c instead (AVX512-BF16, which every AMX
  * CPU has): a choice made by k alone.
  *
- * Rows are walked in blocks of 32: with one token tile (up to 16 tokens),
- * two weight tiles per chunk; with more, one weight tile against two token
- * tiles (ak_dot). Either way the tiles are double-buffered, which streamed
- * the output layer at 24-32 tokens at 22 GB/s instead of 20 (2 threads,
- * Xeon VM, same bits). Software prefetch of the next block (or a few chunks
- * ahead in the rows) into L2 was slower than none at 1-8 tokens
- * (bench-expert-ffn: 260-280 against 242-262 us per expert; the variants
- * were removed): the hardware prefetchers follow the rows, and a prefetch
- * holds a line-fill buffer as the tile loads do. */
+ * Threads take blocks of 32 rows; each thread walks its rows a tile of 16
+ * at a time, each weight tile against the token tiles two at a time (AK_DOT),
+ * with the weight tile double-buffered. The accumulator sets alternate, so a
+ * product's results are stored and written out while the next one streams
+ * (ak_run). Two weight tiles against one token tile, as earlier versions ran
+ * up to 16 tokens, kept 32 rows of 4 KiB pages streaming at once and was
+ * slower (1-2-token experts: 228-232 against 212-224 us, 2 threads, Xeon
+ * VM). Software prefetch of the next block (or a few chunks ahead in the
+ * rows) into L2 was slower than none at 1-8 tokens (bench-expert-ffn:
+ * 260-280 against 242-262 us per expert; the variants were removed): the
+ * hardware prefetchers follow the rows, and a prefetch holds a line-fill
+ * buffer as the tile loads do. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -190,183 +193,132 @@ AK_INLINE void ak_scatter(const float *c, int mt, int nv, float *const *y, int64
         _mm512_mask_storeu_ps(y[t] + col, rows, _mm512_i32gather_ps(col0, c + t, 4));
 }
 
-/* One chunk of 32 k into accumulators 0 (and 1): weight tiles a0 (and a1)
- * from rows wa (and wb), token tiles b0 (and b1) from ba (and bb). */
-#define AK_CHUNK(nr, nt, a0, a1, b0, b1, kc)                                                       \
-    do {                                                                                           \
-        _tile_loadd(a0, wa + (kc), ws);                                                            \
-        if (nr > 1)                                                                                \
-            _tile_loadd(a1, wb + (kc), ws);                                                        \
-        _tile_loadd(b0, ba + (kc) / 2 * AK_TOK, bs);                                               \
-        if (nt > 1)                                                                                \
-            _tile_loadd(b1, bb + (kc) / 2 * AK_TOK, bs);                                           \
-        _tile_dpbf16ps(0, a0, b0);                                                                 \
-        if (nr > 1)                                                                                \
-            _tile_dpbf16ps(1, a1, b0);                                                             \
-        if (nt > 1)                                                                                \
-            _tile_dpbf16ps(1, a0, b1);                                                             \
-    } while (0)
-
-/* nr weight tiles (16 rows each, from wa and wa + 16 k) against nt token
- * tiles (from ba and ba + k/2 * AK_TOK), nr * nt <= 2, over all of k: c
- * gets the accumulators, tile (i, j) at c + (j * 2 + i) * 256 as [16
- * rows][16 tokens]. Double-buffered: even chunks load tiles 4 (5) and 6
- * (7), odd ones the other free tiles, so a chunk's loads need not wait for
- * the products still reading the previous chunk's tiles. */
-AK_INLINE void ak_dot(const int nr, const int nt, const uint16_t *wa, int64_t k, const uint32_t *ba,
-                      float *c)
-{
-    const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);
-    const uint16_t *wb = wa + AK_ROWS * k;
-    const uint32_t *bb = ba + k / 2 * AK_TOK;
-    _tile_zero(0);
-    if (nr * nt > 1)
-        _tile_zero(1);
-    int64_t kc = 0;
-    for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {
-        AK_CHUNK(nr, nt, 4, 5, 6, 7, kc);
-        if (nr > 1)
-            AK_CHUNK(nr, nt, 2, 3, 7, 7, kc + AK_KC);
-        else if (nt > 1)
-            AK_CHUNK(nr, nt, 5, 5, 2, 3, kc + AK_KC);
-        else
-            AK_CHUNK(nr, nt, 5, 5, 7, 7, kc + AK_KC);
-    }
-    if (kc < k)
-        AK_CHUNK(nr, nt, 4, 5, 6, 7, kc);
-    _tile_stored(0, c, 64);
-    if (nr > 1)
-        _tile_stored(1, c + 256, 64);
-    if (nt > 1)
-        _tile_stored(1, c + 512, 64);
-}
-
-typedef void (*ak_dot_fn)(const uint16_t *wa, int64_t k, const uint32_t *ba, float *c);
-
-#define AK_DEFINE(nr, nt)                                                                          \
-    static AK_TARGET void ak_dot_##nr##_##nt(const uint16_t *wa, int64_t k, const uint32_t *ba,    \
-                                             float *c)                                             \
-    {                                                                                              \
-        ak_dot(nr, nt, wa, k, ba, c);                                                              \
-    }
-AK_DEFINE(1, 1)
-AK_DEFINE(1, 2)
-AK_DEFINE(2, 1)
-/* [nr - 1][nt - 1]; two of each is not run (8 tiles do not double-buffer it). */
-static const ak_dot_fn ak_fns[2][2] = {{ak_dot_1_1, ak_dot_1_2}, {ak_dot_2_1, NULL}};
-
-/* Rows [r0, r1) of segment s (r1 - r0 <= AK_BLOCK) for all m tokens (b
- * packed). tail: AK_ROWS x k elements for a last tile of fewer than 16 rows. */
-static AK_TARGET void ak_block(const struct dnnl_bk_raw_seg *s, int64_t r0, int64_t r1, int64_t m,
-                               int64_t k, const uint32_t *b, uint16_t *tail)
-{
-    float c[4 * 256] __attribute__((aligned(64)));
-    const int64_t rows = r1 - r0, full = rows / AK_ROWS * AK_ROWS,
-                  tiles = (m + AK_TOK - 1) / AK_TOK;
-    for (int64_t part = 0; part < rows; part += AK_ROWS) {
-        const uint16_t *w = s->w + (r0 + part) * k;
-        /* Two weight tiles at a time where a token tile is alone; with more
-         * tokens, one against two token tiles; a short last tile apart. */
-        int nr = part < full && tiles == 1 ? (int)((full - part) / AK_ROWS) : 1;
-        const int64_t nrows = part < full ? nr * AK_ROWS : rows - part;
-        if (part >= full) {
-            memcpy(tail, w, sizeof(uint16_t) * (size_t)(nrows * k));
-            memset(tail + nrows * k, 0, sizeof(uint16_t) * (size_t)((AK_ROWS - nrows) * k));
-            w = tail;
-        }
-        for (int64_t j = 0; j < tiles; j += 2) {
-            const int nt = tiles - j >= 2 ? 2 : 1;
-            ak_fns[nr - 1][nt - 1](w, k, b + j * (k / 2) * AK_TOK, c);
-            for (int jj = 0; jj < nt; jj++) {
-                const int64_t t0 = (j + jj) * AK_TOK;
-                const int64_t mt = m - t0 < AK_TOK ? m - t0 : AK_TOK;
-                for (int ii = 0; ii < nr; ii++) {
-                    const int64_t nv =
-                        nrows - ii * AK_ROWS < AK_ROWS ? nrows - ii * AK_ROWS : AK_ROWS;
-                    ak_scatter(c + (jj * 2 + ii) * 256, (int)mt, (int)nv, s->y + t0,
-                               r0 + part + ii * AK_ROWS);
-                }
-            }
-        }
-        part += (nr - 1) * AK_ROWS;
-    }
-}
-
-/* A result tile still in its accumulator: outputs [col, col + nv) of the
- * mt tokens y[0..mt); nv = 0: none. */
+/* A result still in its accumulators: outputs [col, col + nv) of tokens
+ * y[0..mt) (mt <= 2 * AK_TOK), in accumulator set `set` (tiles 0-1 or 2-3),
+ * `tiles` of them; nv = 0: none. */
 struct ak_pend {
     float *const *y;
     int64_t col;
-    int nv, mt;
+    int nv, mt, set, tiles;
 };
 
-/* One weight tile (16 rows from w, row length k) against the only token
- * tile (b) into accumulator ACC, double-buffered as ak_dot; meanwhile the
- * previous tile's accumulator (OTHER, described by *p) goes out: stored
- * after the first two chunks, its results written after the next two, when
- * the store has landed. Written at once, the loads from the tile just
- * stored waited for its last product and held back the next tile's loads:
- * 1-16-token experts streamed at 25.5-28.5 GB/s instead of 29.5-30
- * (2 threads, Xeon VM). */
-#define AK_DOT1(ACC, OTHER)                                                                        \
+/* The pending accumulators to c (the second at c + 256). */
+AK_INLINE void ak_pend_store(const struct ak_pend *p, float *c)
+{
+    if (p->set == 0) {
+        _tile_stored(0, c, 64);
+        if (p->tiles > 1)
+            _tile_stored(1, c + 256, 64);
+    } else {
+        _tile_stored(2, c, 64);
+        if (p->tiles > 1)
+            _tile_stored(3, c + 256, 64);
+    }
+}
+
+/* The next AK_SPT of p's tokens from c out to their rows, after *done of
+ * them; p->nv = 0 once all are out. AK_SPT divides AK_TOK: a part never
+ * spans two tiles. */
+AK_INLINE void ak_pend_part(const float *c, struct ak_pend *p, int *done)
+{
+    const int t0 = *done, nt = p->mt - t0 < AK_SPT ? p->mt - t0 : AK_SPT;
+    ak_scatter(c + t0 / AK_TOK * 256 + t0 % AK_TOK, nt, p->nv, p->y + t0, p->col);
+    *done = t0 + nt;
+    if (*done == p->mt)
+        p->nv = 0;
+}
+
+/* One weight tile (16 rows from w, row length k) against NT token tiles (b,
+ * b2) into accumulators A0 (A1), over all of k. The weight tile is
+ * double-buffered (tiles 4, 5), and with one token tile the token tile too
+ * (6, 7). Meanwhile the previous tile's results (*p) go out: stored after
+ * the first two chunks, written AK_SPT tokens after each later pair of
+ * chunks, once the store has landed. Stored and written at the end of their
+ * own tile, the loads from the tile just stored waited for its last product
+ * and held back the next tile's loads: 1-16-token experts streamed at
+ * 25.5-28.5 GB/s instead of 29.5-30 (2 threads, Xeon VM). */
+#define AK_DOT(NT, A0, A1)                                                                         \
     do {                                                                                           \
         const int64_t ws = k * (int64_t)sizeof(uint16_t), bs = AK_TOK * sizeof(uint32_t);          \
         bool stored = false;                                                                       \
         int done = 0;                                                                              \
-        _tile_zero(ACC);                                                                           \
+        _tile_zero(A0);                                                                            \
+        if (NT > 1)                                                                                \
+            _tile_zero(A1);                                                                        \
         int64_t kc = 0;                                                                            \
         for (; kc + 2 * AK_KC <= k; kc += 2 * AK_KC) {                                             \
+            const int64_t k2 = kc + AK_KC;                                                         \
             _tile_loadd(4, w + kc, ws);                                                            \
             _tile_loadd(6, b + kc / 2 * AK_TOK, bs);                                               \
-            _tile_dpbf16ps(ACC, 4, 6);                                                             \
-            _tile_loadd(5, w + kc + AK_KC, ws);                                                    \
-            _tile_loadd(7, b + (kc + AK_KC) / 2 * AK_TOK, bs);                                     \
-            _tile_dpbf16ps(ACC, 5, 7);                                                             \
+            if (NT > 1)                                                                            \
+                _tile_loadd(7, b2 + kc / 2 * AK_TOK, bs);                                          \
+            _tile_dpbf16ps(A0, 4, 6);                                                              \
+            if (NT > 1)                                                                            \
+                _tile_dpbf16ps(A1, 4, 7);                                                          \
+            _tile_loadd(5, w + k2, ws);                                                            \
+            if (NT > 1) {                                                                          \
+                _tile_loadd(6, b + k2 / 2 * AK_TOK, bs);                                           \
+                _tile_loadd(7, b2 + k2 / 2 * AK_TOK, bs);                                          \
+                _tile_dpbf16ps(A0, 5, 6);                                                          \
+                _tile_dpbf16ps(A1, 5, 7);                                                          \
+            } else {                                                                               \
+                _tile_loadd(7, b + k2 / 2 * AK_TOK, bs);                                           \
+                _tile_dpbf16ps(A0, 5, 7);                                                          \
+            }                                                                                      \
             if (p->nv && !stored) {                                                                \
-                _tile_stored(OTHER, c, 64);                                                        \
+                ak_pend_store(p, c);                                                               \
                 stored = true;                                                                     \
             } else if (p->nv) {                                                                    \
-                const int nt = p->mt - done < AK_SPT ? p->mt - done : AK_SPT;                      \
-                ak_scatter(c + done, nt, p->nv, p->y + done, p->col);                              \
-                done += nt;                                                                        \
-                if (done == p->mt)                                                                 \
-                    p->nv = 0;                                                                     \
+                ak_pend_part(c, p, &done);                                                         \
             }                                                                                      \
         }                                                                                          \
         if (kc < k) {                                                                              \
             _tile_loadd(4, w + kc, ws);                                                            \
             _tile_loadd(6, b + kc / 2 * AK_TOK, bs);                                               \
-            _tile_dpbf16ps(ACC, 4, 6);                                                             \
+            _tile_dpbf16ps(A0, 4, 6);                                                              \
+            if (NT > 1) {                                                                          \
+                _tile_loadd(7, b2 + kc / 2 * AK_TOK, bs);                                          \
+                _tile_dpbf16ps(A1, 4, 7);                                                          \
+            }                                                                                      \
         }                                                                                          \
-        if (p->nv) {                                                                               \
-            if (!stored)                                                                           \
-                _tile_stored(OTHER, c, 64);                                                        \
-            ak_scatter(c + done, p->mt - done, p->nv, p->y + done, p->col);                        \
-            p->nv = 0;                                                                             \
-        }                                                                                          \
+        if (p->nv && !stored)                                                                      \
+            ak_pend_store(p, c);                                                                   \
+        while (p->nv)                                                                              \
+            ak_pend_part(c, p, &done);                                                             \
     } while (0)
 
-static AK_TARGET void ak_dot1_0(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
-                                struct ak_pend *p)
-{
-    AK_DOT1(0, 1);
-}
+#define AK_DEFINE(NT, A0, A1)                                                                      \
+    static AK_TARGET void ak_dot_##NT##_##A0(const uint16_t *w, int64_t k, const uint32_t *b,      \
+                                             const uint32_t *b2, float *c, struct ak_pend *p)      \
+    {                                                                                              \
+        (void)b2;                                                                                  \
+        AK_DOT(NT, A0, A1);                                                                        \
+    }
+AK_DEFINE(1, 0, 1)
+AK_DEFINE(1, 2, 3)
+AK_DEFINE(2, 0, 1)
+AK_DEFINE(2, 2, 3)
 
-static AK_TARGET void ak_dot1_1(const uint16_t *w, int64_t k, const uint32_t *b, float *c,
-                                struct ak_pend *p)
-{
-    AK_DOT1(1, 0);
-}
+typedef void (*ak_dot_fn)(const uint16_t *w, int64_t k, const uint32_t *b, const uint32_t *b2,
+                          float *c, struct ak_pend *p);
+/* [token tiles - 1][accumulator set] */
+static const ak_dot_fn ak_fns[2][2] = {{ak_dot_1_0, ak_dot_1_2}, {ak_dot_2_0, ak_dot_2_2}};
 
-/* Blocks [i0, i1) of the segments for m <= AK_TOK tokens (one token tile):
- * tile after tile of 16 rows, the accumulators alternating between tiles 0
- * and 1 so that each tile's results go out while the next one streams. */
-static AK_TARGET void ak_run1(const struct dnnl_bk_raw_seg *segs, int64_t i0, int64_t i1, int64_t m,
-                              int64_t k, const uint32_t *b, uint16_t *tail)
+/* Blocks [i0, i1) of the segments on the calling thread: tile of 16 rows
+ * after tile, each against the token tiles two at a time, the accumulator
+ * sets alternating so that one product's results go out while the next
+ * streams. tail: AK_ROWS x k elements for a last tile of fewer than 16
+ * rows. */
+static AK_TARGET void ak_run(const struct dnnl_bk_raw_seg *segs, int64_t i0, int64_t i1, int64_t m,
+                             int64_t k, const uint32_t *b, uint16_t *tail)
 {
-    float c[256] __attribute__((aligned(64)));
-    struct ak_pend p = {NULL, 0, 0, 0};
-    int acc = 0;
+    if (i0 >= i1)
+        return;
+    float c[2 * 256] __attribute__((aligned(64)));
+    struct ak_pend p = {NULL, 0, 0, 0, 0, 0};
+    const int64_t tiles = (m + AK_TOK - 1) / AK_TOK, tb = k / 2 * AK_TOK;
+    int set = 0;
+    ak_config();
     for (int64_t i = i0; i < i1; i++) {
         int64_t r0, r1;
         const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(segs, i, AK_BLOCK, &r0, &r1);
@@ -378,40 +330,21 @@ static AK_TARGET void ak_run1(const struct dnnl_bk_raw_seg *segs, int64_t i0, in
                 memset(tail + nv * k, 0, sizeof(uint16_t) * (size_t)((AK_ROWS - nv) * k));
                 w = tail;
             }
-            if (acc)
-                ak_dot1_1(w, k, b, c, &p);
-            else
-                ak_dot1_0(w, k, b, c, &p);
-            p = (struct ak_pend){s->y, r0 + part, nv, (int)m};
-            acc ^= 1;
+            for (int64_t j = 0; j < tiles; j += 2) {
+                const int nt = tiles - j >= 2 ? 2 : 1;
+                const int64_t t0 = j * AK_TOK;
+                ak_fns[nt - 1][set](w, k, b + j * tb, b + (j + 1) * tb, c, &p);
+                const int64_t mt = m - t0 < nt * AK_TOK ? m - t0 : nt * AK_TOK;
+                p = (struct ak_pend){s->y + t0, r0 + part, nv, (int)mt, set, nt};
+                set ^= 1;
+            }
         }
     }
-    if (p.nv) {
-        if (acc) /* the last tile went to accumulator 0 */
-            _tile_stored(0, c, 64);
-        else
-            _tile_stored(1, c, 64);
-        ak_scatter(c, p.mt, p.nv, p.y, p.col);
-    }
-}
-
-/* Blocks [i0, i1) of the segments on the calling thread. */
-static AK_TARGET void ak_run(const struct dnnl_bk_raw_seg *segs, int64_t i0, int64_t i1, int64_t m,
-                             int64_t k, const uint32_t *b, uint16_t *tail)
-{
-    if (i0 >= i1)
-        return;
-    ak_config();
-    if (m <= AK_TOK) {
-        ak_run1(segs, i0, i1, m, k, b, tail);
-        _tile_release();
-        return;
-    }
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t r0, r1;
-        const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(segs, i, AK_BLOCK, &r0, &r1);
-        ak_block(s, r0, r1, m, k, b, tail);
-    }
+    int done = 0;
+    if (p.nv)
+        ak_pend_store(&p, c);
+    while (p.nv)
+        ak_pend_part(c, &p, &done);
     _tile_release();
 }
 
