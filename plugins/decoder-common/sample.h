@@ -227,18 +227,22 @@ static inline int32_t dc_sample(const float *logits, int V, const struct dc_samp
 
 /* R9 for every row a step decides on, the rows spread over threads: a row's
  * pick is a pass over the vocabulary (157184 logits for LLaDA2), and one
- * thread took 3.2 ms of a 80 ms forward for 16 rows (2 threads, Xeon VM).
- * The results are those of dc_sample row by row, in row order: the uniforms
- * are drawn first, one per row in row order, and each row is computed alone.
+ * thread took 3.2 ms of a 80 ms forward for 16 rows (2 threads, Xeon VM);
+ * a plain pick is spread by parts of rows (dc_greedy_part), whole rows left
+ * a thread idle on the step's last rows (1.6 ms). The results are those of
+ * dc_sample row by row, in row order: the uniforms are drawn first, one per
+ * row in row order, and each row's result depends on that row alone.
  * Threads: OpenMP's current count (the CPU backend sets its own), at most
  * the rows; one without OpenMP. */
 struct dc_rows {
-    int threads;           /* scratch slots */
-    int max_rows;          /* rows per call, at most */
-    struct dc_scratch *sc; /* [threads] */
-    double *u;             /* [max_rows] the step's uniforms */
-    int32_t *id;           /* [max_rows] what the last dc_sample_rows chose: tokens */
-    double *conf;          /* [max_rows] and their confidences */
+    int threads;                /* scratch slots */
+    int max_rows;               /* rows per call, at most */
+    struct dc_scratch *sc;      /* [threads] */
+    double *u;                  /* [max_rows] the step's uniforms */
+    int32_t *id;                /* [max_rows] what the last dc_sample_rows chose: tokens */
+    double *conf;               /* [max_rows] and their confidences */
+    int n_parts;                /* a plain sampler's parts per row (dc_greedy_parts), else 0 */
+    struct dc_pick_part *parts; /* [max_rows][n_parts] */
 };
 
 static inline int dc_rows_max_threads(void)
@@ -258,6 +262,7 @@ static inline void dc_rows_free(struct dc_rows *r)
     free(r->u);
     free(r->id);
     free(r->conf);
+    free(r->parts);
     memset(r, 0, sizeof *r);
 }
 
@@ -273,6 +278,11 @@ static inline int dc_rows_init(struct dc_rows *r, const struct dc_sampler *sp, i
     r->id = malloc(sizeof *r->id * rows);
     r->conf = malloc(sizeof *r->conf * rows);
     int rc = r->sc && r->u && r->id && r->conf ? 0 : -1;
+    if (!rc && sp->plain) {
+        r->n_parts = dc_greedy_parts(V);
+        r->parts = malloc(sizeof *r->parts * rows * (size_t)r->n_parts);
+        rc = r->parts ? 0 : -1;
+    }
     for (int t = 0; !rc && t < r->threads; t++)
         rc = dc_scratch_init(&r->sc[t], sp, V);
     if (rc) {
@@ -294,7 +304,11 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
         r->u[j] = draws ? dc_rng_uniform(rng) : 0.0;
     int threads = dc_rows_max_threads();
     threads = threads < r->threads ? threads : r->threads;
-    threads = threads < n ? threads : n;
+    /* A plain pick goes a part of a row at a time (dc_greedy_part): one row
+     * is work for every thread, and the last rows of a step do not leave
+     * threads idle. */
+    const int P = sp->plain ? r->n_parts : 1, items = n * P;
+    threads = threads < items ? threads : items;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -304,8 +318,18 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
 #else
         const int me = 0, nt = 1;
 #endif
-        for (int j = me; j < n; j += nt)
-            r->id[j] = dc_sample_u(rows[j], V, sp, r->u[j], &r->sc[me], &r->conf[j]);
+        if (sp->plain) {
+            for (int it = me; it < items; it += nt)
+                dc_greedy_part(rows[it / P], V, sp->skip, it % P, &r->parts[it]);
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+            for (int j = me; j < n; j += nt)
+                dc_greedy_finish(&r->parts[(size_t)j * (size_t)P], P, &r->id[j], &r->conf[j]);
+        } else {
+            for (int j = me; j < n; j += nt)
+                r->id[j] = dc_sample_u(rows[j], V, sp, r->u[j], &r->sc[me], &r->conf[j]);
+        }
     }
 }
 

@@ -3,7 +3,8 @@
  *  - the pick's id is the first maximum (excluded id skipped), its
  *    probability within 1e-6 of a double-precision softmax;
  *  - the AVX-512 path (when the CPU has it) and the scalar path return the
- *    same bits, on odd lengths, ties, excluded ids and a full vocabulary. */
+ *    same bits, on odd lengths, ties, excluded ids and a full vocabulary,
+ *    rows of one part and of several (DC_PICK_PART logits each). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -76,7 +77,8 @@ static void check_row(const float *l, int64_t V, int64_t exclude, const char *wh
 
 static void test_pick(void)
 {
-    const int64_t sizes[] = {1, 2, 5, 15, 16, 17, 31, 33, 100, 1000, 4097, 157184};
+    const int64_t sizes[] = {1,   2,    5,    15,    16,    17,    31,    33,
+                             100, 1000, 4097, 16384, 16385, 32769, 157184};
     float *l = malloc(sizeof *l * 157184);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         const int64_t V = sizes[k];
@@ -93,6 +95,9 @@ static void test_pick(void)
                 for (int64_t v = 1; v < V; v++)
                     mx = l[v] > l[mx] ? v : mx;
                 check_row(l, V, mx, "maximum excluded");
+                /* The first of a part excluded (parts of DC_PICK_PART). */
+                if (V > DC_PICK_PART)
+                    check_row(l, V, DC_PICK_PART, "first of the second part excluded");
                 /* Ties: the first of equal maxima, wherever they fall in the lanes. */
                 l[V - 1] = l[mx] = 50.0f;
                 l[V / 2] = 50.0f;

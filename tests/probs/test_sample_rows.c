@@ -2,8 +2,9 @@
  * over threads, against dc_sample called row by row in row order: the same
  * ids, the same confidence bits and the same generator state afterwards, for
  * greedy, plain and sampled settings (temperature, top-k, top-p), 1-40 rows,
- * 1-4 threads. A plant that draws the uniforms in another order (or draws
- * none for greedy rows, or one too many) fails here. */
+ * 1-4 threads; plain picks also on rows of several parts (dc_greedy_part),
+ * which dc_sample_rows spreads over the threads part by part. A plant that draws the uniforms in
+ * another order (or draws none for greedy rows, or one too many) fails here. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -13,10 +14,10 @@
 #include "harness.h"
 #include "decoder-common/sample.h"
 
-#define V    1000
+#define MAXV 40000
 #define MAXR 40
 
-static void one(const struct dc_sampler *sp, int n, int threads, const float *const *rows,
+static void one(const struct dc_sampler *sp, int V, int n, int threads, const float *const *rows,
                 const char *what)
 {
     struct dc_rng a, b;
@@ -42,22 +43,22 @@ static void one(const struct dc_sampler *sp, int n, int threads, const float *co
     /* The generators must stand at the same place: the next draws agree. */
     const bool same_rng = dc_rng_uniform(&a) == dc_rng_uniform(&b);
     if (bad || !same_rng)
-        fprintf(stderr, "FAIL %s: %d rows, %d threads: %d rows differ%s\n", what, n, threads, bad,
-                same_rng ? "" : ", generator state differs");
+        fprintf(stderr, "FAIL %s: V %d, %d rows, %d threads: %d rows differ%s\n", what, V, n,
+                threads, bad, same_rng ? "" : ", generator state differs");
     CHECK(!bad);
     CHECK(same_rng);
 }
 
 static void test_rows(void)
 {
-    float *data = malloc(sizeof *data * (size_t)V * MAXR);
+    float *data = malloc(sizeof *data * (size_t)MAXV * MAXR);
     const float *rows[MAXR];
     struct dc_rng fill;
     dc_rng_seed(&fill, 99);
     for (int j = 0; j < MAXR; j++) {
-        for (int v = 0; v < V; v++)
-            data[(size_t)j * V + v] = (float)(8.0 * dc_rng_uniform(&fill) - 4.0);
-        rows[j] = data + (size_t)j * V;
+        for (int v = 0; v < MAXV; v++)
+            data[(size_t)j * MAXV + v] = (float)(8.0 * dc_rng_uniform(&fill) - 4.0);
+        rows[j] = data + (size_t)j * MAXV;
     }
     const struct dc_sampler cases[] = {
         {.greedy = true, .plain = true, .skip = -1},
@@ -73,7 +74,15 @@ static void test_rows(void)
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
             for (int t = 1; t <= 4; t++)
-                one(&cases[c], ns[i], t, rows, names[c]);
+                one(&cases[c], 1000, ns[i], t, rows, names[c]);
+    /* Three parts per row (16384, 16384, 7232); the excluded id in the
+     * second. */
+    const struct dc_sampler plain[] = {{.greedy = true, .plain = true, .skip = -1},
+                                       {.greedy = true, .plain = true, .skip = 16390}};
+    for (size_t c = 0; c < 2; c++)
+        for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+            for (int t = 1; t <= 4; t++)
+                one(&plain[c], MAXV, ns[i], t, rows, c ? "plain+skip, 3 parts" : "plain, 3 parts");
     free(data);
 }
 
