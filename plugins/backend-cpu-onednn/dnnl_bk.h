@@ -31,8 +31,9 @@
 
 struct tide_buffer {
     uint32_t magic; /* DNNL_BK_BUF_MAGIC */
-    void *ptr;      /* 64-byte aligned, zero-filled at allocation */
+    void *ptr;      /* 64-byte aligned, zero-filled at allocation (owned) */
     size_t bytes;   /* usable size */
+    bool owned;     /* false: the caller's memory (buffer_wrap), not freed here */
 };
 
 /* Where a matrix lives and how oneDNN reads it. */

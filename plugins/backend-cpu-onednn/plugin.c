@@ -311,6 +311,23 @@ static int dnnl_bk_buffer_alloc(struct tide_backend *bk, size_t bytes, struct ti
     b->magic = DNNL_BK_BUF_MAGIC;
     b->ptr = p;
     b->bytes = bytes;
+    b->owned = true;
+    *out = b;
+    return TIDE_OK;
+}
+
+static int dnnl_bk_buffer_wrap(struct tide_backend *bk, void *host, size_t bytes,
+                               struct tide_buffer **out)
+{
+    if (!bk || !out)
+        return dnnl_bk_inval("buffer_wrap", "NULL backend or out pointer");
+    *out = NULL;
+    if (!host && bytes)
+        return dnnl_bk_inval("buffer_wrap", "NULL host memory of %zu bytes", bytes);
+    struct tide_buffer *b = malloc(sizeof *b);
+    if (!b)
+        return TIDE_E_NOMEM;
+    *b = (struct tide_buffer){DNNL_BK_BUF_MAGIC, host, bytes, false};
     *out = b;
     return TIDE_OK;
 }
@@ -320,7 +337,8 @@ static void dnnl_bk_buffer_free(struct tide_backend *bk, struct tide_buffer *buf
     if (!buf)
         return;
     buf->magic = 0;
-    free(buf->ptr);
+    if (buf->owned)
+        free(buf->ptr);
     free(buf);
 }
 
@@ -528,6 +546,7 @@ static const struct tide_backend_ops dnnl_bk_ops = {
     .buffer_alloc = dnnl_bk_buffer_alloc,
     .buffer_free = dnnl_bk_buffer_free,
     .buffer_host_ptr = dnnl_bk_buffer_host_ptr,
+    .buffer_wrap = dnnl_bk_buffer_wrap,
     .write = dnnl_bk_write,
     .read = dnnl_bk_read,
     .weight_create = dnnl_bk_weight_create,

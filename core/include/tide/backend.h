@@ -217,6 +217,14 @@ struct tide_backend_ops {
      * backend without it offloads bf16 experts only. */
     int (*slot_create_q)(struct tide_backend *bk, int64_t hidden, int64_t inter, int qfmt,
                          const int qblock[2], struct tide_expert **out);
+
+    /* A buffer over `bytes` of the caller's host memory at `host`, which the
+     * backend's ops then read and write in place (no copy): a model's output
+     * layer writes the caller's logits directly. buffer_free releases the
+     * buffer, never the memory, which must outlive it; no alignment is
+     * required. Only for a backend whose memory is host memory; others leave
+     * it NULL (callers then compute into a buffer of their own and read). */
+    int (*buffer_wrap)(struct tide_backend *bk, void *host, size_t bytes, struct tide_buffer **out);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))
