@@ -393,9 +393,14 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
         dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads, work);
     }
-#pragma omp parallel for num_threads(threads) if (threads > 1 && m * I >= 4096)
-    for (int64_t t = 0; t < m; t++)
-        dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
+    if (threads > 1 && m * I >= 4096) {
+#pragma omp parallel for num_threads(threads)
+        for (int64_t t = 0; t < m; t++)
+            dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
+    } else { /* inline: no team of one per expert (168 per forward, ~1.5 us each) */
+        for (int64_t t = 0; t < m; t++)
+            dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
+    }
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg d = {&e->qdown, yr};
         dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_isa);
