@@ -429,15 +429,26 @@ int dnnl_bk_attention_tiled(struct tide_backend *bk, const struct tide_attn_args
                         ph[h] = p + (size_t)h * (size_t)ldk;
                     }
                     kern->scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
+                    /* Each head's maximum and sum in key order, as the plain
+                     * loop; the heads side by side, so that the additions of
+                     * one wait on each other but not on another head's (4
+                     * chains of adds instead of one: the sums were a fifth
+                     * of the attention core). */
+                    float mx[SIMD_ATT_HEADS], sum[SIMD_ATT_HEADS];
+                    for (int h = 0; h < nh; h++)
+                        mx[h] = -INFINITY;
+                    for (int64_t j = 0; j < len; j++)
+                        for (int h = 0; h < nh; h++)
+                            mx[h] = ph[h][j] > mx[h] ? ph[h][j] : mx[h];
                     for (int h = 0; h < nh; h++) {
-                        float mx = -INFINITY;
-                        for (int64_t j = 0; j < len; j++)
-                            mx = ph[h][j] > mx ? ph[h][j] : mx;
-                        dnnl_bk_exp_sub(kern->vec_math, ph[h], len, mx);
-                        float sum = 0.0f;
-                        for (int64_t j = 0; j < len; j++)
-                            sum += ph[h][j];
-                        kern->mix(ph[h], sum, len, vg, a->v_cache->stride, hd, o);
+                        dnnl_bk_exp_sub(kern->vec_math, ph[h], len, mx[h]);
+                        sum[h] = 0.0f;
+                    }
+                    for (int64_t j = 0; j < len; j++)
+                        for (int h = 0; h < nh; h++)
+                            sum[h] += ph[h][j];
+                    for (int h = 0; h < nh; h++) {
+                        kern->mix(ph[h], sum[h], len, vg, a->v_cache->stride, hd, o);
                         const int head = g * group + h0 + h;
                         void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
                                     (size_t)head * (size_t)hd * tide_dtype_size(a->out->dtype);
