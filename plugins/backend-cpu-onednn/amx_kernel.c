@@ -52,7 +52,7 @@
 #define AK_BLOCK 32
 #define AK_TOK   16
 #define AK_KC    32
-/* Tokens whose results go out per pair of chunks of the next tile (ak_run1). */
+/* Tokens whose results go out per pair of chunks of the next product (AK_DOT). */
 #define AK_SPT 4
 
 /* Linux: ask for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM,

@@ -241,7 +241,8 @@ struct dc_rows {
     double *u;                  /* [max_rows] the step's uniforms */
     int32_t *id;                /* [max_rows] what the last dc_sample_rows chose: tokens */
     double *conf;               /* [max_rows] and their confidences */
-    int n_parts;                /* a plain sampler's parts per row (dc_greedy_parts), else 0 */
+    int n_parts;                /* a plain sampler's parts per row (dc_greedy_parts of the
+                                 * init's V; a longer row goes row by row), else 0 */
     struct dc_pick_part *parts; /* [max_rows][n_parts] */
 };
 
@@ -307,7 +308,8 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
     /* A plain pick goes a part of a row at a time (dc_greedy_part): one row
      * is work for every thread, and the last rows of a step do not leave
      * threads idle. */
-    const int P = sp->plain ? r->n_parts : 1, items = n * P;
+    const bool by_parts = sp->plain && r->parts && dc_greedy_parts(V) <= r->n_parts;
+    const int P = by_parts ? dc_greedy_parts(V) : 1, items = n * P;
     threads = threads < items ? threads : items;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -318,7 +320,7 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
 #else
         const int me = 0, nt = 1;
 #endif
-        if (sp->plain) {
+        if (by_parts) {
             for (int it = me; it < items; it += nt)
                 dc_greedy_part(rows[it / P], V, sp->skip, it % P, &r->parts[it]);
 #ifdef _OPENMP
