@@ -284,6 +284,37 @@ static void test_matmul(void)
     run_matmul(5, 20, 33, 33, 20, TIDE_DTYPE_F32);        /* f32 checkpoint tensor */
 }
 
+/* A bf16 matmul case: T rows of x against random N x K weights, in dense
+ * views, and y = x W^T as the backend computes it for all T rows. */
+struct mm_case {
+    float *x, *w, *y;
+    void *keep;
+    struct tide_weight *wt;
+    struct tide_tensor xt, yt;
+};
+
+static void mm_case_init(struct mm_case *c, int T, int N, int K)
+{
+    c->x = rnd_array((size_t)T * K, true);
+    c->w = rnd_array((size_t)N * K, true);
+    c->wt = make_weight(c->w, TIDE_DTYPE_BF16, 2, N, K, TIDE_WEIGHT_MATMUL, &c->keep);
+    c->xt = new_view(TIDE_DTYPE_BF16, T, K, K, 0);
+    c->yt = new_view(TIDE_DTYPE_F32, T, N, N, 0);
+    put(&c->xt, c->x);
+    CHECK_EQ_INT(ops->matmul(bk, &c->xt, c->wt, &c->yt), TIDE_OK);
+    c->y = get(&c->yt);
+}
+
+static void mm_case_free(struct mm_case *c)
+{
+    ops->weight_destroy(bk, c->wt);
+    free(c->keep);
+    free(c->x);
+    free(c->w);
+    free(c->y);
+    free_all();
+}
+
 /* buffer_wrap (optional): a matmul into the caller's memory, one element
  * past an aligned start, gives the bits of the same matmul into a backend
  * buffer; the memory around the view is untouched, and buffer_free leaves
@@ -295,14 +326,8 @@ static void test_buffer_wrap(void)
         return;
     }
     enum { T = 5, N = 70, K = 64 };
-    float *x = rnd_array((size_t)T * K, true), *w = rnd_array((size_t)N * K, true);
-    void *keep;
-    struct tide_weight *wt = make_weight(w, TIDE_DTYPE_BF16, 2, N, K, TIDE_WEIGHT_MATMUL, &keep);
-    struct tide_tensor xt = new_view(TIDE_DTYPE_BF16, T, K, K, 0);
-    struct tide_tensor yt = new_view(TIDE_DTYPE_F32, T, N, N, 0);
-    put(&xt, x);
-    CHECK_EQ_INT(ops->matmul(bk, &xt, wt, &yt), TIDE_OK);
-    float *want = get(&yt);
+    struct mm_case c;
+    mm_case_init(&c, T, N, K);
     float *mem = malloc(sizeof *mem * (T * N + 2));
     for (int i = 0; i < T * N + 2; i++)
         mem[i] = -7.0f;
@@ -311,19 +336,14 @@ static void test_buffer_wrap(void)
     if (wb) {
         CHECK(ops->buffer_host_ptr(bk, wb) == (void *)(mem + 1));
         struct tide_tensor ot = tide_tensor_2d(wb, TIDE_DTYPE_F32, T, N);
-        CHECK_EQ_INT(ops->matmul(bk, &xt, wt, &ot), TIDE_OK);
+        CHECK_EQ_INT(ops->matmul(bk, &c.xt, c.wt, &ot), TIDE_OK);
         CHECK_EQ_INT(ops->sync(bk), TIDE_OK);
         ops->buffer_free(bk, wb);
-        CHECK(memcmp(mem + 1, want, sizeof *mem * T * N) == 0);
+        CHECK(memcmp(mem + 1, c.y, sizeof *mem * T * N) == 0);
         CHECK(mem[0] == -7.0f && mem[T * N + 1] == -7.0f);
     }
-    ops->weight_destroy(bk, wt);
-    free(keep);
     free(mem);
-    free(want);
-    free(x);
-    free(w);
-    free_all();
+    mm_case_free(&c);
 }
 
 static void run_rmsnorm(int T, int C, int group, int stride, bool in_place, enum tide_dtype ydt,
@@ -899,31 +919,20 @@ static void bi_report(const char *what, int c, int o, int d, int max)
 /* matmul of N x K at every count up to max rows. */
 static void bi_matmul(int N, int K, int max)
 {
-    float *x = rnd_array((size_t)max * K, true), *w = rnd_array((size_t)N * K, true);
-    void *keep;
-    struct tide_weight *wt = make_weight(w, TIDE_DTYPE_BF16, 2, N, K, TIDE_WEIGHT_MATMUL, &keep);
-    struct tide_tensor xt = new_view(TIDE_DTYPE_BF16, max, K, K, 0);
-    struct tide_tensor yt = new_view(TIDE_DTYPE_F32, max, N, N, 0);
-    put(&xt, x);
-    CHECK_EQ_INT(ops->matmul(bk, &xt, wt, &yt), TIDE_OK);
-    float *full = get(&yt);
+    struct mm_case mc;
+    mm_case_init(&mc, max, N, K);
     char what[64];
     snprintf(what, sizeof what, "matmul N=%d K=%d", N, K);
     for (size_t i = 0; i < sizeof bi_counts / sizeof bi_counts[0] && bi_counts[i] <= max; i++) {
         const int c = bi_counts[i], o = bi_offset(c, max);
-        struct tide_tensor xs = tide_tensor_slice(&xt, o, c, 0, K);
-        struct tide_tensor ys = tide_tensor_slice(&yt, o, c, 0, N);
-        CHECK_EQ_INT(ops->matmul(bk, &xs, wt, &ys), TIDE_OK);
+        struct tide_tensor xs = tide_tensor_slice(&mc.xt, o, c, 0, K);
+        struct tide_tensor ys = tide_tensor_slice(&mc.yt, o, c, 0, N);
+        CHECK_EQ_INT(ops->matmul(bk, &xs, mc.wt, &ys), TIDE_OK);
         float *part = get(&ys);
-        bi_report(what, c, o, bi_diff_rows(part, full + (size_t)o * N, c, N), max);
+        bi_report(what, c, o, bi_diff_rows(part, mc.y + (size_t)o * N, c, N), max);
         free(part);
     }
-    ops->weight_destroy(bk, wt);
-    free(keep);
-    free(x);
-    free(w);
-    free(full);
-    free_all();
+    mm_case_free(&mc);
 }
 
 /* One expert at every count up to max rows, alone (expert_ffn) and in an
