@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "output_file.h"
 #include "loader.h"
 #include "tide/model.h"
 
@@ -60,10 +61,9 @@ int cli_read_file(const char *path, char **out, size_t *len);
 void cli_catch_interrupt(void);
 
 /* Open the output file named by option `key` of [output] (empty: *f = NULL)
- * as PATH.tmp; refuses an existing PATH unless [output] overwrite is true. */
+ * as PATH.tmp; refuses an existing PATH unless [output] overwrite is true
+ * (output_file.h). */
 int cli_output_open(const struct tide_opts *output, const char *key, FILE **f, const char **path);
-/* Close it; when keep, rename PATH.tmp to PATH, else remove it. */
-int cli_output_close(FILE *f, const char *path, bool keep);
 
 struct tide_engine;
 struct tide_moe_counters;

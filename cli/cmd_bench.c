@@ -422,8 +422,6 @@ static int bench_run_config(struct bench *b, struct bench_row *rr, const char *t
             size_t n = 0;
             bench_progress(b, rep, i);
             rc = tide_engine_encode(b->e, b->prompts.line[i], b->chat, &ids, &n);
-            if (rc == TIDE_OK)
-                rc = tide_engine_reserve(b->e, NULL, (int64_t)n);
             if (rc == TIDE_OK) {
                 struct tide_gen_result res;
                 fprintf(metrics, "{\"type\":\"prompt\",\"prompt\":%d,\"repeat\":%d}\n", i, rep);

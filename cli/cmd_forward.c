@@ -83,7 +83,8 @@ int cmd_forward(int argc, char **argv)
     if (rc != TIDE_OK)
         goto done;
     const int64_t step = chunk ? chunk : (int64_t)n;
-    if ((rc = e->mops->reserve(e->model, (int64_t)n, step < (int64_t)n ? step : (int64_t)n)))
+    if ((rc = e->mops->reserve_slots(e->model, 1, (int64_t)n,
+                                     step < (int64_t)n ? step : (int64_t)n)))
         goto done;
     if (trace_path) {
         if ((rc = cli_trace_open(e, trace_path, force, &trace, &sink)) != TIDE_OK ||
@@ -99,7 +100,8 @@ int cmd_forward(int argc, char **argv)
     }
     for (int64_t p = 0; p < (int64_t)n && rc == TIDE_OK; p += step) {
         int64_t len = (int64_t)n - p < step ? (int64_t)n - p : step;
-        rc = e->mops->forward(e->model, ids + p, len, p, logits + (size_t)p * V);
+        rc = tide_model_forward1(e->mops, e->model, ids + p, len, p, NULL, len,
+                                 logits + (size_t)p * V);
     }
     if (trace) {
         tide_moe_set_trace(e->moe, NULL);

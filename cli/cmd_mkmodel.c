@@ -91,11 +91,9 @@ int cmd_mkmodel(int argc, char **argv)
     int rc = TIDE_E_CONFIG;
     struct cli_progress pg;
     cli_progress_begin(&pg, "tide mkmodel", 0);
-    if (ops && pg.on && TIDE_OPS_HAS(ops, mkmodel_progress)) {
+    if (ops) {
         const struct tide_progress p = {.fn = mkmodel_progress, .user = &pg};
-        rc = ops->mkmodel_progress(dir, preset, (int)layers, seed, &p);
-    } else if (ops) {
-        rc = ops->mkmodel(dir, preset, (int)layers, seed);
+        rc = ops->mkmodel(dir, preset, (int)layers, seed, pg.on ? &p : NULL);
     }
     cli_progress_end(&pg);
     if (ops && rc == TIDE_OK)

@@ -394,7 +394,7 @@ static int pcheck_model(struct pcheck *k, char *model, size_t len)
     }
     struct tide_plugin_set *set;
     const struct tide_model_ops *mops = cli_model_plugin("model-llada2", "policy-check", &set);
-    int rc = mops ? mops->mkmodel(model, "tiny", 0, 11) : TIDE_E_NOTFOUND;
+    int rc = mops ? mops->mkmodel(model, "tiny", 0, 11, NULL) : TIDE_E_NOTFOUND;
     tide_plugins_free(set);
     return rc;
 }

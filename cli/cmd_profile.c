@@ -539,8 +539,6 @@ static int prof_dense(struct prof_ctx *p, struct tide_engine *e, double *us_per_
             size_t n = 0;
             struct tide_gen_result res = {0};
             rc = tide_engine_encode(e, line[k], false, &ids, &n);
-            if (rc == TIDE_OK)
-                rc = tide_engine_reserve(e, NULL, (int64_t)n);
             tide_moe_reset_totals(e->moe);
             if (rc == TIDE_OK)
                 rc = tide_engine_generate_ids(e, NULL, ids, (int64_t)n, NULL, NULL, &res);

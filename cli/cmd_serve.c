@@ -204,7 +204,8 @@ int cmd_serve(int argc, char **argv)
         rc = TIDE_E_NOMEM;
         goto done;
     }
-    if ((rc = serve_queue_create(e, m, st.max_queue, st.max_batch, model, &q)) != TIDE_OK)
+    if ((rc = serve_queue_create(e, m, st.max_queue, st.max_batch, st.shortest, model, &q)) !=
+        TIDE_OK)
         goto done;
     const struct serve_http_args ha = {
         .host = st.host,

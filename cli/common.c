@@ -265,38 +265,9 @@ void cli_catch_interrupt(void)
 
 int cli_output_open(const struct tide_opts *output, const char *key, FILE **f, const char **path)
 {
-    *f = NULL;
     *path = tide_opts_str(output, key);
-    if (!**path)
-        return TIDE_OK;
-    if (access(*path, F_OK) == 0 && !tide_opts_bool(output, "overwrite")) {
-        tide_error("[output] %s = %s (%s): the file exists; refusing to replace it (set [output] "
-                   "overwrite = true, or choose another name)",
-                   key, *path, tide_opts_origin(output, key));
-        return TIDE_E_CONFIG;
-    }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", *path);
-    if (!(*f = fopen(tmp, "w"))) {
-        tide_error("[output] %s: cannot create %s: %s", key, tmp, strerror(errno));
-        return TIDE_E_IO;
-    }
-    return TIDE_OK;
-}
-
-int cli_output_close(FILE *f, const char *path, bool keep)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    bool ok = fclose(f) == 0;
-    if (keep && ok && rename(tmp, path) == 0)
-        return TIDE_OK;
-    remove(tmp);
-    if (keep) {
-        tide_error("cannot write %s", path);
-        return TIDE_E_IO;
-    }
-    return TIDE_OK;
+    return cli_output_open_path(key, *path, tide_opts_origin(output, key),
+                                tide_opts_bool(output, "overwrite"), f);
 }
 
 void cli_print_offload_summary(const struct tide_engine_info *info,

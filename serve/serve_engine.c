@@ -1,140 +1,95 @@
 /* `tide serve`: the engine adapter (serve_engine.h), written on the public
- * embedding API (tide/engine.h). Every other serve_* file goes through
- * these calls.
- *
- * What it takes from the internals is narrow and CLI-only, as `tide run`:
- * the [serve] and [output] sections of the engine's configuration,
- * tide_engine_set_outputs (the [output] metrics file), the ids of the
- * end-of-text tokens, which the public API does not name and which answers
- * must not show as text, the model's chat template and end-of-turn token
- * (split into roles for "messages"), and the decoder's plans (how it takes
- * gen_length and steps, so that any max_tokens works). */
+ * embedding API (tide/engine.h) alone: the [serve] and [output] options,
+ * the end-of-text ids (which answers must not show as text), the chat
+ * template and end-of-turn token (split into roles for "messages") and how
+ * the decoder takes gen_length and steps all come from it. Every other
+ * serve_* file goes through these calls. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "config.h"
-#include "engine.h"
+#include "output_file.h"
 #include "serve_engine.h"
 #include "tide/engine.h"
 #include "tide/log.h"
 #include "tide/status.h"
+
+/* Most end-of-text ids kept: EOS and [generation] stop_tokens. */
+#define SE_MAX_END 32
 
 struct serve_engine {
     struct tide_engine *e;
     struct tide_engine_info ei;
     struct serve_engine_info info;
     char policy[128];
-    char eos_name[128];
     /* The text of each end-of-text id, stripped from answers. */
-    int32_t end_ids[1 + TIDE_GEN_MAX_STOP];
-    char *end_text[1 + TIDE_GEN_MAX_STOP];
-    size_t end_len[1 + TIDE_GEN_MAX_STOP];
+    int32_t end_ids[SE_MAX_END];
+    char *end_text[SE_MAX_END];
+    size_t end_len[SE_MAX_END];
     int n_end;
     FILE *metrics; /* [output] metrics, or NULL */
     const char *metrics_path;
-    struct tide_engine_outputs outs;
     struct serve_chat chat;
-    /* How the decoder takes gen_length and steps (se_decoder_shape). */
+    /* How the decoder takes gen_length and steps (tide_engine_info). */
     bool whole_blocks; /* gen_length in whole blocks: max_tokens is rounded up, then cut */
     bool shared_steps; /* [generation] steps counts every block's: scaled by the blocks */
     int block_steps;   /* steps per block as configured */
 };
 
-static void se_settings(const struct tide_config *cfg, struct serve_settings *st)
+/* An option of the engine's configuration ("" or 0 when it has none: a
+ * name mistyped here, caught by the tests). */
+static const char *se_str(struct serve_engine *s, const char *name)
 {
-    const struct tide_opts *so = tide_config_section(cfg, "serve");
+    const char *v = "";
+    return tide_engine_get_option(s->e, name, &v) == TIDE_OK ? v : "";
+}
+
+static int64_t se_int(struct serve_engine *s, const char *name)
+{
+    int64_t v = 0;
+    return tide_engine_get_number(s->e, name, &v, NULL) == TIDE_OK ? v : 0;
+}
+
+static double se_float(struct serve_engine *s, const char *name)
+{
+    double v = 0;
+    return tide_engine_get_number(s->e, name, NULL, &v) == TIDE_OK ? v : 0;
+}
+
+static void se_settings(struct serve_engine *s, struct serve_settings *st)
+{
     *st = (struct serve_settings){
-        .host = tide_opts_str(so, "host"),
-        .port = (int)tide_opts_int(so, "port"),
-        .max_queue = (int)tide_opts_int(so, "max_queue"),
-        .max_body = tide_opts_size(so, "max_body"),
-        .api_key = tide_opts_str(so, "api_key"),
-        .model_name = tide_opts_str(so, "model_name"),
-        .max_connections = (int)tide_opts_int(so, "max_connections"),
-        .max_batch = (int)tide_opts_int(so, "max_batch"),
-        .shutdown_timeout = tide_opts_float(so, "shutdown_timeout"),
-        .read_timeout = tide_opts_float(so, "read_timeout"),
+        .host = se_str(s, "serve.host"),
+        .port = (int)se_int(s, "serve.port"),
+        .max_queue = (int)se_int(s, "serve.max_queue"),
+        .max_body = (uint64_t)se_int(s, "serve.max_body"),
+        .api_key = se_str(s, "serve.api_key"),
+        .model_name = se_str(s, "serve.model_name"),
+        .max_connections = (int)se_int(s, "serve.max_connections"),
+        .max_batch = (int)se_int(s, "serve.max_batch"),
+        .shutdown_timeout = se_float(s, "serve.shutdown_timeout"),
+        .read_timeout = se_float(s, "serve.read_timeout"),
+        .shortest = !strcmp(se_str(s, "serve.schedule"), "shortest"),
     };
 }
 
-/* The end-of-text ids (EOS and [generation] stop_tokens) and their text. */
+/* The end-of-text ids and their text. */
 static int se_end_tokens(struct serve_engine *s)
 {
-    int32_t ids[1 + TIDE_GEN_MAX_STOP];
-    int n = 0;
-    ids[n++] = s->e->ids.eos;
-    for (int i = 0; i < s->e->ids.n_stop; i++)
-        ids[n++] = s->e->ids.stop[i];
-    for (int i = 0; i < n; i++) {
-        if (ids[i] < 0)
+    for (int i = 0; i < s->ei.n_end_ids && s->n_end < SE_MAX_END; i++) {
+        const int32_t id = s->ei.end_ids[i];
+        if (id < 0)
             continue;
         char *t = NULL;
         size_t len = 0;
-        if (tide_engine_detokenize(s->e, &ids[i], 1, &t, &len) != TIDE_OK)
+        if (tide_engine_detokenize(s->e, &id, 1, &t, &len) != TIDE_OK)
             return TIDE_E_NOMEM;
-        s->end_ids[s->n_end] = ids[i];
+        s->end_ids[s->n_end] = id;
         s->end_text[s->n_end] = t;
         s->end_len[s->n_end] = len;
         s->n_end++;
     }
-    const struct tide_model_info *mi = s->e->mops->info(s->e->model);
-    snprintf(s->eos_name, sizeof s->eos_name, "%s", mi->eos_token ? mi->eos_token : "");
-    return TIDE_OK;
-}
-
-/* The decoder's plan for a one-token prompt with [generation] gen_length and
- * steps set to these (everything else as configured). The values are
- * labelled "default": they are not the user's, and a decoder that notes
- * options it ignores (llada21: steps) says nothing of them. */
-static int se_plan(struct serve_engine *s, int64_t gen_length, int steps,
-                   struct tide_decoder_plan *out)
-{
-    struct tide_config *cfg = tide_config_clone(s->e->cfg);
-    if (!cfg)
-        return TIDE_E_NOMEM;
-    char g[32], st[32];
-    snprintf(g, sizeof g, "%lld", (long long)gen_length);
-    snprintf(st, sizeof st, "%d", steps);
-    struct tide_decode d = {0};
-    int rc = tide_config_set_value(cfg, "generation", "gen_length", g, "default");
-    if (rc == TIDE_OK)
-        rc = tide_config_set_value(cfg, "generation", "steps", st, "default");
-    if (rc == TIDE_OK)
-        rc = tide_engine_decode_open(s->e, cfg, &d);
-    if (rc == TIDE_OK)
-        rc = tide_decode_plan(&d, 1, INT64_MAX, out);
-    tide_decode_close(&d);
-    tide_config_destroy(cfg);
-    return rc;
-}
-
-/* How the decoder takes gen_length and steps, asked of its plans: blocks
- * that start right after the prompt (one block after a one-token prompt
- * spans 1 + block_length positions, not a whole number of blocks) need
- * gen_length in whole blocks, as LLaDA's generate() asserts; steps are
- * shared among the blocks when two blocks with 2 steps get 1 per block, as
- * one block with 1 does. Only running out of memory is an error: a decoder
- * that cannot plan these is taken as it is. */
-static int se_decoder_shape(struct serve_engine *s)
-{
-    const int L = s->info.block_length;
-    struct tide_decoder_plan one, two, conf;
-    int rc = se_plan(s, L, 1, &one);
-    if (rc == TIDE_OK)
-        rc = se_plan(s, 2 * (int64_t)L, 2, &two);
-    if (rc == TIDE_OK)
-        rc = tide_decode_plan(&s->e->dec, 1, INT64_MAX, &conf);
-    if (rc != TIDE_OK)
-        return rc == TIDE_E_NOMEM ? rc : TIDE_OK;
-    s->whole_blocks = one.n_ctx == 1 + L && L > 1;
-    s->shared_steps = one.nominal_steps == 1 && two.nominal_steps == 1;
-    s->block_steps = conf.nominal_steps;
-    tide_debug("serve: decoder %s: %s; steps %s", s->e->dec.name,
-               s->whole_blocks ? "gen_length in whole blocks" : "any gen_length",
-               s->shared_steps ? "shared among the blocks" : "per block");
     return TIDE_OK;
 }
 
@@ -157,16 +112,12 @@ int serve_engine_open(const char *const *configs, int n_configs, const char *con
     int rc = tide_engine_open(&args, &s->e);
     if (rc != TIDE_OK)
         goto fail;
-    se_settings(s->e->cfg, settings);
+    se_settings(s, settings);
     s->ei.size = sizeof s->ei;
-    const char *gen_length = NULL;
-    if ((rc = tide_engine_get_info(s->e, &s->ei)) != TIDE_OK ||
-        (rc = tide_engine_get_option(s->e, "generation.gen_length", &gen_length)) != TIDE_OK ||
-        (rc = se_end_tokens(s)) != TIDE_OK)
+    if ((rc = tide_engine_get_info(s->e, &s->ei)) != TIDE_OK || (rc = se_end_tokens(s)) != TIDE_OK)
         goto fail;
     /* The chat template, in roles for "messages" (struct serve_chat). */
-    const struct tide_model_info *mi = s->e->mops->info(s->e->model);
-    if (serve_chat_init(mi->chat_template, mi->stop_token, &s->chat)) {
+    if (serve_chat_init(s->ei.chat_template, s->ei.turn_end, &s->chat)) {
         rc = TIDE_E_NOMEM;
         goto fail;
     }
@@ -181,18 +132,27 @@ int serve_engine_open(const char *const *configs, int n_configs, const char *con
         .block_length = s->ei.block_length,
         .max_ctx = s->ei.max_ctx,
         .vocab = s->ei.vocab_size,
-        .gen_length = strtoll(gen_length, NULL, 10),
+        .gen_length = se_int(s, "generation.gen_length"),
         .chat = s->chat.pre ? &s->chat : NULL,
-        .eos_text = s->eos_name[0] ? s->eos_name : NULL,
+        .eos_text = s->ei.eos_token && *s->ei.eos_token ? s->ei.eos_token : NULL,
     };
-    if ((rc = se_decoder_shape(s)) != TIDE_OK)
-        goto fail;
+    /* How the decoder takes gen_length and steps, as its plan states:
+     * blocks that start right after the prompt need gen_length in whole
+     * blocks (LLaDA's generate() asserts it); steps shared among the blocks
+     * are scaled by their number. */
+    const int L = s->info.block_length;
+    s->whole_blocks = s->ei.gen_multiple == L && L > 1;
+    s->shared_steps = s->ei.steps_scope == 1;
+    s->block_steps = s->ei.nominal_steps;
+    tide_debug("serve: decoder %s: %s; steps %s", s->ei.decoder,
+               s->whole_blocks ? "gen_length in whole blocks" : "any gen_length",
+               s->shared_steps ? "shared among the blocks" : "per block");
     /* [output] metrics collects the telemetry of every request. */
-    if ((rc = cli_output_open(tide_config_section(s->e->cfg, "output"), "metrics", &s->metrics,
-                              &s->metrics_path)) != TIDE_OK)
+    s->metrics_path = se_str(s, "output.metrics");
+    if ((rc = cli_output_open_path("metrics", s->metrics_path, "[output] metrics",
+                                   se_int(s, "output.overwrite") != 0, &s->metrics)) != TIDE_OK)
         goto fail;
-    s->outs = (struct tide_engine_outputs){.metrics = s->metrics};
-    tide_engine_set_outputs(s->e, &s->outs);
+    tide_engine_set_metrics(s->e, s->metrics);
     *out = s;
     return TIDE_OK;
 fail:
@@ -205,7 +165,7 @@ void serve_engine_close(struct serve_engine *s)
     if (!s)
         return;
     if (s->e)
-        tide_engine_set_outputs(s->e, NULL);
+        tide_engine_set_metrics(s->e, NULL);
     if (s->metrics)
         cli_output_close(s->metrics, s->metrics_path, true);
     for (int i = 0; i < s->n_end; i++)
@@ -596,6 +556,24 @@ int serve_engine_run_batch(struct serve_engine *s, int max_batch, const struct s
     int rc = tide_engine_run_batch(s->e, max_batch, &q);
     if (rc != TIDE_OK)
         tide_error("serve: %s", tide_engine_error(s->e));
+    return rc;
+}
+
+int serve_engine_work(struct serve_engine *s, const struct serve_gen *g, int64_t *work)
+{
+    *work = 0;
+    struct serve_error err = {0};
+    struct se_req q;
+    int rc = se_begin(s, g, &q, &err);
+    if (rc != TIDE_OK)
+        return rc;
+    struct tide_request_plan plan = {.size = sizeof plan};
+    q.r.on_start = NULL;
+    q.r.on_step = NULL;
+    q.r.on_block = NULL;
+    if ((rc = tide_engine_plan(s->e, &q.r, &plan)) == TIDE_OK)
+        *work = plan.work;
+    free(q.ids);
     return rc;
 }
 

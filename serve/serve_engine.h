@@ -38,6 +38,7 @@ struct serve_settings {
     const char *model_name; /* "" = the checkpoint folder's name */
     int max_connections;
     int max_batch; /* prompts decoded together */
+    bool shortest; /* [serve] schedule = shortest: least planned work first */
     double shutdown_timeout;
     double read_timeout; /* seconds a client may take to send a request's headers, or its body */
 };
@@ -140,6 +141,12 @@ struct serve_batch_feed {
  * TIDE_OK or a status for the whole batch (logged): TIDE_E_UNSUPPORTED when
  * max_batch > 1 and the model plugin has no batches. */
 int serve_engine_run_batch(struct serve_engine *s, int max_batch, const struct serve_batch_feed *f);
+
+/* The planned work of g (tide_engine_plan's work: positions forwarded, a
+ * bound), for [serve] schedule = shortest. Only from the worker, between
+ * forwards (a feed's next()). Returns TIDE_OK, or the status generating g
+ * would fail with (then *work is 0: it fails fast anyway). */
+int serve_engine_work(struct serve_engine *s, const struct serve_gen *g, int64_t *work);
 
 /* Tokens of text (as is: chat text is rendered by the parser). *ids is
  * freed with free(). */

@@ -51,6 +51,7 @@ struct serve_job {
     int admitted, ended; /* choices handed to the batch, and finished */
     double t_start;
     struct serve_job *next_running;
+    int64_t work; /* its planned work ([serve] schedule = shortest); -1: not yet asked */
 };
 
 struct serve_queue {
@@ -63,7 +64,8 @@ struct serve_queue {
     int n_running;
     struct serve_job *admitting; /* the running job whose choices are not all admitted */
     int max_batch;
-    int n_seq; /* choices admitted and not ended: the batch's sequences */
+    bool shortest; /* [serve] schedule = shortest */
+    int n_seq;     /* choices admitted and not ended: the batch's sequences */
     bool closed, stop;
     pthread_t worker;
     bool have_worker;
@@ -89,6 +91,7 @@ static struct serve_job *sq_job_new(enum job_kind kind)
         return NULL;
     j->kind = kind;
     j->refs = 1;
+    j->work = -1;
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancel, JOB_LIVE);
     unsigned char r[12] = {0};
@@ -288,13 +291,34 @@ ssize_t serve_job_read(struct serve_queue *q, struct serve_job *j, int fd, char 
     }
 }
 
+/* Waiting jobs that a free batch slot takes at the next forward: the
+ * generations, in queue order, whose prompts fit in the slots the running
+ * sequences leave free. They wait for one forward at most, not for a slot,
+ * so they do not count against max_queue. Under q->mu. */
+static int sq_taken_soon(const struct serve_queue *q)
+{
+    int free_slots = q->max_batch - q->n_seq;
+    if (q->admitting)
+        free_slots -= q->admitting->req.n_prompts - q->admitting->admitted;
+    int n = 0;
+    for (const struct serve_job *j = q->head; j && free_slots > 0; j = j->next) {
+        if (j->kind != JOB_GENERATE)
+            continue;
+        if (j->req.n_prompts > free_slots)
+            break;
+        free_slots -= j->req.n_prompts;
+        n++;
+    }
+    return n;
+}
+
 enum serve_submit serve_queue_submit(struct serve_queue *q, struct serve_job *j, int *retry_after)
 {
     pthread_mutex_lock(&q->mu);
     enum serve_submit r = SERVE_SUBMIT_OK;
     if (q->closed) {
         r = SERVE_SUBMIT_CLOSED;
-    } else if (q->n_waiting >= q->max_queue) {
+    } else if (q->n_waiting - sq_taken_soon(q) >= q->max_queue) {
         r = SERVE_SUBMIT_FULL;
         const double wait = q->avg_seconds * (q->n_waiting + 1);
         *retry_after = wait < 1 ? 1 : wait > 3600 ? 3600 : (int)(wait + 0.999);
@@ -431,6 +455,23 @@ static void sq_usage_add(struct serve_usage *u, const struct serve_result *res,
     u->hit_rate = rows ? (double)u->hit_rows / (double)rows : 1.0;
 }
 
+/* The generation of prompt i of r (no callbacks). */
+static struct serve_gen sq_gen_of(const struct serve_req *r, int i)
+{
+    return (struct serve_gen){
+        .prompt = &r->prompts[i],
+        .chat = r->chat,
+        .max_tokens = r->max_tokens,
+        .block_length = r->block_length,
+        .steps = r->steps,
+        .top_k = r->top_k,
+        .threshold = r->threshold,
+        .temperature = r->temperature,
+        .top_p = r->top_p,
+        .seed = r->seed,
+    };
+}
+
 /* A job starts decoding: its choices' units, answer arrays, counters. */
 static int sq_job_begin(struct serve_queue *q, struct serve_job *j, double t_start)
 {
@@ -445,22 +486,11 @@ static int sq_job_begin(struct serve_queue *q, struct serve_job *j, double t_sta
     for (int i = 0; i < r->n_prompts; i++) {
         struct sq_gen *g = &j->units[i];
         *g = (struct sq_gen){.q = q, .j = j, .index = i};
-        g->sg = (struct serve_gen){
-            .prompt = &r->prompts[i],
-            .chat = r->chat,
-            .max_tokens = r->max_tokens,
-            .block_length = r->block_length,
-            .steps = r->steps,
-            .top_k = r->top_k,
-            .threshold = r->threshold,
-            .temperature = r->temperature,
-            .top_p = r->top_p,
-            .seed = r->seed,
-            .user = g,
-            .on_start = sq_on_start,
-            .on_step = sq_on_step,
-            .on_block = sq_on_block,
-        };
+        g->sg = sq_gen_of(r, i);
+        g->sg.user = g;
+        g->sg.on_start = sq_on_start;
+        g->sg.on_step = sq_on_step;
+        g->sg.on_block = sq_on_block;
     }
     return TIDE_OK;
 }
@@ -642,8 +672,57 @@ static void sq_between(void *user)
     pthread_mutex_unlock(&q->mu);
 }
 
+/* A waiting generation's planned work: the sum of its prompts' (the
+ * decoder's plans). A request that cannot be planned fails at once when it
+ * runs, so it counts as no work. Under q->mu (the engine call is short: it
+ * tokenizes and plans, nothing runs). */
+static int64_t sq_work_locked(struct serve_queue *q, struct serve_job *j)
+{
+    if (j->work >= 0)
+        return j->work;
+    int64_t sum = 0;
+    for (int i = 0; i < j->req.n_prompts; i++) {
+        const struct serve_gen g = sq_gen_of(&j->req, i);
+        int64_t w = 0;
+        serve_engine_work(q->e, &g, &w);
+        sum += w;
+    }
+    return j->work = sum;
+}
+
+/* Take the next waiting generation out of the queue (sq_tokens_locked took
+ * the others): the first, or with [serve] schedule = shortest the one with
+ * the least planned work (the first of those on ties). Under q->mu. */
+static struct serve_job *sq_pick_locked(struct serve_queue *q)
+{
+    struct serve_job *best = q->head, *best_prev = NULL;
+    if (q->shortest) {
+        int64_t least = best ? sq_work_locked(q, best) : 0;
+        for (struct serve_job *prev = q->head, *j = best ? best->next : NULL; j;
+             prev = j, j = j->next) {
+            const int64_t w = sq_work_locked(q, j);
+            if (w < least) {
+                least = w;
+                best = j;
+                best_prev = prev;
+            }
+        }
+    }
+    if (!best)
+        return NULL;
+    if (best_prev)
+        best_prev->next = best->next;
+    else
+        q->head = best->next;
+    if (q->tail == best)
+        q->tail = best_prev;
+    best->next = NULL;
+    q->n_waiting--;
+    return best;
+}
+
 /* The next choice to decode: the rest of the job being admitted, else the
- * first waiting generation. */
+ * next waiting generation (sq_pick_locked). */
 static const struct serve_gen *sq_next(void *user, bool idle)
 {
     struct serve_queue *q = user;
@@ -673,12 +752,7 @@ static const struct serve_gen *sq_next(void *user, bool idle)
             pthread_mutex_unlock(&q->mu);
             return &u->sg;
         }
-        if ((j = q->head)) { /* a generation: sq_tokens_locked took the others */
-            q->head = j->next;
-            if (!q->head)
-                q->tail = NULL;
-            q->n_waiting--;
-            j->next = NULL;
+        if ((j = sq_pick_locked(q))) {
             const int cancel = atomic_load(&j->cancel);
             if (cancel != JOB_LIVE) {
                 serve_metrics_cancel(q->m, cancel == JOB_GONE ? "disconnect" : "shutdown");
@@ -752,7 +826,7 @@ static void *sq_worker(void *arg)
 }
 
 int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_queue,
-                       int max_batch, const char *model, struct serve_queue **out)
+                       int max_batch, bool shortest, const char *model, struct serve_queue **out)
 {
     struct serve_queue *q = calloc(1, sizeof *q);
     if (!q)
@@ -765,6 +839,7 @@ int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_
     q->model = model;
     q->max_queue = max_queue;
     q->max_batch = max_batch > 0 ? max_batch : 1;
+    q->shortest = shortest;
     const int rc = pthread_create(&q->worker, NULL, sq_worker, q);
     if (rc) {
         tide_error("serve: cannot start the worker thread: %s", strerror(rc));

@@ -3,9 +3,11 @@
  * Connection threads (one per HTTP connection) submit jobs and wait for
  * them. The worker decodes generations as a continuous batch (docs/
  * batching.md): between forwards it admits waiting requests, in arrival
- * order, while fewer than [serve] max_batch prompts run (each prompt of a
- * request is one sequence), and it answers tokenizer jobs between every
- * two forwards, so that they never wait behind generations. A job holds
+ * order or shortest planned work first ([serve] schedule), while fewer than
+ * [serve] max_batch prompts run (each prompt of a request is one sequence),
+ * and it answers tokenizer jobs between every two forwards, so that they
+ * never wait behind generations. Requests that a free slot takes at the
+ * next forward do not count against [serve] max_queue. A job holds
  * what its answer needs: a whole body (JSON) or, for a stream, the
  * server-sent events produced so far. While a connection thread waits it
  * watches its socket: a client that goes away cancels its job, which stops
@@ -24,11 +26,12 @@
 struct serve_queue;
 struct serve_job;
 
-/* Start the worker, decoding up to max_batch prompts at once. The engine
- * and metrics must outlive the queue; model is the name answers carry.
- * Returns TIDE_OK or a status (logged). */
+/* Start the worker, decoding up to max_batch prompts at once; a free slot
+ * takes the first waiting request, or with shortest the one with the least
+ * planned work. The engine and metrics must outlive the queue; model is the
+ * name answers carry. Returns TIDE_OK or a status (logged). */
 int serve_queue_create(struct serve_engine *e, struct serve_metrics *m, int max_queue,
-                       int max_batch, const char *model, struct serve_queue **out);
+                       int max_batch, bool shortest, const char *model, struct serve_queue **out);
 /* Stop: see serve_queue_shutdown, then join the worker and free. */
 void serve_queue_destroy(struct serve_queue *q);
 

@@ -180,9 +180,8 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
             if (r->canvas[r->b0 + i] == r->mask)
                 r->rows[n++] = i;
         double t0 = roof_now(), c0 = roof_cpu_now();
-        int rc = use_rows ? r->mo->forward_rows(r->e->model, r->canvas + r->b0, L, r->b0, r->rows,
-                                                n, r->logits)
-                          : r->mo->forward(r->e->model, r->canvas + r->b0, L, r->b0, r->logits);
+        int rc = tide_model_forward1(r->mo, r->e->model, r->canvas + r->b0, L, r->b0,
+                                     use_rows ? r->rows : NULL, use_rows ? n : L, r->logits);
         if (rc)
             return rc;
         double t1 = roof_now(), c1 = roof_cpu_now();
@@ -364,7 +363,7 @@ int main(int argc, char **argv)
     r.mask = r.e->ids.mask;
     const int64_t first = c.prompt / c.block, n_ctx = (first + 1) * (int64_t)c.block;
     r.b0 = first * c.block;
-    const bool use_rows = !c.all_rows && TIDE_OPS_HAS(r.mo, forward_rows);
+    const bool use_rows = !c.all_rows;
     const bool prof = TIDE_OPS_HAS(r.mo, profile) && TIDE_OPS_HAS(r.mo, profile_read);
     r.canvas = malloc(sizeof *r.canvas * (size_t)n_ctx);
     r.logits = malloc(sizeof *r.logits * (size_t)c.block * (size_t)r.V);
@@ -379,10 +378,11 @@ int main(int argc, char **argv)
      * block (if any) is part of the decoded block, as in the generator. */
     for (int64_t i = 0; i < r.b0; i++)
         r.canvas[i] = (int32_t)(100 + (i * 7919) % (r.V - 200));
-    if ((rc = r.mo->reserve(r.e->model, n_ctx, c.block)))
+    if ((rc = r.mo->reserve_slots(r.e->model, 1, n_ctx, c.block)))
         goto done;
     for (int64_t b = 0; b < first && !rc; b++)
-        rc = r.mo->forward(r.e->model, r.canvas + b * c.block, c.block, b * c.block, NULL);
+        rc = tide_model_forward1(r.mo, r.e->model, r.canvas + b * c.block, c.block, b * c.block,
+                                 NULL, 0, NULL);
     if (!rc)
         rc = bf_block(&r, &c, false, use_rows); /* warm-up */
     struct bf_limits lim;

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "batch.h"
 #include "core_options.h"
 #include "engine.h"
 #include "log_errors.h"
+#include "loop.h"
 #include "tide/engine.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -44,16 +44,22 @@ static void api_begin(struct tide_engine *e)
         e->error[0] = 0;
 }
 
-/* Keep the messages of a failed call for tide_engine_error. Returns rc. */
-static int api_end(struct tide_engine *e, int rc)
+/* Keep msg (NULL or "": the messages logged on this thread) of a failed
+ * call for tide_engine_error. Returns rc. */
+static int api_end_msg(struct tide_engine *e, int rc, const char *msg)
 {
     if (rc == TIDE_OK)
         return rc;
-    const char *m = tide_log_errors();
+    const char *m = msg && *msg ? msg : tide_log_errors();
     snprintf(api_thread_error, sizeof api_thread_error, "%s", *m ? m : tide_status_str(rc));
     if (e)
         snprintf(e->error, sizeof e->error, "%s", api_thread_error);
     return rc;
+}
+
+static int api_end(struct tide_engine *e, int rc)
+{
+    return api_end_msg(e, rc, NULL);
 }
 
 const char *tide_engine_error(const struct tide_engine *e)
@@ -606,6 +612,7 @@ static int api_result(struct api_gen *g, const struct tide_gen_result *gr, bool 
         res->steps = gr->steps;
         res->edits = gr->edits;
         res->forwards = gr->forwards;
+        res->model_forwards = gr->model_forwards;
         res->blocks = gr->blocks;
         res->stopped = gr->stopped;
         res->seconds = gr->seconds;
@@ -630,6 +637,7 @@ struct api_req {
     struct tide_gen_hooks hooks;
     struct tide_gen_result gr;
     const struct tide_request *req; /* the caller's */
+    struct tide_loop_seq seq;       /* the engine loop's view of it */
 };
 
 /* Check req and get it ready to run: overrides, decoder, prompt ids, plan.
@@ -780,6 +788,124 @@ static void api_totals_end(struct tide_engine *e, struct api_totals *t,
     t->layer_before = NULL;
 }
 
+/* ---- the engine loop over requests -------------------------------------- */
+
+/* A run of the engine loop over requests: a queue's (a batch) or one. */
+struct api_run {
+    struct tide_engine *e;
+    const struct tide_batch_queue *q; /* NULL: the single request `one` */
+    struct api_req *one;
+    bool one_taken, one_done;
+    int one_rc;
+    struct tide_result *one_res;
+    char one_error[1024];
+};
+
+/* The loop's sequence of a prepared request. */
+static void api_req_seq(struct api_req *x, void *user, int64_t trace_id)
+{
+    x->seq = (struct tide_loop_seq){
+        .d = x->dec,
+        .prompt = x->ids,
+        .n = (int64_t)x->n,
+        .hooks = &x->hooks,
+        .user = user,
+        .trace_id = trace_id,
+    };
+}
+
+static struct tide_loop_seq *ar_next(void *u, bool idle)
+{
+    struct api_run *ar = u;
+    if (!ar->q) {
+        if (ar->one_taken)
+            return NULL;
+        ar->one_taken = true;
+        return &ar->one->seq;
+    }
+    for (;;) {
+        const struct tide_request *req = ar->q->next(ar->q->user, idle);
+        if (!req)
+            return NULL;
+        struct api_req *x = calloc(1, sizeof *x);
+        if (!x) {
+            ar->q->done(ar->q->user, req, TIDE_E_NOMEM, NULL, tide_status_str(TIDE_E_NOMEM));
+            continue;
+        }
+        tide_log_errors_clear(); /* the messages of this request's checks only */
+        int rc = api_req_prepare(ar->e, req, x, "tide_engine_run_batch");
+        if (rc != TIDE_OK) {
+            struct tide_result *res = NULL;
+            rc = api_req_finish(x, rc, &res);
+            const char *m = tide_log_errors();
+            ar->q->done(ar->q->user, req, rc, res, *m ? m : tide_status_str(rc));
+            free(x);
+            continue;
+        }
+        api_req_seq(x, x, -1);
+        return &x->seq;
+    }
+}
+
+static int ar_start(void *u, struct tide_loop_seq *s)
+{
+    struct api_run *ar = u;
+    struct api_req *x = ar->q ? s->user : ar->one;
+    return api_req_start(ar->e, x);
+}
+
+static void ar_done(void *u, struct tide_loop_seq *s)
+{
+    struct api_run *ar = u;
+    struct api_req *x = ar->q ? s->user : ar->one;
+    struct tide_result *res = NULL;
+    x->gr = s->result;
+    const int rc = api_req_finish(x, s->rc, &res);
+    const char *why = rc == TIDE_OK || rc == TIDE_E_CANCELLED ? ""
+                      : s->error[0]                           ? s->error
+                                                              : tide_status_str(rc);
+    if (!ar->q) {
+        ar->one_done = true;
+        ar->one_rc = rc;
+        ar->one_res = res;
+        snprintf(ar->one_error, sizeof ar->one_error, "%s", why);
+        return;
+    }
+    ar->q->done(ar->q->user, x->req, rc, res, why);
+    free(x);
+}
+
+static void ar_between(void *u)
+{
+    struct api_run *ar = u;
+    ar->q->between(ar->q->user);
+}
+
+/* Run the engine loop over ar's requests, max_batch at a time, with the
+ * engine's telemetry outputs. */
+static int api_loop(struct api_run *ar, int max_batch)
+{
+    struct tide_engine *e = ar->e;
+    FILE *metrics = e->outputs ? e->outputs->metrics : NULL;
+    struct tide_loop_env env;
+    tide_engine_loop_env(e, metrics, &env);
+    const struct tide_loop_feed feed = {
+        .user = ar,
+        .next = ar_next,
+        .start = ar_start,
+        .done = ar_done,
+        .between = ar->q && ar->q->between ? ar_between : NULL,
+    };
+    atomic_store(&e->cancel, 0);
+    tide_moe_set_metrics(e->moe, metrics);
+    tide_moe_set_trace(e->moe, e->outputs ? e->outputs->trace : NULL);
+    const int rc = tide_loop_run(&env, max_batch, &feed);
+    tide_moe_set_metrics(e->moe, NULL);
+    tide_moe_set_trace(e->moe, NULL);
+    atomic_store(&e->cancel, 0);
+    return rc;
+}
+
 int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
                          struct tide_result **out)
 {
@@ -791,94 +917,29 @@ int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
         return api_end(e, TIDE_E_INVAL);
     }
     struct api_req q;
-    struct api_totals t = {0};
     int rc = api_req_prepare(e, req, &q, "tide_engine_generate");
-    if (rc == TIDE_OK)
-        rc = tide_engine_reserve(e, q.dec, (int64_t)q.n);
-    if (rc == TIDE_OK) {
-        atomic_store(&e->cancel, 0);
-        rc = api_req_start(e, &q);
+    if (rc != TIDE_OK)
+        return api_end(e, api_req_finish(&q, rc, out));
+    struct api_totals t = {0};
+    if ((rc = api_totals_begin(e, &t)) != TIDE_OK)
+        return api_end(e, api_req_finish(&q, rc, out));
+    struct api_run ar = {.e = e, .one = &q};
+    api_req_seq(&q, &q, e->outputs ? (int64_t)e->outputs->prompt_id : 0);
+    rc = api_loop(&ar, 1);
+    struct tide_moe_counters delta;
+    api_totals_end(e, &t, &delta);
+    if (!ar.one_done) {
+        /* The loop failed before the request ended (out of memory). */
+        rc = api_req_finish(&q, rc != TIDE_OK ? rc : TIDE_E_INVAL, out);
+    } else if (rc != TIDE_OK) {
+        tide_result_free(ar.one_res); /* the loop's own failure wins */
+    } else {
+        rc = ar.one_rc;
+        *out = ar.one_res;
+        if (*out)
+            api_stats(&delta, &(*out)->offload);
     }
-    if (rc == TIDE_OK)
-        rc = api_totals_begin(e, &t);
-    if (rc == TIDE_OK) {
-        rc = tide_engine_generate_ids(e, q.dec, q.ids, (int64_t)q.n, &q.hooks, e->outputs, &q.gr);
-        struct tide_moe_counters delta;
-        api_totals_end(e, &t, &delta);
-        api_stats(&delta, &q.res->offload);
-    }
-    rc = api_req_finish(&q, rc, out);
-    if (e)
-        atomic_store(&e->cancel, 0);
-    return api_end(e, rc);
-}
-
-/* ---- batches ------------------------------------------------------------- */
-
-struct api_batch {
-    struct tide_engine *e;
-    const struct tide_batch_queue *q;
-};
-
-/* One request of a batch: the runtime's sequence and the API's request. */
-struct api_bseq {
-    struct tide_batch_seq s;
-    struct api_req q;
-};
-
-static struct tide_batch_seq *ab_next(void *u, bool idle)
-{
-    struct api_batch *ab = u;
-    for (;;) {
-        const struct tide_request *req = ab->q->next(ab->q->user, idle);
-        if (!req)
-            return NULL;
-        struct api_bseq *x = calloc(1, sizeof *x);
-        if (!x) {
-            ab->q->done(ab->q->user, req, TIDE_E_NOMEM, NULL, tide_status_str(TIDE_E_NOMEM));
-            continue;
-        }
-        tide_log_errors_clear(); /* the messages of this request's checks only */
-        int rc = api_req_prepare(ab->e, req, &x->q, "tide_engine_run_batch");
-        if (rc == TIDE_OK)
-            rc = api_req_start(ab->e, &x->q);
-        if (rc != TIDE_OK) {
-            struct tide_result *res = NULL;
-            rc = api_req_finish(&x->q, rc, &res);
-            const char *m = tide_log_errors();
-            ab->q->done(ab->q->user, req, rc, res, *m ? m : tide_status_str(rc));
-            free(x);
-            continue;
-        }
-        x->s = (struct tide_batch_seq){
-            .d = x->q.dec,
-            .prompt = x->q.ids,
-            .n = (int64_t)x->q.n,
-            .hooks = &x->q.hooks,
-            .user = x,
-        };
-        return &x->s;
-    }
-}
-
-static void ab_done(void *u, struct tide_batch_seq *s)
-{
-    struct api_batch *ab = u;
-    struct api_bseq *x = s->user;
-    struct tide_result *res = NULL;
-    x->q.gr = s->result;
-    const int rc = api_req_finish(&x->q, s->rc, &res);
-    ab->q->done(ab->q->user, x->q.req, rc, res,
-                rc == TIDE_OK || rc == TIDE_E_CANCELLED ? ""
-                : s->error[0]                           ? s->error
-                                                        : tide_status_str(rc));
-    free(x);
-}
-
-static void ab_between(void *u)
-{
-    struct api_batch *ab = u;
-    ab->q->between(ab->q->user);
+    return api_end_msg(e, rc, ar.one_error);
 }
 
 int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q)
@@ -896,19 +957,55 @@ int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tid
     int rc = api_totals_begin(e, &t);
     if (rc != TIDE_OK)
         return api_end(e, rc);
-    struct api_batch ab = {.e = e, .q = q};
-    const struct tide_batch_feed feed = {
-        .user = &ab, .next = ab_next, .done = ab_done, .between = q->between ? ab_between : NULL};
-    atomic_store(&e->cancel, 0);
-    tide_moe_set_metrics(e->moe, e->outputs ? e->outputs->metrics : NULL);
-    tide_moe_set_trace(e->moe, e->outputs ? e->outputs->trace : NULL);
-    rc = tide_batch_run(e, max_batch, &feed);
-    tide_moe_set_metrics(e->moe, NULL);
-    tide_moe_set_trace(e->moe, NULL);
-    atomic_store(&e->cancel, 0);
+    struct api_run ar = {.e = e, .q = q};
+    rc = api_loop(&ar, max_batch);
     struct tide_moe_counters delta;
     api_totals_end(e, &t, &delta);
     return api_end(e, rc);
+}
+
+int tide_engine_plan(struct tide_engine *e, const struct tide_request *req,
+                     struct tide_request_plan *out)
+{
+    api_begin(e);
+    if (!out || out->size < sizeof(uint32_t)) {
+        tide_error("tide_engine_plan: %s", !out ? "out is NULL"
+                                                : "out->size is too small (set it to "
+                                                  "sizeof(struct tide_request_plan))");
+        return api_end(e, TIDE_E_INVAL);
+    }
+    struct api_req q;
+    int rc = api_req_prepare(e, req, &q, "tide_engine_plan");
+    if (rc == TIDE_OK) {
+        const struct tide_decoder_plan *p = &q.plan;
+        const int slots = p->slots > 0 ? p->slots : 1;
+        const struct tide_request_plan pl = {
+            .size = sizeof pl,
+            .prompt_tokens = (int64_t)q.n,
+            .n_ctx = p->n_ctx,
+            .max_output = p->max_output,
+            .blocks = p->blocks,
+            .max_steps = p->max_steps,
+            .nominal_steps = p->nominal_steps,
+            .max_forwards = p->max_forwards,
+            .work = p->max_forwards * p->max_tokens * slots,
+        };
+        const uint32_t size = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
+        memcpy(out, &pl, size);
+        out->size = size;
+    }
+    struct tide_result *none = NULL;
+    api_req_finish(&q, rc, &none);
+    tide_result_free(none);
+    return api_end(e, rc);
+}
+
+void tide_engine_set_metrics(struct tide_engine *e, FILE *f)
+{
+    if (!e)
+        return;
+    e->own_outputs = (struct tide_engine_outputs){.metrics = f};
+    e->outputs = f ? &e->own_outputs : NULL;
 }
 
 /* generate_batch's queue: the array in order. */
@@ -1023,11 +1120,17 @@ int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offloa
     return TIDE_OK;
 }
 
+uint64_t tide_engine_forwards(const struct tide_engine *e)
+{
+    return e ? e->forwards : 0;
+}
+
 void tide_engine_reset_stats(struct tide_engine *e)
 {
     if (!e)
         return;
     memset(&e->total, 0, sizeof e->total);
+    e->forwards = 0;
     for (int l = 0; l < e->n_layer_total; l++)
         memset(&e->layer_total[l], 0, sizeof e->layer_total[l]);
 }
@@ -1066,7 +1169,23 @@ int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out)
         .block_length = e->block,
         .has_chat_template = mi->chat_template && *mi->chat_template,
         .expert_bytes = mi->expert_bytes,
+        .decoder = e->dec.name,
+        .gen_multiple = 1,
+        .eos_id = e->ids.eos,
+        .end_ids = e->end_ids,
+        .eos_token = mi->eos_token,
+        .chat_template = mi->chat_template && *mi->chat_template ? mi->chat_template : NULL,
+        .turn_end = mi->stop_token,
     };
+    struct tide_decoder_plan plan = {.size = sizeof plan};
+    if (e->dec.dec && e->dec.ops->plan(e->dec.dec, 0, &plan) == TIDE_OK) {
+        i.gen_multiple = plan.gen_multiple > 0 ? plan.gen_multiple : 1;
+        i.steps_scope = plan.steps_scope;
+        i.nominal_steps = plan.nominal_steps;
+    }
+    e->end_ids[i.n_end_ids++] = e->ids.eos;
+    for (int k = 0; k < e->ids.n_stop; k++)
+        e->end_ids[i.n_end_ids++] = e->ids.stop[k];
     const uint32_t size = out->size < sizeof i ? out->size : (uint32_t)sizeof i;
     memcpy(out, &i, size);
     out->size = size;
@@ -1107,6 +1226,26 @@ int tide_engine_get_option(struct tide_engine *e, const char *name, const char *
     }
     *value = v;
     return TIDE_OK;
+}
+
+int tide_engine_get_number(struct tide_engine *e, const char *name, int64_t *i, double *f)
+{
+    api_begin(e);
+    char section[128], key[128];
+    if (!e || !name || !api_split(name, section, sizeof section, key, sizeof key, NULL)) {
+        tide_error("tide_engine_get_number: no option '%s' (expected section.key, e.g. "
+                   "serve.port; see `tide config doc`)",
+                   name ? name : "(null)");
+        return api_end(e, e && name ? TIDE_E_NOTFOUND : TIDE_E_INVAL);
+    }
+    int rc = tide_config_get_number(e->cfg, section, key, i, f);
+    if (rc == TIDE_E_NOTFOUND)
+        tide_error("tide_engine_get_number: no option '%s' (see `tide config doc`)", name);
+    else if (rc != TIDE_OK)
+        tide_error("tide_engine_get_number: option '%s' is text, not a number (use "
+                   "tide_engine_get_option)",
+                   name);
+    return api_end(e, rc);
 }
 
 /* Sections an open engine can change, and whether they move experts. */

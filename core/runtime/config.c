@@ -828,6 +828,43 @@ const char *tide_config_get_text(const struct tide_config *cfg, const char *sect
     return i >= 0 ? o->vals[i].text : NULL;
 }
 
+int tide_config_get_number(const struct tide_config *cfg, const char *section, const char *key,
+                           int64_t *i, double *f)
+{
+    const struct tide_opts *o = cfg_find(cfg, section);
+    const int k = o ? cfg_key_index(o, key) : -1;
+    if (k < 0)
+        return TIDE_E_NOTFOUND;
+    const struct cfg_value *v = &o->vals[k];
+    int64_t iv;
+    double fv;
+    switch (o->table[k].type) {
+    case TIDE_OPT_INT:
+        iv = v->v.i;
+        fv = (double)iv;
+        break;
+    case TIDE_OPT_SIZE:
+        iv = v->v.sz > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->v.sz;
+        fv = (double)v->v.sz;
+        break;
+    case TIDE_OPT_BOOL:
+        iv = v->v.b;
+        fv = iv;
+        break;
+    case TIDE_OPT_FLOAT:
+        fv = v->v.f;
+        iv = fv >= 9.2e18 ? INT64_MAX : fv <= -9.2e18 ? INT64_MIN : (int64_t)fv;
+        break;
+    default:
+        return TIDE_E_INVAL;
+    }
+    if (i)
+        *i = iv;
+    if (f)
+        *f = fv;
+    return TIDE_OK;
+}
+
 int tide_opts_create(const char *section, const struct tide_option *table, const char *const *sets,
                      int n_sets, struct tide_opts **out)
 {

@@ -46,6 +46,11 @@ const char *tide_config_get_text(const struct tide_config *cfg, const char *sect
 
 /* Apply one "section.key=value" override (origin "--set"). */
 int tide_config_set(struct tide_config *cfg, const char *assignment);
+/* A numeric option's value (INT, SIZE, BOOL as 0/1, FLOAT; truncated
+ * towards zero for *i). Returns TIDE_OK, TIDE_E_NOTFOUND, or TIDE_E_INVAL
+ * for a text option. i or f may be NULL. */
+int tide_config_get_number(const struct tide_config *cfg, const char *section, const char *key,
+                           int64_t *i, double *f);
 
 /* Set a value programmatically with an origin label (bench sweeps). */
 int tide_config_set_value(struct tide_config *cfg, const char *section, const char *key,

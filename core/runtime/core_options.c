@@ -193,7 +193,14 @@ static const struct tide_option serve_options[] = {
     {"port", TIDE_OPT_INT, "8080", "TCP port of `tide serve`; 0 = any free port (logged)", NULL,
      "[0,65535]"},
     {"max_queue", TIDE_OPT_INT, "64",
-     "requests that may wait for the one worker; more get 503 with Retry-After", NULL, "[1,]"},
+     "requests that may wait for a batch slot (those a free slot will take at the next forward "
+     "do not count); more get 503 with Retry-After",
+     NULL, "[1,]"},
+    {"schedule", TIDE_OPT_ENUM, "fifo",
+     "which waiting request takes a free batch slot: fifo = in arrival order; shortest = the "
+     "least planned work first (the decoder's plan: forwards x positions), arrival order on "
+     "ties",
+     "fifo|shortest", NULL},
     {"max_batch", TIDE_OPT_INT, "8",
      "prompts decoded together (continuous batching: requests join between forwards while "
      "fewer run; docs/batching.md); 1 = one at a time, as before batching",

@@ -1,12 +1,12 @@
 /* Generation: the engine's side of a decoder plugin (tide/decoder.h).
  *
  * The decoding loops themselves are plugins (plugins/decoder-*, one per
- * model family's official loop). The core resolves which one [generation] decoder
- * names (auto: the one the model asks for), creates it from a
- * configuration, reserves the model from its plan, and runs it with a host
- * that forwards through the model plugin, checks the logits, counts the
- * forwards and passes the block and step events on to the engine's hooks
- * (dispatcher, metrics, the embedding API). Core-internal. */
+ * model family's official loop). The core resolves which one [generation]
+ * decoder names (auto: the one the model asks for), creates it from a
+ * configuration and checks its plan; the engine loop (loop.h) drives it,
+ * checks the logits, counts the forwards and passes the block and step
+ * events on to the engine's hooks (dispatcher, metrics, the embedding API).
+ * Core-internal. */
 #ifndef TIDE_DECODE_H
 #define TIDE_DECODE_H
 
@@ -42,17 +42,15 @@ struct tide_gen_hooks {
                       const float *const *rows, int vocab);
     void (*step_end)(void *user, const struct tide_decoder_step *s);
     void (*block_end)(void *user, int block, const int32_t *gen, int64_t n);
-    /* When set, the decoder's forwards go here instead of to the model (a
-     * batch gathers them into one forward_batch); the arguments and the
-     * contract are tide_decoder_host's forward. */
-    int (*forward)(void *user, const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
-                   int64_t n_rows, float *logits);
 };
 
 struct tide_gen_result {
     int32_t *ids; /* the output (at most the plan's max_output tokens); caller frees */
     int64_t n;
-    int64_t forwards;       /* model forwards: steps, prefill and K/V passes, cfg passes */
+    int64_t forwards;       /* model passes, as the official loop counts forwards: steps,
+                               prefill and K/V passes, cfg's unconditional passes (which
+                               share a forward of the model with their step's) */
+    int64_t model_forwards; /* forward calls of the model it took part in (shared in a batch) */
     int64_t steps;          /* denoising steps (the decoder's count) */
     int blocks;             /* blocks decoded */
     bool stopped;           /* the output ends at an EOS/stop token */
@@ -92,9 +90,10 @@ void tide_decode_close(struct tide_decode *d); /* a zeroed or closed d is a no-o
 int tide_decode_plan(const struct tide_decode *d, int64_t prompt_len, int64_t max_ctx,
                      struct tide_decoder_plan *out);
 
-/* Run the decoder on a model opened with the plan's n_ctx and max_tokens.
- * hooks may be NULL. On TIDE_OK out->ids is malloc'd (the caller frees it);
- * on failure out->ids is NULL. */
+/* One generation of decoder d on model m through the engine loop (a batch
+ * of one; loop.c), without a dispatcher: the model's reserve follows the
+ * plan. hooks may be NULL. On TIDE_OK out->ids is malloc'd (the caller frees
+ * it); on failure out->ids is NULL. */
 int tide_decode_run(struct tide_decode *d, const struct tide_model_ops *ops, struct tide_model *m,
                     const int32_t *prompt, int64_t prompt_len, const struct tide_gen_hooks *hooks,
                     struct tide_gen_result *out);

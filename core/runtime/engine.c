@@ -11,6 +11,7 @@
 #include "chat.h"
 #include "decode.h"
 #include "engine.h"
+#include "loop.h"
 #include "finite.h"
 #include "loader.h"
 #include "tide/trace.h"
@@ -83,7 +84,7 @@ static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
     char tmp[sizeof e->model_dir + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
     int rc = e->mops->mkmodel(tmp, preset, (int)tide_opts_int(mo, "create_layers"),
-                              (uint64_t)tide_opts_int(mo, "create_seed"));
+                              (uint64_t)tide_opts_int(mo, "create_seed"), NULL);
     if (rc == TIDE_OK && rename(tmp, path) != 0) {
         if (errno == EEXIST || errno == ENOTEMPTY) {
             tide_info("%s was generated meanwhile by another process: using it", path);
@@ -388,83 +389,6 @@ int tide_engine_decode_open(const struct tide_engine *e, const struct tide_confi
     return tide_decode_open(d, e->dec_pl, cfg, e->mops->info(e->model), &e->ids);
 }
 
-/* Generation hooks: dispatcher events and metrics, then the caller's hooks. */
-struct engine_gen {
-    struct tide_engine *e;
-    const struct tide_gen_hooks *user;
-    FILE *metrics;
-    double t_step;
-    int rc; /* first failure inside a hook */
-};
-
-static double engine_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void eg_block_begin(void *u, int block, bool first)
-{
-    struct engine_gen *g = u;
-    tide_moe_block_begin(g->e->moe, block, first);
-    if (g->user && g->user->block_begin)
-        g->user->block_begin(g->user->user, block, first);
-}
-
-static int eg_step_begin(void *u, int block, int step)
-{
-    struct engine_gen *g = u;
-    g->t_step = engine_now();
-    int rc = tide_moe_step_begin(g->e->moe, block, step);
-    if (rc == TIDE_OK && g->user && g->user->step_begin)
-        rc = g->user->step_begin(g->user->user, block, step);
-    return rc;
-}
-
-static void eg_step_logits(void *u, int64_t block, int step, const float *logits, int rows,
-                           int vocab)
-{
-    struct engine_gen *g = u;
-    if (g->user && g->user->step_logits)
-        g->user->step_logits(g->user->user, block, step, logits, rows, vocab);
-}
-
-static void eg_step_rows(void *u, int64_t block, int step, int n, const int32_t *pos,
-                         const float *const *rows, int vocab)
-{
-    struct engine_gen *g = u;
-    if (g->user && g->user->step_rows)
-        g->user->step_rows(g->user->user, block, step, n, pos, rows, vocab);
-}
-
-static void eg_step_end(void *u, const struct tide_decoder_step *s)
-{
-    struct engine_gen *g = u;
-    tide_moe_step_end(g->e->moe);
-    if (g->metrics)
-        fprintf(g->metrics,
-                "{\"type\":\"step\",\"block\":%d,\"step\":%d,\"seconds\":%.6f,"
-                "\"committed\":%d,\"masks_left\":%d,\"edited\":%d}\n",
-                s->block, s->step, engine_now() - g->t_step, s->committed, s->remaining, s->edited);
-    if (g->user && g->user->step_end)
-        g->user->step_end(g->user->user, s);
-}
-
-static void eg_block_end(void *u, int block, const int32_t *gen, int64_t n)
-{
-    struct engine_gen *g = u;
-    if (g->user && g->user->block_end)
-        g->user->block_end(g->user->user, block, gen, n);
-}
-
-static int eg_forward(void *u, const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
-                      int64_t n_rows, float *logits)
-{
-    struct engine_gen *g = u;
-    return g->user->forward(g->user->user, ids, n, pos0, rows, n_rows, logits);
-}
-
 int tide_engine_trace_header(const struct tide_engine *e, const struct tide_decode *d,
                              struct tide_trace_header *h)
 {
@@ -544,54 +468,40 @@ int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64
     return engine_prompt_vector(e, prompt, n, trace);
 }
 
+static int engine_prompt_begin(void *user, const int32_t *prompt, int64_t n, uint32_t id, bool join)
+{
+    return tide_engine_prompt_begin(user, prompt, n, id, join);
+}
+
+void tide_engine_loop_env(struct tide_engine *e, FILE *metrics, struct tide_loop_env *env)
+{
+    *env = (struct tide_loop_env){
+        .ops = e->mops,
+        .m = e->model,
+        .model_name = e->model_pl ? e->model_pl->desc->name : e->mops->info(e->model)->arch,
+        .dec = &e->dec,
+        .moe = e->moe,
+        .metrics = metrics,
+        .forwards = &e->forwards,
+        .prompt_begin = engine_prompt_begin,
+        .user = e,
+    };
+}
+
 int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,
                              int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs, struct tide_gen_result *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!d)
-        d = &e->dec;
     FILE *metrics = outputs ? outputs->metrics : NULL;
-    const struct tide_trace_sink *trace = outputs ? outputs->trace : NULL;
-    if (trace) {
-        int rc = trace->prompt(trace->user, outputs->prompt_id, (uint32_t)n);
-        if (rc != TIDE_OK)
-            return rc;
-    }
-    int rc = engine_prompt_vector(e, prompt, n, trace);
-    if (rc != TIDE_OK)
-        return rc;
-    struct engine_gen g = {.e = e, .user = user, .metrics = metrics};
-    const struct tide_gen_hooks hooks = {
-        .user = &g,
-        .block_begin = eg_block_begin,
-        .step_begin = eg_step_begin,
-        /* Only when the caller wants whole blocks: it makes every step
-         * compute the output layer for all of the block's rows. */
-        .step_logits = user && user->step_logits ? eg_step_logits : NULL,
-        .step_rows = eg_step_rows,
-        .step_end = eg_step_end,
-        .block_end = eg_block_end,
-        .forward = user && user->forward ? eg_forward : NULL,
-    };
+    struct tide_loop_env env;
+    tide_engine_loop_env(e, metrics, &env);
     tide_moe_set_metrics(e->moe, metrics);
-    tide_moe_set_trace(e->moe, trace);
-    rc = tide_decode_run(d, e->mops, e->model, prompt, n, &hooks, out);
-    tide_moe_finish(e->moe);
+    tide_moe_set_trace(e->moe, outputs ? outputs->trace : NULL);
+    const int rc =
+        tide_loop_one(&env, d, prompt, n, user, outputs ? (int64_t)outputs->prompt_id : 0, out);
     tide_moe_set_metrics(e->moe, NULL);
     tide_moe_set_trace(e->moe, NULL);
     return rc;
-}
-
-int tide_engine_reserve(struct tide_engine *e, const struct tide_decode *d, int64_t prompt_len)
-{
-    if (!d)
-        d = &e->dec;
-    struct tide_decoder_plan plan;
-    int rc = tide_decode_plan(d, prompt_len, e->mops->info(e->model)->max_ctx, &plan);
-    if (rc != TIDE_OK)
-        return rc;
-    return e->mops->reserve(e->model, plan.n_ctx, plan.max_tokens);
 }
 
 void tide_engine_close(struct tide_engine *e)

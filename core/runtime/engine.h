@@ -41,8 +41,11 @@ struct tide_engine {
     struct tide_config *own_cfg;               /* owned; cfg points to it */
     struct tide_plugin_set *own_set;           /* owned; freed after the model and backends */
     const struct tide_engine_outputs *outputs; /* borrowed, for tide_engine_generate */
+    struct tide_engine_outputs own_outputs;    /* tide_engine_set_metrics's */
+    int32_t end_ids[1 + TIDE_GEN_MAX_STOP];    /* EOS, then the stop tokens (tide_engine_info) */
     atomic_int cancel;                         /* tide_engine_cancel: stop before the next step */
     struct tide_moe_counters total;            /* since open or tide_engine_reset_stats */
+    uint64_t forwards;                         /* the model's forward calls, as total */
     struct tide_moe_counters *layer_total;     /* [n_moe_layers] the same per MoE layer */
     int n_layer_total;
     char policy_name[128];                 /* for tide_engine_get_info */
@@ -86,19 +89,26 @@ int tide_engine_config_budget(const struct tide_engine *e, int *budget);
 int tide_engine_decode_open(const struct tide_engine *e, const struct tide_config *cfg,
                             struct tide_decode *d);
 
-/* Generate with decoder d (NULL: the engine's own, for its config) and the
- * engine's hooks (dispatcher events, metrics, trace) in front of the
- * caller's. outputs may be NULL. (The public tide_engine_generate wraps this
- * with requests, text and counters.) */
+/* The engine loop's environment over this engine (loop.h): its model, its
+ * decoder for sequences that name none, the dispatcher, the trace records
+ * and prompt vectors, per-step metrics lines into metrics (may be NULL). */
+struct tide_loop_env;
+void tide_engine_loop_env(struct tide_engine *e, FILE *metrics, struct tide_loop_env *env);
+
+/* One generation (a batch of one through the engine loop) with decoder d
+ * (NULL: the engine's own, for its config), the caller's hooks, and
+ * telemetry into outputs (may be NULL; its prompt_id names the prompt in the
+ * trace). (The public tide_engine_generate wraps the loop with requests,
+ * text and counters.) */
 int tide_engine_generate_ids(struct tide_engine *e, struct tide_decode *d, const int32_t *prompt,
                              int64_t n, const struct tide_gen_hooks *user,
                              const struct tide_engine_outputs *outputs,
                              struct tide_gen_result *result);
 
-/* A generation of prompt[n] starts outside tide_engine_generate_ids (a
- * batch): the dispatcher's trace (if any) records it as prompt_id, joining a
- * running batch when join, with its vector; the vector goes to the policy
- * (prompt_begin). */
+/* A generation of prompt[n] starts (the engine loop calls it at
+ * admission): the dispatcher's trace (if any) records it as prompt_id,
+ * joining a running batch when join, with its vector; the vector goes to the
+ * policy (prompt_begin). */
 int tide_engine_prompt_begin(struct tide_engine *e, const int32_t *prompt, int64_t n,
                              uint32_t prompt_id, bool join);
 
@@ -112,11 +122,6 @@ void tide_engine_set_outputs(struct tide_engine *e, const struct tide_engine_out
  * TIDE_E_CONFIG when the model has no MoE layer. */
 int tide_engine_trace_header(const struct tide_engine *e, const struct tide_decode *d,
                              struct tide_trace_header *h);
-
-/* Make room for a generation of prompt_len tokens under decoder d (NULL: the
- * engine's own): the KV cache and activations of its plan; checks the prompt
- * against the model's context first. */
-int tide_engine_reserve(struct tide_engine *e, const struct tide_decode *d, int64_t prompt_len);
 
 /* tide_engine_close (tide/engine.h) closes both kinds of engine: the model,
  * dispatcher, backends and tokenizer, then what tide_engine_open owns. */

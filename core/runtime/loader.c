@@ -161,8 +161,9 @@ static bool ld_check_desc(const struct tide_plugin_desc *d, char *why, size_t le
         return false;
     }
     if (d->abi_version != TIDE_ABI_VERSION) {
-        snprintf(why, len, "ABI mismatch: plugin built for ABI %u, this tide speaks ABI %u",
-                 d->abi_version, TIDE_ABI_VERSION);
+        snprintf(why, len,
+                 "ABI mismatch: plugin %s was built for plugin ABI %u, this tide speaks ABI %u",
+                 d->name ? d->name : "(unnamed)", d->abi_version, TIDE_ABI_VERSION);
         return false;
     }
     size_t min = ld_min_ops_size(d->kind);
@@ -225,6 +226,21 @@ static int ld_load_file(struct tide_plugin_set *set, const char *path)
     memcpy(&entry, &sym, sizeof entry);
     const struct tide_plugin_desc *d = entry(TIDE_ABI_VERSION);
     if (!d) {
+        /* A plugin built for an older ABI answers only its own version: ask
+         * for each older one, to name it and its version. Only the leading
+         * fields, whose layout every version shares, are read. */
+        for (uint32_t v = TIDE_ABI_VERSION - 1; v >= 1; v--) {
+            const struct tide_plugin_desc *o = entry(v);
+            if (o && o->struct_size >= offsetof(struct tide_plugin_desc, name) + sizeof o->name &&
+                o->name) {
+                int rc = ld_refuse(set, path,
+                                   "plugin %s was built for plugin ABI %u; this tide speaks ABI "
+                                   "%u: rebuild it against this tide's headers (docs/sdk.md)",
+                                   o->name, v, TIDE_ABI_VERSION);
+                dlclose(h);
+                return rc;
+            }
+        }
         dlclose(h);
         return ld_refuse(set, path, "entry returned no descriptor for ABI %u (ABI mismatch)",
                          TIDE_ABI_VERSION);

@@ -2,16 +2,18 @@
  *
  * Batch invariance makes this exact: a sequence's routing does not depend
  * on its companions, so the forward the engine runs for a batch is the sum of
- * its members' own forwards. The rounds follow the engine's batch runner
- * (core/runtime/batch.c): each round is one forward holding every running
- * sequence's next forward; sequences join in trace order at the start of a
- * round while fewer than `batch` run, and leave after their last forward.
- * The policy sees the lead's (the oldest running sequence's) block and step
- * records and phase, and when the lead leaves, a block record for the new
- * lead's current block, as the dispatcher does. */
+ * its members' own forwards. The rounds are the engine loop's own: this file
+ * drives the scheduler that the engine runs on (core/runtime/scheduler.h,
+ * tide_sched_run), with a trace's recorded forwards in place of decoders.
+ * Sequences join in trace order while fewer than `batch` run and leave after
+ * their last forward; each round is one forward holding every running
+ * sequence's next forward. The policy sees the lead's (the oldest running
+ * sequence's) block and step records and phase, and when the lead leaves, a
+ * block record for the new lead's current block, as the dispatcher does. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler.h"
 #include "sim.h"
 #include "tide/log.h"
 #include "tide/status.h"
@@ -167,87 +169,132 @@ static int sb_pre(const struct tide_sim_trace *t, struct sb_out *o, struct sb_se
     return TIDE_OK;
 }
 
+/* The scheduler's view of the replay: slots hold sequences of the tape. */
+struct sb_replay {
+    const struct tide_sim_trace *t;
+    struct sb_out *o;
+    struct sb_seq *seq;
+    size_t n_seq, next;   /* sequences; the next to join */
+    size_t *at;           /* [batch] the sequence in each slot */
+    size_t *rf, *rt, *re; /* [batch] its next forward: records [rf, rt), routes [rt, re) */
+    size_t *mt, *me;      /* [batch] one forward's members, the lead first */
+    uint32_t *dense;      /* [n_experts] scratch of sb_merge */
+    bool stale;           /* a lead took over and has not begun a step since */
+    int err;              /* a record that could not be written (the next forward fails) */
+};
+
+/* Join in trace order; its prompt record goes out at once (first: it joins
+ * a running batch, which does not reset the dispatcher's phase). */
+static int sr_admit(void *u, int slot, int n_running)
+{
+    struct sb_replay *r = u;
+    if (r->next >= r->n_seq)
+        return TIDE_SCHED_NONE;
+    struct sb_seq *q = &r->seq[r->next];
+    struct sim_event ev = r->t->ev[q->begin];
+    ev.first = n_running > 0;
+    int rc = sb_emit(r->o, &ev);
+    if (rc != TIDE_OK)
+        return rc;
+    q->cur = q->begin + 1;
+    r->at[slot] = r->next++;
+    return TIDE_SCHED_ADMITTED;
+}
+
+/* The sequence runs to its next forward; only the lead's records go out. */
+static int sr_resume(void *u, int slot, bool first, bool lead, int fwd_rc)
+{
+    struct sb_replay *r = u;
+    if (fwd_rc != TIDE_OK)
+        return fwd_rc;
+    struct sb_seq *q = &r->seq[r->at[slot]];
+    if (!first)
+        q->cur = r->re[slot];
+    if (!sb_next_forward(r->t, q, &r->rf[slot], &r->rt[slot], &r->re[slot]))
+        return 0;
+    int rc = sb_pre(r->t, r->o, q, r->rf[slot], r->rt[slot], lead, &r->stale);
+    return rc == TIDE_OK ? 1 : rc;
+}
+
+/* The merged forward of a round: the lead's routes first. */
+static int sr_forward(void *u, const int *slots, int n, int lead)
+{
+    struct sb_replay *r = u;
+    if (r->err != TIDE_OK)
+        return r->err;
+    int k = 0;
+    if (lead >= 0) {
+        r->mt[k] = r->rt[lead];
+        r->me[k++] = r->re[lead];
+    }
+    for (int i = 0; i < n; i++)
+        if (slots[i] != lead) {
+            r->mt[k] = r->rt[slots[i]];
+            r->me[k++] = r->re[slots[i]];
+        }
+    int rc = sb_merge(r->t, r->o, k, r->mt, r->me, r->stale, r->dense);
+    if (n > 1) {
+        r->o->t->batch_forwards++;
+        r->o->t->batch_seqs += (uint64_t)n;
+    }
+    return rc;
+}
+
+/* A new lead announces its current block. */
+static void sr_lead(void *u, int slot)
+{
+    struct sb_replay *r = u;
+    const struct sb_seq *q = &r->seq[r->at[slot]];
+    r->stale = false;
+    if (q->block >= 0) {
+        const struct sim_event ev = {.type = SIM_EV_BLOCK, .a = q->block};
+        r->err = sb_emit(r->o, &ev);
+        r->stale = r->err == TIDE_OK;
+    }
+}
+
+/* An empty batch resets the dispatcher's phase, as between generations. */
+static void sr_drained(void *u)
+{
+    ((struct sb_replay *)u)->stale = false;
+}
+
 static int sb_run(const struct tide_sim_trace *t, int batch, struct sb_out *o, struct sb_seq *seq,
                   size_t n_seq)
 {
-    int *active = malloc(sizeof *active * (size_t)batch);
-    size_t *rf = malloc(sizeof *rf * (size_t)batch), *rt = malloc(sizeof *rt * (size_t)batch),
-           *re = malloc(sizeof *re * (size_t)batch);
-    uint32_t *dense = calloc(t->h.n_experts, sizeof *dense);
-    int rc = active && rf && rt && re && dense ? TIDE_OK : TIDE_E_NOMEM;
-    int n_active = 0, lead = -1;
-    size_t next = 0;
-    bool stale = false; /* a lead took over and has not begun a step since */
-    while (rc == TIDE_OK) {
-        /* The previous round's sequences resume (in the engine, after its
-         * forward): each runs to its next forward, or finishes and leaves.
-         * The lead's records reach the policy; the others' do not. */
-        int k = 0;
-        bool lead_left = false;
-        for (int a = 0; a < n_active; a++) {
-            const int s = active[a];
-            if (sb_next_forward(t, &seq[s], &rf[k], &rt[k], &re[k]))
-                active[k++] = s;
-            else if (s == lead)
-                lead_left = true;
-        }
-        n_active = k;
-        for (int a = 0; rc == TIDE_OK && a < n_active; a++)
-            rc = sb_pre(t, o, &seq[active[a]], rf[a], rt[a], active[a] == lead && !lead_left,
-                        &stale);
-        if (lead_left || !n_active)
-            lead = -1;
-        if (rc == TIDE_OK && lead_left && n_active) {
-            /* The oldest one leads now and announces its current block. */
-            lead = active[0];
-            stale = false;
-            if (seq[lead].block >= 0) {
-                const struct sim_event ev = {.type = SIM_EV_BLOCK, .a = seq[lead].block};
-                rc = sb_emit(o, &ev);
-                stale = true;
-            }
-        }
-        /* Join in trace order while a slot is free; each runs to its first
-         * forward. One joining an empty batch leads from its start (its
-         * records go out before the next one joins); one joining a running
-         * batch does not reset the dispatcher's phase (first = 1). */
-        while (rc == TIDE_OK && n_active < batch && next < n_seq) {
-            struct sb_seq *q = &seq[next];
-            struct sim_event ev = t->ev[q->begin];
-            ev.first = n_active > 0;
-            rc = sb_emit(o, &ev);
-            q->cur = q->begin + 1;
-            const int s = (int)next++;
-            if (rc != TIDE_OK ||
-                !sb_next_forward(t, q, &rf[n_active], &rt[n_active], &re[n_active]))
-                continue; /* no forward at all: it ends as it starts */
-            const bool leads = n_active == 0;
-            if (leads) {
-                lead = s;
-                stale = false;
-            }
-            rc = sb_pre(t, o, q, rf[n_active], rt[n_active], leads, &stale);
-            active[n_active++] = s;
-        }
-        if (rc != TIDE_OK || n_active == 0) {
-            if (rc == TIDE_OK && next < n_seq)
-                continue;
-            break;
-        }
-        if (rc == TIDE_OK)
-            rc = sb_merge(t, o, n_active, rt, re, stale, dense);
-        if (n_active > 1) {
-            o->t->batch_forwards++;
-            o->t->batch_seqs += (uint64_t)n_active;
-        }
-        for (int a = 0; a < n_active; a++)
-            seq[active[a]].cur = re[a];
+    const size_t B = (size_t)batch;
+    struct sb_replay r = {
+        .t = t,
+        .o = o,
+        .seq = seq,
+        .n_seq = n_seq,
+        .at = malloc(sizeof *r.at * B),
+        .rf = malloc(sizeof *r.rf * B),
+        .rt = malloc(sizeof *r.rt * B),
+        .re = malloc(sizeof *r.re * B),
+        .mt = malloc(sizeof *r.mt * B),
+        .me = malloc(sizeof *r.me * B),
+        .dense = calloc(t->h.n_experts, sizeof *r.dense),
+    };
+    int rc = r.at && r.rf && r.rt && r.re && r.mt && r.me && r.dense ? TIDE_OK : TIDE_E_NOMEM;
+    if (rc == TIDE_OK) {
+        const struct tide_sched_ops ops = {
+            .user = &r,
+            .admit = sr_admit,
+            .resume = sr_resume,
+            .forward = sr_forward,
+            .lead = sr_lead,
+            .drained = sr_drained,
+        };
+        rc = tide_sched_run(batch, &ops);
     }
-    free(active);
-    free(rf);
-    free(rt);
-    free(re);
-    free(dense);
+    free(r.at);
+    free(r.rf);
+    free(r.rt);
+    free(r.re);
+    free(r.mt);
+    free(r.me);
+    free(r.dense);
     return rc;
 }
 

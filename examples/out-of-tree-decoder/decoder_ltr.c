@@ -157,26 +157,18 @@ static int ltr_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder
         /* One token per step: a block takes at most block_length steps. */
         .max_steps = d->p.block,
         .nominal_steps = d->p.block,
+        .slots = 1,
+        /* the prompt's blocks, every step, a K/V pass per block */
+        .max_forwards =
+            P / d->p.block + (int64_t)(ctx / d->p.block - P / d->p.block) * (d->p.block + 1),
+        .gen_multiple = 1,
+        .steps_scope = TIDE_STEPS_UNUSED,
     };
     /* The caller's struct may be older (shorter) than ours. */
     const uint32_t n = out->size < sizeof pl ? out->size : (uint32_t)sizeof pl;
     memcpy(out, &pl, n);
     out->size = n;
     return TIDE_OK;
-}
-
-/* Scratch of one run, [L] each. */
-struct ltr_scratch {
-    int32_t *mpos;     /* the step's masked positions, block-relative, increasing */
-    const float **row; /* their logits rows */
-    float *logits;     /* [L][V] */
-};
-
-static void ltr_scratch_free(struct ltr_scratch *s)
-{
-    free(s->mpos);
-    free(s->row);
-    free(s->logits);
 }
 
 /* The first masked position in [from, to), or to. */
@@ -187,129 +179,225 @@ static int64_t ltr_first_mask(const int32_t *canvas, int64_t from, int64_t to, i
     return from;
 }
 
-/* One step on block [b0, b0 + L): forward, the events, the commits. `left`
- * is the block's leftmost masked position (absolute), hi the end of the
- * positions it decodes. *committed gets the positions given a token. */
-static int ltr_step(struct tide_decoder *d, const struct tide_decoder_host *h, int32_t *canvas,
-                    int64_t b, int64_t b0, int64_t left, int64_t hi, int s, struct ltr_scratch *sc,
-                    int *committed)
-{
-    const int L = d->p.block, V = d->V;
-    const int32_t mask = d->tok.mask;
-    /* The rows read: the leftmost mask, and with min_confidence every mask. */
-    int n = 0;
-    for (int64_t i = left; i < hi; i++)
-        if (canvas[i] == mask && (i == left || d->min_confidence > 0))
-            sc->mpos[n++] = (int32_t)(i - b0);
-    int rc;
-    if (h->block_logits) {
-        rc = h->forward(h->user, canvas + b0, L, b0, NULL, 0, sc->logits);
-        for (int j = 0; j < n; j++)
-            sc->row[j] = sc->logits + (size_t)sc->mpos[j] * (size_t)V;
-    } else {
-        rc = h->forward(h->user, canvas + b0, L, b0, sc->mpos, n, sc->logits);
-        for (int j = 0; j < n; j++)
-            sc->row[j] = sc->logits + (size_t)j * (size_t)V;
-    }
-    if (rc != TIDE_OK)
-        return rc;
-    if (h->block_logits)
-        h->step_logits(h->user, b, s, sc->logits, L, V);
-    h->step_rows(h->user, b, s, n, sc->mpos, sc->row, V);
-    /* Greedy, the mask token left out: every step decides its leftmost
-     * position for good. The others only when the model is sure enough; all
-     * picks read this step's logits, so the commits do not depend on order. */
-    int c = 0;
-    for (int j = 0; j < n; j++) {
-        int32_t id;
-        double prob;
-        dc_greedy_pick(sc->row[j], V, mask, &id, &prob);
-        if (j == 0 || prob > d->min_confidence) {
-            canvas[b0 + sc->mpos[j]] = id;
-            c++;
-        }
-    }
-    *committed = c;
-    return TIDE_OK;
-}
+/* What a generation's last forward was. */
+enum { LTR_PREFILL, LTR_STEP, LTR_KV };
 
-static int ltr_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
-                   int64_t P, struct tide_decoder_result *out)
+/* One generation: the loop's variables, kept between forwards (the engine
+ * asks for a forward with next() and hands back its logits with feed()). */
+struct tide_decoder_seq {
+    const struct tide_decoder *d;
+    const struct tide_decoder_host *h;
+    int64_t P, total, nb, first, lim; /* positions from lim on are never output */
+    int32_t *canvas;                  /* [total] */
+    int32_t *mpos;     /* [L] the step's masked positions, block-relative, increasing */
+    const float **row; /* [L] their logits rows */
+    float *logits;     /* [L][V] */
+    int posted;        /* LTR_*: the forward last posted */
+    int64_t pf;        /* next prompt block to prefill */
+    int64_t b;         /* the current block */
+    int s, n;          /* its next step; the posted step's rows */
+    bool in_block;     /* block_begin was reported for b */
+    bool stop, finished;
+    int64_t decided; /* the canvas is final on [P, decided) */
+    int64_t steps;
+    int blocks;
+};
+
+static int ltr_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out);
+
+static int ltr_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
+                     const int32_t *prompt, int64_t P, struct tide_decoder_seq **out)
 {
-    out->n = out->steps = out->edits = 0;
-    out->blocks = 0;
-    out->stopped = false;
-    /* Every slot used below is in version 1 of the host; a host that says
+    *out = NULL;
+    /* Every slot used below is in version 2 of the host; a host that says
      * otherwise is not one this plugin can serve. */
     if (!TIDE_DECODER_HAS(h, struct tide_decoder_host, block_end)) {
-        tide_error("%s: the engine's decoder host is %u bytes, older than version 1", LTR_NAME,
+        tide_error("%s: the engine's decoder host is %u bytes, older than version 2", LTR_NAME,
                    h->size);
         return TIDE_E_INVAL;
     }
-    const struct dc_tokens *tok = &d->tok;
-    const int L = d->p.block, V = d->V;
-    const int64_t G = d->p.gen_length, total = ltr_ctx(d, P), nb = total / L, first = P / L;
-    const int64_t lim = P + G; /* positions from here on are never output */
-    int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
-    struct ltr_scratch sc = {
-        .mpos = malloc(sizeof *sc.mpos * (size_t)L),
-        .row = malloc(sizeof *sc.row * (size_t)L),
-        .logits = malloc(sizeof *sc.logits * (size_t)L * (size_t)V),
-    };
-    int rc = TIDE_OK;
-    if (!canvas || !sc.mpos || !sc.row || !sc.logits) {
-        rc = TIDE_E_NOMEM;
-        goto done;
+    const int L = d->p.block;
+    struct tide_decoder_seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return TIDE_E_NOMEM;
+    q->d = d;
+    q->h = h;
+    q->P = P;
+    q->total = ltr_ctx(d, P);
+    q->nb = q->total / L;
+    q->first = P / L;
+    q->lim = P + d->p.gen_length;
+    q->canvas = malloc(sizeof *q->canvas * (size_t)q->total);
+    q->mpos = malloc(sizeof *q->mpos * (size_t)L);
+    q->row = malloc(sizeof *q->row * (size_t)L);
+    q->logits = malloc(sizeof *q->logits * (size_t)L * (size_t)d->V);
+    if (!q->canvas || !q->mpos || !q->row || !q->logits) {
+        ltr_finish(q, NULL);
+        return TIDE_E_NOMEM;
     }
-    for (int64_t i = 0; i < total; i++)
-        canvas[i] = i < P ? prompt[i] : tok->mask;
+    for (int64_t i = 0; i < q->total; i++)
+        q->canvas[i] = i < P ? prompt[i] : d->tok.mask;
+    q->b = q->first;
+    q->decided = P;
+    *out = q;
+    return TIDE_OK;
+}
+
+/* A forward of block b's positions: rows[n] of it (NULL: every row, when
+ * logits is set), or none (logits NULL). */
+static void ltr_fwd(struct tide_decoder_seq *q, struct tide_decoder_fwd *f, int phase, int64_t b,
+                    const int32_t *rows, int n, float *logits)
+{
+    const int L = q->d->p.block;
+    f->phase = phase;
+    f->n_spans = 1;
+    f->span[0] = (struct tide_seq_span){
+        .size = sizeof f->span[0],
+        .slot = 0,
+        .ids = q->canvas + b * L,
+        .n = L,
+        .pos0 = b * L,
+        .rows = rows,
+        .n_rows = logits ? (rows ? n : L) : 0,
+        .logits = logits,
+    };
+}
+
+static void ltr_block_end(struct tide_decoder_seq *q)
+{
+    bool st;
+    q->h->block_end(
+        q->h->user, (int)(q->b - q->first), q->canvas + q->P,
+        dc_output_len(q->canvas, q->P, q->d->p.gen_length, q->decided, &q->d->tok, &st));
+    q->b++;
+    q->in_block = false;
+}
+
+static int ltr_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const int L = d->p.block;
+    if (q->finished)
+        return TIDE_DECODER_DONE;
     /* The blocks the prompt fills are never decoded: prefill their K/V. */
-    for (int64_t b = 0; b < first; b++)
-        if ((rc = h->forward(h->user, canvas + b * L, L, b * L, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
-    int64_t decided = P; /* the canvas is final on [P, decided) */
-    bool stop = false;
-    for (int64_t b = first; b < nb && !stop; b++) {
-        const int64_t b0 = b * L, hi = b0 + L < lim ? b0 + L : lim;
-        const int gb = (int)(b - first); /* generated block */
-        h->block_begin(h->user, gb, b == first);
-        for (int s = 0; decided < hi && !stop; s++) {
-            if ((rc = h->step_begin(h->user, gb, s)) != TIDE_OK)
-                goto done;
-            int committed;
-            rc = ltr_step(d, h, canvas, b, b0, decided, hi, s, &sc, &committed);
-            if (rc != TIDE_OK)
-                goto done;
-            out->steps++;
-            decided = ltr_first_mask(canvas, decided, hi, tok->mask);
-            int remaining = 0;
-            for (int64_t i = decided; i < hi; i++)
-                remaining += canvas[i] == tok->mask;
-            const struct tide_decoder_step ev = {
-                .size = sizeof ev,
-                .block = gb,
-                .step = s,
-                .committed = committed,
-                .remaining = remaining,
-            };
-            h->step_end(h->user, &ev);
-            /* The decided prefix holds EOS: the output cannot change any more. */
-            stop = dc_find_stop(canvas, P, decided, tok) >= 0;
+    if (q->pf < q->first) {
+        ltr_fwd(q, fwd, TIDE_DECODE_PREFILL, q->pf++, NULL, 0, NULL);
+        q->posted = LTR_PREFILL;
+        return TIDE_OK;
+    }
+    while (q->b < q->nb) {
+        const int64_t b0 = q->b * L, hi = b0 + L < q->lim ? b0 + L : q->lim;
+        const int gb = (int)(q->b - q->first); /* generated block */
+        if (!q->in_block) {
+            if (q->stop)
+                break;
+            h->block_begin(h->user, gb, q->b == q->first);
+            q->in_block = true;
+            q->s = 0;
         }
-        out->blocks++;
-        stop = stop || hi >= lim;
+        if (q->decided < hi && !q->stop) {
+            int rc = h->step_begin(h->user, gb, q->s);
+            if (rc != TIDE_OK)
+                return rc;
+            /* The rows read: the leftmost mask, and with min_confidence
+             * every mask. */
+            int n = 0;
+            for (int64_t i = q->decided; i < hi; i++)
+                if (q->canvas[i] == d->tok.mask && (i == q->decided || d->min_confidence > 0))
+                    q->mpos[n++] = (int32_t)(i - b0);
+            q->n = n;
+            ltr_fwd(q, fwd, TIDE_DECODE_STEP, q->b, h->block_logits ? NULL : q->mpos, n, q->logits);
+            q->posted = LTR_STEP;
+            return TIDE_OK;
+        }
+        q->blocks++;
+        q->stop = q->stop || hi >= q->lim;
         /* The last step's K/V predate its commits: store the final ones when
          * another block will attend to them. */
-        if (!stop && (rc = h->forward(h->user, canvas + b0, L, b0, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
-        bool st;
-        h->block_end(h->user, gb, canvas + P, dc_output_len(canvas, P, G, decided, tok, &st));
+        if (!q->stop) {
+            ltr_fwd(q, fwd, TIDE_DECODE_KV, q->b, NULL, 0, NULL);
+            q->posted = LTR_KV;
+            return TIDE_OK;
+        }
+        ltr_block_end(q);
     }
-    out->n = dc_output_len(canvas, P, G, decided, tok, &out->stopped);
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-done:
-    free(canvas);
-    ltr_scratch_free(&sc);
+    q->finished = true;
+    return TIDE_DECODER_DONE;
+}
+
+static int ltr_feed(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const int L = d->p.block, V = d->V;
+    const int32_t mask = d->tok.mask;
+    if (q->posted == LTR_KV)
+        ltr_block_end(q);
+    if (q->posted != LTR_STEP)
+        return TIDE_OK;
+    q->posted = LTR_PREFILL; /* fed */
+    const int64_t b0 = q->b * L, hi = b0 + L < q->lim ? b0 + L : q->lim;
+    const int n = q->n, s = q->s;
+    for (int j = 0; j < n; j++)
+        q->row[j] = h->block_logits ? q->logits + (size_t)q->mpos[j] * (size_t)V
+                                    : q->logits + (size_t)j * (size_t)V;
+    if (h->block_logits)
+        h->step_logits(h->user, q->b, s, q->logits, L, V);
+    h->step_rows(h->user, q->b, s, n, q->mpos, q->row, V);
+    /* Greedy, the mask token left out: every step decides its leftmost
+     * position for good. The others only when the model is sure enough; all
+     * picks read this step's logits, so the commits do not depend on order. */
+    int committed = 0;
+    for (int j = 0; j < n; j++) {
+        int32_t id;
+        double prob;
+        dc_greedy_pick(q->row[j], V, mask, &id, &prob);
+        if (j == 0 || prob > d->min_confidence) {
+            q->canvas[b0 + q->mpos[j]] = id;
+            committed++;
+        }
+    }
+    q->steps++;
+    q->decided = ltr_first_mask(q->canvas, q->decided, hi, mask);
+    int remaining = 0;
+    for (int64_t i = q->decided; i < hi; i++)
+        remaining += q->canvas[i] == mask;
+    const struct tide_decoder_step ev = {
+        .size = sizeof ev,
+        .block = (int)(q->b - q->first),
+        .step = s,
+        .committed = committed,
+        .remaining = remaining,
+    };
+    h->step_end(h->user, &ev);
+    q->s++;
+    /* The decided prefix holds EOS: the output cannot change any more. */
+    q->stop = dc_find_stop(q->canvas, q->P, q->decided, &d->tok) >= 0;
+    return TIDE_OK;
+}
+
+static int ltr_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out)
+{
+    if (!q)
+        return TIDE_OK;
+    int rc = TIDE_OK;
+    if (out && !q->finished) {
+        rc = TIDE_E_INVAL;
+    } else if (out) {
+        const struct tide_decoder *d = q->d;
+        out->n =
+            dc_output_len(q->canvas, q->P, d->p.gen_length, q->decided, &d->tok, &out->stopped);
+        memcpy(out->ids, q->canvas + q->P, sizeof *out->ids * (size_t)out->n);
+        out->steps = q->steps;
+        out->blocks = q->blocks;
+        out->edits = 0;
+    }
+    free(q->canvas);
+    free(q->mpos);
+    free(q->row);
+    free(q->logits);
+    free(q);
     return rc;
 }
 
@@ -326,7 +414,10 @@ static const struct tide_decoder_ops ltr_ops = {
     .create = ltr_create,
     .destroy = ltr_destroy,
     .plan = ltr_plan,
-    .run = ltr_run,
+    .begin = ltr_begin,
+    .next = ltr_next,
+    .feed = ltr_feed,
+    .finish = ltr_finish,
     .describe = ltr_describe,
 };
 

@@ -5,7 +5,9 @@
  * written to a trace ("F8+4/r1 R2 E1:1 ...", see sh_*), so each run is
  * checked call by call: the prefill, one token per step at the block's
  * leftmost mask, the K/V pass between blocks, the EOS cut, and a step_begin
- * status stopping the run. Exit status 0 when every check holds. */
+ * status stopping the generation. The driver (sh_run) is the engine loop's
+ * rule: next(), the forward it asks for, feed(), until next() says done.
+ * Exit status 0 when every check holds. */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -188,17 +190,17 @@ static void sh_row(const struct sh *h, int64_t p, float *row)
     row[h->want[p]] = h->sure[p] ? 12.0f : 2.0f;
 }
 
-/* Trace: F<pos0>+<n> then /kv (no logits), /all (every row) or /r<n_rows>. */
-static int sh_forward(void *user, const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
-                      int64_t n_rows, float *logits)
+/* The forward of a span (struct tide_seq_span's fields). Trace: F<pos0>+<n>
+ * then /kv (no logits), /all (every row) or /r<n_rows>. */
+static int sh_forward(struct sh *h, const int32_t *ids, int64_t n, int64_t pos0,
+                      const int32_t *rows, int64_t n_rows, float *logits)
 {
-    struct sh *h = user;
     if (h->fail_at == h->n_forward++) {
         sh_put(h, "F!");
         return TIDE_E_IO;
     }
     CHECK(n == h->L && pos0 % h->L == 0);
-    if (!logits) {
+    if (!logits || !n_rows) {
         sh_put(h, "F%lld+%lld/kv", (long long)pos0, (long long)n);
         CHECK(!h->in_step);
         /* A prefill or K/V pass holds the block's final tokens. */
@@ -209,6 +211,7 @@ static int sh_forward(void *user, const int32_t *ids, int64_t n, int64_t pos0, c
     }
     CHECK(h->in_step);
     if (!rows) {
+        CHECK(n_rows == n);
         sh_put(h, "F%lld+%lld/all", (long long)pos0, (long long)n);
         for (int64_t i = 0; i < n; i++)
             sh_row(h, pos0 + i, logits + i * V);
@@ -295,7 +298,6 @@ static void sh_init(struct sh *h, int64_t P, int64_t G, int L)
     h->host = (struct tide_decoder_host){
         .size = sizeof h->host,
         .user = h,
-        .forward = sh_forward,
         .block_begin = sh_block_begin,
         .step_begin = sh_step_begin,
         .step_logits = sh_step_logits,
@@ -305,7 +307,9 @@ static void sh_init(struct sh *h, int64_t P, int64_t G, int L)
     };
 }
 
-/* run() with a prompt of h->P tokens, ids sized exactly by the plan. */
+/* A generation of a prompt of h->P tokens, driven as the engine drives it
+ * (next, the forward, feed, ... finish), ids sized exactly by the plan. A
+ * status from next() or a forward ends it and is returned. */
 static int sh_run(struct fx *f, struct sh *h, struct tide_decoder_result *res)
 {
     struct tide_decoder_plan pl = {.size = sizeof pl};
@@ -315,7 +319,23 @@ static int sh_run(struct fx *f, struct sh *h, struct tide_decoder_result *res)
         prompt[i] = (int32_t)(2 + i % 20);
     *res = (struct tide_decoder_result){.size = sizeof *res,
                                         .ids = malloc(sizeof *res->ids * (size_t)pl.max_output)};
-    return ops->run(f->d, &h->host, prompt, h->P, res);
+    struct tide_decoder_seq *q = NULL;
+    int rc = ops->begin(f->d, &h->host, prompt, h->P, &q);
+    while (rc == TIDE_OK) {
+        struct tide_decoder_fwd fwd = {.size = sizeof fwd};
+        rc = ops->next(q, &fwd);
+        if (rc != TIDE_OK)
+            break;
+        CHECK(fwd.n_spans == 1 && fwd.span[0].slot == 0);
+        const struct tide_seq_span *sp = &fwd.span[0];
+        rc = sh_forward(h, sp->ids, sp->n, sp->pos0, sp->rows, sp->n_rows, sp->logits);
+        if (rc == TIDE_OK)
+            rc = ops->feed(q);
+    }
+    if (rc == TIDE_DECODER_DONE)
+        return ops->finish(q, res);
+    ops->finish(q, NULL);
+    return rc;
 }
 
 /* The output is the model's tokens from P on. */
@@ -529,7 +549,7 @@ static void test_block_logits(void)
     fx_close(&f);
 }
 
-/* A status from step_begin or forward stops the run and is returned. */
+/* A status from step_begin or a forward stops the generation and is returned. */
 static void test_stops(void)
 {
     struct fx f;

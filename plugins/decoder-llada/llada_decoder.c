@@ -95,262 +95,367 @@ static double llada_prob(const float *l, int V, int32_t skip, int32_t id)
     return exp((double)l[id] - mx) / z;
 }
 
-/* Logits for the rows rows[0..n) (absolute positions, increasing) of a
- * canvas, from a forward over [f0, total). */
-struct llada_fwd {
-    float *buf;        /* [cap rows, V] */
-    size_t cap;        /* floats */
-    const float **row; /* [total] per requested row */
+/* What the forward a generation posted last was. */
+enum { LLD_NONE, LLD_STEP };
+
+/* One generation: the official loop's variables, kept between forwards. */
+struct tide_decoder_seq {
+    const struct tide_decoder *d;
+    const struct tide_decoder_host *h;
+    int64_t P, total, nb;
+    bool greedy, cfg, block_rows;
+    int32_t skip;
+    int32_t *canvas;         /* [total] */
+    int32_t *uncond;         /* [total] the unconditional pass's canvas (cfg) */
+    bool *is_prompt;         /* [total] */
+    struct llada_cand *cand; /* [total] */
+    int32_t *rows;           /* [total + L] the rows a step computes (absolute) */
+    int32_t *span;           /* [total + L] the same, relative to the forward's start */
+    int32_t *bpos;           /* [L] */
+    const float **brow;      /* [L] */
+    int *cand_row;           /* [total] a candidate's row of the forward */
+    float *lc, *lu;          /* [cap rows, V] the conditional and unconditional logits */
+    size_t cap;              /* floats of each */
+    const float **row;       /* [total + L] per computed row */
+    float *mixed;            /* [mixed_cap] cfg's mixed logits */
+    size_t mixed_cap;
+    struct dc_sampler gsp; /* greedy: the candidates' picks, spread over the threads */
+    struct dc_rows rs;
+    const float **grow; /* [total] */
+    struct dc_rng rng;
+    int posted;                   /* LLD_*: the forward last posted */
+    int64_t b;                    /* the current block */
+    int s;                        /* its next step */
+    int n_block;                  /* L4: its masks at its start */
+    bool in_block;                /* block_begin was reported for b */
+    int n_cand, n_before, n_rows; /* the posted step's */
+    bool finished;
+    int64_t end; /* decoded part of the canvas (eos_early_stop may end it sooner) */
+    bool warned;
+    int64_t steps; /* result */
+    int blocks;
+    bool stopped;
 };
 
-static int llada_grow(struct llada_fwd *f, size_t floats)
-{
-    if (floats <= f->cap)
-        return TIDE_OK;
-    float *b = realloc(f->buf, sizeof *b * floats);
-    if (!b)
-        return TIDE_E_NOMEM;
-    f->buf = b;
-    f->cap = floats;
-    return TIDE_OK;
-}
+static int lld_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out);
 
-static int llada_forward(const struct tide_decoder_host *h, const int32_t *canvas, int64_t total,
-                         int64_t f0, const int32_t *rows, int n, int32_t *span, int V,
-                         struct llada_fwd *f)
+static int lld_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
+                     const int32_t *prompt, int64_t P, struct tide_decoder_seq **out)
 {
-    for (int j = 0; j < n; j++)
-        span[j] = (int32_t)(rows[j] - f0);
-    int rc = llada_grow(f, (size_t)(n ? n : 1) * (size_t)V);
-    if (rc != TIDE_OK)
-        return rc;
-    rc = h->forward(h->user, canvas + f0, total - f0, f0, span, n, f->buf);
-    for (int j = 0; j < n; j++)
-        f->row[j] = f->buf + (size_t)j * (size_t)V;
-    return rc;
-}
-
-static int lld_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
-                   int64_t P, struct tide_decoder_result *out)
-{
+    *out = NULL;
     const struct dc_params *p = &d->p;
-    const struct dc_tokens *tok = &d->tok;
-    const int L = p->block, V = d->V, S = d->steps;
-    const int64_t G = p->gen_length, total = P + G, nb = G / L;
-    const bool greedy = !(p->temperature > 0), cfg = p->cfg_scale > 0;
-    const int32_t skip = p->mask_in_argmax ? -1 : tok->mask;
+    const int L = p->block, V = d->V;
+    const int64_t G = p->gen_length, total = P + G;
+    struct tide_decoder_seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return TIDE_E_NOMEM;
+    q->d = d;
+    q->h = h;
+    q->P = P;
+    q->total = total;
+    q->nb = G / L;
+    q->greedy = !(p->temperature > 0);
+    q->cfg = p->cfg_scale > 0;
+    q->skip = p->mask_in_argmax ? -1 : d->tok.mask;
     /* Every row of the block when the engine asks for it (step_logits). */
-    const bool block_rows = h->block_logits;
-    void *u = h->user;
-    out->n = out->steps = out->edits = 0;
-    out->blocks = 0;
-    out->stopped = false;
-    int rc = TIDE_OK;
-    int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
-    int32_t *uncond = cfg ? malloc(sizeof *uncond * (size_t)total) : NULL;
-    bool *is_prompt = malloc(sizeof *is_prompt * (size_t)total);
-    struct llada_cand *cand = malloc(sizeof *cand * (size_t)total);
-    int32_t *rows = malloc(sizeof *rows * (size_t)(total + L));
-    int32_t *span = malloc(sizeof *span * (size_t)(total + L));
-    int32_t *bpos = malloc(sizeof *bpos * (size_t)L);
-    const float **brow = malloc(sizeof *brow * (size_t)L);
-    int *cand_row = malloc(sizeof *cand_row * (size_t)total);
-    struct llada_fwd fc = {.row = malloc(sizeof *fc.row * (size_t)(total + L))};
-    struct llada_fwd fu = {.row = cfg ? malloc(sizeof *fu.row * (size_t)(total + L)) : NULL};
-    float *mixed = NULL;
-    size_t mixed_cap = 0;
-    /* Greedy: the candidates' picks, their rows spread over the threads. */
-    const struct dc_sampler gsp = {.greedy = true, .plain = true, .skip = skip};
-    struct dc_rows rs = {0};
-    const float **grow = greedy ? malloc(sizeof *grow * (size_t)total) : NULL;
-    if (!canvas || !is_prompt || !cand || !rows || !span || !bpos || !brow || !cand_row ||
-        !fc.row || (cfg && (!uncond || !fu.row)) ||
-        (greedy && (!grow || dc_rows_init(&rs, &gsp, V, (int)total)))) {
-        rc = TIDE_E_NOMEM;
-        goto done;
+    q->block_rows = h->block_logits;
+    q->gsp = (struct dc_sampler){.greedy = true, .plain = true, .skip = q->skip};
+    q->canvas = malloc(sizeof *q->canvas * (size_t)total);
+    q->uncond = q->cfg ? malloc(sizeof *q->uncond * (size_t)total) : NULL;
+    q->is_prompt = malloc(sizeof *q->is_prompt * (size_t)total);
+    q->cand = malloc(sizeof *q->cand * (size_t)total);
+    q->rows = malloc(sizeof *q->rows * (size_t)(total + L));
+    q->span = malloc(sizeof *q->span * (size_t)(total + L));
+    q->bpos = malloc(sizeof *q->bpos * (size_t)L);
+    q->brow = malloc(sizeof *q->brow * (size_t)L);
+    q->cand_row = malloc(sizeof *q->cand_row * (size_t)total);
+    q->row = malloc(sizeof *q->row * (size_t)(total + L));
+    q->grow = q->greedy ? malloc(sizeof *q->grow * (size_t)total) : NULL;
+    if (!q->canvas || !q->is_prompt || !q->cand || !q->rows || !q->span || !q->bpos || !q->brow ||
+        !q->cand_row || !q->row || (q->cfg && !q->uncond) ||
+        (q->greedy && (!q->grow || dc_rows_init(&q->rs, &q->gsp, V, (int)total)))) {
+        lld_finish(q, NULL);
+        return TIDE_E_NOMEM;
     }
     /* L1: the prompt, then gen_length masks. The prompt index is what is not
      * the mask token at the start (the official prompt_index = x != mask_id). */
     for (int64_t i = 0; i < total; i++) {
-        canvas[i] = i < P ? prompt[i] : tok->mask;
-        is_prompt[i] = canvas[i] != tok->mask;
+        q->canvas[i] = i < P ? prompt[i] : d->tok.mask;
+        q->is_prompt[i] = q->canvas[i] != d->tok.mask;
     }
-    struct dc_rng rng;
-    dc_rng_seed(&rng, p->seed);
-    int64_t end = total; /* decoded part of the canvas (eos_early_stop may end it sooner) */
-    bool warned = false;
-    for (int64_t b = 0; b < nb; b++) {
+    dc_rng_seed(&q->rng, p->seed);
+    q->end = total;
+    *out = q;
+    return TIDE_OK;
+}
+
+/* Room for n rows of logits in each pass. */
+static int lld_grow(struct tide_decoder_seq *q, int n)
+{
+    const size_t floats = (size_t)(n ? n : 1) * (size_t)q->d->V;
+    if (floats <= q->cap)
+        return TIDE_OK;
+    float *c = realloc(q->lc, sizeof *c * floats);
+    if (!c)
+        return TIDE_E_NOMEM;
+    q->lc = c;
+    if (q->cfg) {
+        float *u = realloc(q->lu, sizeof *u * floats);
+        if (!u)
+            return TIDE_E_NOMEM;
+        q->lu = u;
+    }
+    q->cap = floats;
+    return TIDE_OK;
+}
+
+/* A span of the canvas c from f0 to the end, with the step's rows. */
+static void lld_span(const struct tide_decoder_seq *q, struct tide_seq_span *sp, int slot,
+                     const int32_t *c, int64_t f0, float *logits)
+{
+    *sp = (struct tide_seq_span){
+        .size = sizeof *sp,
+        .slot = slot,
+        .ids = c + f0,
+        .n = q->total - f0,
+        .pos0 = f0,
+        .rows = q->span,
+        .n_rows = q->n_rows,
+        .logits = logits,
+    };
+}
+
+static int lld_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const struct dc_params *p = &d->p;
+    const int L = p->block, S = d->steps;
+    if (q->finished)
+        return TIDE_DECODER_DONE;
+    while (q->b < q->nb) {
         /* L2: block b is [P + b L, P + (b+1) L). */
-        const int64_t b0 = P + b * L, be = b0 + L;
-        h->block_begin(u, (int)b, b == 0);
-        /* L4: the block's schedule, from its masks at the block's start. */
-        int n_block = 0;
-        for (int64_t i = b0; i < be; i++)
-            n_block += canvas[i] == tok->mask;
-        for (int s = 0; s < S; s++) {
+        const int64_t b0 = q->P + q->b * L, be = b0 + L;
+        if (!q->in_block) {
+            h->block_begin(h->user, (int)q->b, q->b == 0);
+            q->in_block = true;
+            q->s = 0;
+            /* L4: the block's schedule, from its masks at the block's start. */
+            q->n_block = 0;
+            for (int64_t i = b0; i < be; i++)
+                q->n_block += q->canvas[i] == d->tok.mask;
+        }
+        if (q->s < S) {
             /* L5, L10: the candidates are the masked positions before the
              * block's end (the prompt's masks and earlier blocks' included). */
             int n_cand = 0, n_before = 0;
             for (int64_t i = 0; i < be; i++)
-                if (canvas[i] == tok->mask) {
-                    cand[n_cand++].pos = (int32_t)i;
+                if (q->canvas[i] == d->tok.mask) {
+                    q->cand[n_cand++].pos = (int32_t)i;
                     n_before += i < b0;
                 }
             /* The rows to compute: the candidates, or with block_rows the
              * candidates before the block and then the whole block. */
             int n_rows = 0;
             for (int j = 0; j < n_cand; j++) {
-                if (block_rows && cand[j].pos >= b0) {
-                    cand_row[j] = n_before + (int)(cand[j].pos - b0);
+                if (q->block_rows && q->cand[j].pos >= b0) {
+                    q->cand_row[j] = n_before + (int)(q->cand[j].pos - b0);
                     continue;
                 }
-                cand_row[j] = n_rows;
-                rows[n_rows++] = cand[j].pos;
+                q->cand_row[j] = n_rows;
+                q->rows[n_rows++] = q->cand[j].pos;
             }
-            if (block_rows)
+            if (q->block_rows)
                 for (int64_t i = b0; i < be; i++)
-                    rows[n_rows++] = (int32_t)i;
-            if ((rc = h->step_begin(u, (int)b, s)) != TIDE_OK)
-                goto done;
+                    q->rows[n_rows++] = (int32_t)i;
+            int rc = h->step_begin(h->user, (int)q->b, q->s);
+            if (rc == TIDE_OK)
+                rc = lld_grow(q, n_rows);
+            if (rc != TIDE_OK)
+                return rc;
+            q->n_cand = n_cand;
+            q->n_before = n_before;
+            q->n_rows = n_rows;
             /* L6: one forward over the whole canvas. With prefix_cache
              * (APPROXIMATE): a block's first step runs the whole canvas and
              * leaves every position's K/V in the model's cache; later steps
              * run only [block start, end) against the cached prefix, unless
              * a candidate lies before the block. */
-            const bool suffix = p->prefix_cache && s > 0 && n_before == 0;
+            const bool suffix = p->prefix_cache && q->s > 0 && n_before == 0;
             const int64_t f0 = suffix ? b0 : 0;
-            rc = llada_forward(h, canvas, total, f0, rows, n_rows, span, V, &fc);
-            if (rc != TIDE_OK)
-                goto done;
-            const float **row = fc.row;
-            if (cfg) {
-                /* L7: the unconditional pass masks the prompt; logits =
-                 * un + (cfg + 1) (cond - un), in float32. */
-                for (int64_t i = 0; i < total; i++)
-                    uncond[i] = is_prompt[i] ? tok->mask : canvas[i];
-                rc = llada_forward(h, uncond, total, 0, rows, n_rows, span, V, &fu);
-                if (rc != TIDE_OK)
-                    goto done;
-                const size_t need = (size_t)(n_rows ? n_rows : 1) * (size_t)V;
-                if (need > mixed_cap) {
-                    float *t = realloc(mixed, sizeof *t * need);
-                    if (!t) {
-                        rc = TIDE_E_NOMEM;
-                        goto done;
-                    }
-                    mixed = t;
-                    mixed_cap = need;
-                }
-                const float k = (float)(p->cfg_scale + 1.0);
-                for (int j = 0; j < n_rows; j++) {
-                    float *o = mixed + (size_t)j * (size_t)V;
-                    for (int v = 0; v < V; v++) {
-                        const float df = fc.row[j][v] - fu.row[j][v];
-                        const float kd = k * df;
-                        o[v] = fu.row[j][v] + kd;
-                    }
-                    fc.row[j] = o;
-                }
-                row = fc.row;
+            for (int j = 0; j < n_rows; j++)
+                q->span[j] = (int32_t)(q->rows[j] - f0);
+            fwd->phase = TIDE_DECODE_STEP;
+            fwd->n_spans = 1;
+            lld_span(q, &fwd->span[0], 0, q->canvas, f0, q->lc);
+            if (q->cfg) {
+                /* L7: the unconditional pass masks the prompt; it shares the
+                 * forward, in the generation's second slot (prefix_cache is
+                 * refused with cfg, so f0 is 0). */
+                for (int64_t i = 0; i < q->total; i++)
+                    q->uncond[i] = q->is_prompt[i] ? d->tok.mask : q->canvas[i];
+                fwd->n_spans = 2;
+                lld_span(q, &fwd->span[1], 1, q->uncond, 0, q->lu);
             }
-            out->steps++;
-            if (block_rows) {
-                /* The block's rows are contiguous, after the candidates
-                 * before it. */
-                h->step_logits(u, b, s, row[n_before], L, V);
-            }
-            int n_in = 0;
-            for (int j = 0; j < n_cand; j++)
-                if (cand[j].pos >= b0) {
-                    bpos[n_in] = (int32_t)(cand[j].pos - b0);
-                    brow[n_in++] = row[cand_row[j]];
-                }
-            h->step_rows(u, b, s, n_in, bpos, brow, V);
-            /* L8: a token for every candidate; L9: its confidence. */
-            if (greedy) {
-                for (int j = 0; j < n_cand; j++)
-                    grow[j] = row[cand_row[j]];
-                dc_sample_rows(&rs, &gsp, grow, n_cand, V, NULL);
-            }
-            for (int j = 0; j < n_cand; j++) {
-                const float *l = row[cand_row[j]];
-                double pr;
-                if (greedy) {
-                    cand[j].x0 = rs.id[j];
-                    pr = rs.conf[j];
-                } else {
-                    cand[j].x0 = llada_gumbel_pick(l, V, p->temperature, skip, &rng);
-                    pr = !p->remask_random ? llada_prob(l, V, skip, cand[j].x0) : 0;
-                }
-                cand[j].conf = pr;
-            }
-            if (p->remask_random)
-                for (int j = 0; j < n_cand; j++)
-                    cand[j].conf = dc_rng_uniform(&rng);
-            /* L11: commit the scheduled number of most confident candidates. */
-            const int n_sched = dc_schedule(n_block, S, s);
-            const int commit = n_sched < n_cand ? n_sched : n_cand;
-            qsort(cand, (size_t)n_cand, sizeof *cand, llada_cand_desc);
-            for (int c = 0; c < commit; c++)
-                canvas[cand[c].pos] = cand[c].x0; /* L12 */
-            int left = 0;
-            for (int64_t i = b0; i < be; i++)
-                left += canvas[i] == tok->mask;
-            const struct tide_decoder_step ev = {
-                .size = sizeof ev,
-                .block = (int)b,
-                .step = s,
-                .committed = commit,
-                .remaining = left,
-            };
-            h->step_end(u, &ev);
+            q->posted = LLD_STEP;
+            return TIDE_OK;
         }
         int left = 0;
         for (int64_t i = b0; i < be; i++)
-            left += canvas[i] == tok->mask;
-        if (left && !warned) {
+            left += q->canvas[i] == d->tok.mask;
+        if (left && !q->warned) {
             tide_warn("generation: block %lld ended after %d steps with %d masks left (the mask "
                       "token won at those positions; later steps of decoder llada may still "
                       "fill them; generation.mask_in_argmax = false leaves it out)",
-                      (long long)b, S, left);
-            warned = true;
+                      (long long)q->b, S, left);
+            q->warned = true;
         }
-        out->blocks++;
+        q->blocks++;
         bool st;
-        const int64_t n_now = dc_output_len(canvas, P, G, be, tok, &st);
-        h->block_end(u, (int)b, canvas + P, n_now);
+        const int64_t n_now = dc_output_len(q->canvas, q->P, p->gen_length, be, &d->tok, &st);
+        h->block_end(h->user, (int)q->b, q->canvas + q->P, n_now);
+        q->in_block = false;
+        q->b++;
         /* eos_early_stop: the output ends at an EOS with no mask before it,
          * so no later step can change it. */
-        if (p->eos_early_stop && st && b + 1 < nb) {
+        if (p->eos_early_stop && st && q->b < q->nb) {
             bool final = true;
-            for (int64_t i = P; i < P + n_now && final; i++)
-                final = canvas[i] != tok->mask;
+            for (int64_t i = q->P; i < q->P + n_now && final; i++)
+                final = q->canvas[i] != d->tok.mask;
             if (final) {
-                end = be;
+                q->end = be;
                 break;
             }
         }
     }
-    /* L12: the output is canvas[P, P + G), cut after the first EOS/stop token. */
-    out->n = dc_output_len(canvas, P, G, end, tok, &out->stopped);
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-done:
-    free(canvas);
-    free(uncond);
-    free(is_prompt);
-    free(cand);
-    free(rows);
-    free(span);
-    free(bpos);
-    free(brow);
-    free(cand_row);
-    free(fc.buf);
-    free((void *)fc.row);
-    free(fu.buf);
-    free((void *)fu.row);
-    free(mixed);
-    dc_rows_free(&rs);
-    free(grow);
+    q->finished = true;
+    return TIDE_DECODER_DONE;
+}
+
+static int lld_feed(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const struct dc_params *p = &d->p;
+    const int L = p->block, V = d->V, S = d->steps;
+    if (q->posted != LLD_STEP)
+        return TIDE_OK;
+    q->posted = LLD_NONE;
+    const int64_t b0 = q->P + q->b * L;
+    const int n_cand = q->n_cand, n_rows = q->n_rows, s = q->s;
+    for (int j = 0; j < n_rows; j++)
+        q->row[j] = q->lc + (size_t)j * (size_t)V;
+    if (q->cfg) {
+        /* L7: logits = un + (cfg + 1) (cond - un), in float32. */
+        const size_t need = (size_t)(n_rows ? n_rows : 1) * (size_t)V;
+        if (need > q->mixed_cap) {
+            float *t = realloc(q->mixed, sizeof *t * need);
+            if (!t)
+                return TIDE_E_NOMEM;
+            q->mixed = t;
+            q->mixed_cap = need;
+        }
+        const float k = (float)(p->cfg_scale + 1.0);
+        for (int j = 0; j < n_rows; j++) {
+            float *o = q->mixed + (size_t)j * (size_t)V;
+            const float *c = q->lc + (size_t)j * (size_t)V, *u = q->lu + (size_t)j * (size_t)V;
+            for (int v = 0; v < V; v++) {
+                const float df = c[v] - u[v];
+                const float kd = k * df;
+                o[v] = u[v] + kd;
+            }
+            q->row[j] = o;
+        }
+    }
+    const float **row = q->row;
+    q->steps++;
+    if (q->block_rows) {
+        /* The block's rows are contiguous, after the candidates before it. */
+        h->step_logits(h->user, q->b, s, row[q->n_before], L, V);
+    }
+    int n_in = 0;
+    for (int j = 0; j < n_cand; j++)
+        if (q->cand[j].pos >= b0) {
+            q->bpos[n_in] = (int32_t)(q->cand[j].pos - b0);
+            q->brow[n_in++] = row[q->cand_row[j]];
+        }
+    h->step_rows(h->user, q->b, s, n_in, q->bpos, q->brow, V);
+    /* L8: a token for every candidate; L9: its confidence. */
+    if (q->greedy) {
+        for (int j = 0; j < n_cand; j++)
+            q->grow[j] = row[q->cand_row[j]];
+        dc_sample_rows(&q->rs, &q->gsp, q->grow, n_cand, V, NULL);
+    }
+    for (int j = 0; j < n_cand; j++) {
+        const float *l = row[q->cand_row[j]];
+        double pr;
+        if (q->greedy) {
+            q->cand[j].x0 = q->rs.id[j];
+            pr = q->rs.conf[j];
+        } else {
+            q->cand[j].x0 = llada_gumbel_pick(l, V, p->temperature, q->skip, &q->rng);
+            pr = !p->remask_random ? llada_prob(l, V, q->skip, q->cand[j].x0) : 0;
+        }
+        q->cand[j].conf = pr;
+    }
+    if (p->remask_random)
+        for (int j = 0; j < n_cand; j++)
+            q->cand[j].conf = dc_rng_uniform(&q->rng);
+    /* L11: commit the scheduled number of most confident candidates. */
+    const int n_sched = dc_schedule(q->n_block, S, s);
+    const int commit = n_sched < n_cand ? n_sched : n_cand;
+    qsort(q->cand, (size_t)n_cand, sizeof *q->cand, llada_cand_desc);
+    for (int c = 0; c < commit; c++)
+        q->canvas[q->cand[c].pos] = q->cand[c].x0; /* L12 */
+    int left = 0;
+    for (int64_t i = b0; i < b0 + L; i++)
+        left += q->canvas[i] == d->tok.mask;
+    const struct tide_decoder_step ev = {
+        .size = sizeof ev,
+        .block = (int)q->b,
+        .step = s,
+        .committed = commit,
+        .remaining = left,
+    };
+    h->step_end(h->user, &ev);
+    q->s++;
+    return TIDE_OK;
+}
+
+static int lld_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out)
+{
+    if (!q)
+        return TIDE_OK;
+    int rc = TIDE_OK;
+    if (out && !q->finished) {
+        rc = TIDE_E_INVAL;
+    } else if (out) {
+        /* L12: the output is canvas[P, P + G), cut after the first EOS/stop
+         * token. */
+        const struct tide_decoder *d = q->d;
+        out->n = dc_output_len(q->canvas, q->P, d->p.gen_length, q->end, &d->tok, &q->stopped);
+        memcpy(out->ids, q->canvas + q->P, sizeof *out->ids * (size_t)out->n);
+        out->steps = q->steps;
+        out->blocks = q->blocks;
+        out->stopped = q->stopped;
+        out->edits = 0;
+    }
+    free(q->canvas);
+    free(q->uncond);
+    free(q->is_prompt);
+    free(q->cand);
+    free(q->rows);
+    free(q->span);
+    free(q->bpos);
+    free(q->brow);
+    free(q->cand_row);
+    free(q->lc);
+    free(q->lu);
+    free((void *)q->row);
+    free(q->mixed);
+    dc_rows_free(&q->rs);
+    free(q->grow);
+    free(q);
     return rc;
 }
 
@@ -434,6 +539,10 @@ static int lld_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder
         .block_length = d->p.block,
         .max_steps = d->steps,
         .nominal_steps = d->steps,
+        .slots = d->p.cfg_scale > 0 ? 2 : 1, /* L7: the unconditional pass's own context */
+        .max_forwards = d->p.steps,
+        .gen_multiple = d->p.block, /* L2: blocks start right after the prompt */
+        .steps_scope = TIDE_STEPS_SHARED,
     };
     dc_plan_out(out, &pl);
     return TIDE_OK;
@@ -457,7 +566,10 @@ static const struct tide_decoder_ops lld_ops = {
     .create = lld_create,
     .destroy = lld_destroy,
     .plan = lld_plan,
-    .run = lld_run,
+    .begin = lld_begin,
+    .next = lld_next,
+    .feed = lld_feed,
+    .finish = lld_finish,
     .describe = lld_describe,
 };
 

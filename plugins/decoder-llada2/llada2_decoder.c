@@ -105,7 +105,7 @@ static int l2d_create(const struct tide_decoder_args *a, struct tide_decoder **o
  * with the cache a forward spans a block, with recompute the window. */
 static int l2d_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
 {
-    return dc_blocks_plan(&d->p, d->max_ctx, P, d->steps, d->steps, out);
+    return dc_blocks_plan(&d->p, d->max_ctx, P, d->steps, d->steps, TIDE_STEPS_PER_BLOCK, out);
 }
 
 /* R13: after a step that committed EOS, with eos_early_stop: the first EOS of
@@ -125,143 +125,227 @@ static int64_t l2d_early_stop_at(const int32_t *canvas, int64_t P, int64_t end,
     return e;
 }
 
-static int l2d_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
-                   int64_t P, struct tide_decoder_result *out)
-{
-    const struct dc_params *p = &d->p;
-    const struct dc_tokens *tok = &d->tok;
-    const int L = p->block, V = d->V, steps = d->steps;
-    const int64_t G = p->gen_length, total = dc_blocks_ctx(p, P), nb = total / L, first = P / L;
-    const int64_t rows = p->recompute ? total : L;
-    const struct dc_sampler sp = DC_SAMPLER_OF(p, V, tok->mask);
-    void *u = h->user;
-    out->n = out->steps = out->edits = 0;
-    out->blocks = 0;
-    out->stopped = false;
-    int rc = TIDE_OK;
-    int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
-    float *logits = malloc(sizeof *logits * (size_t)rows * (size_t)V);
-    struct dc_rows rs;
-    const int sc_rc = dc_rows_init(&rs, &sp, V, L);
-    struct dc_pos *cand = malloc(sizeof *cand * (size_t)L);
-    int32_t *x0 = malloc(sizeof *x0 * (size_t)L);
-    /* The masked positions of a step (block-relative; span: scratch) and
-     * their logits rows. */
-    int32_t *mpos = malloc(sizeof *mpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
-    const float **row = malloc(sizeof *row * (size_t)L);
-    if (!canvas || !logits || !cand || !x0 || !mpos || !span || !row || sc_rc) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
-    /* R4: the prompt, then masks to the end of the last block. */
-    for (int64_t i = 0; i < total; i++)
-        canvas[i] = i < P ? prompt[i] : tok->mask;
+/* One generation: the official loop's variables, kept between forwards. */
+struct tide_decoder_seq {
+    const struct tide_decoder *d;
+    const struct tide_decoder_host *h;
+    struct dc_sampler sp;
+    struct dc_canvas c;  /* R4: the canvas and where the loop stands */
+    float *logits;       /* [rows, V]: a step's forward */
+    struct dc_rows rs;   /* a step's picks */
+    struct dc_pos *cand; /* [L] */
+    int32_t *x0;         /* [L] */
+    int32_t *mpos;       /* [L] the step's masked positions (block-relative) */
+    int32_t *span;       /* [L] their rows in the forward */
+    const float **row;   /* [L] their logits */
     struct dc_rng rng;
-    dc_rng_seed(&rng, p->seed);
+    int s;         /* the block's next step */
+    int n_cand;    /* the posted step's candidates */
+    bool stop;     /* R13 or R14 ended generation */
+    bool warned;   /* the masks-left warning was given */
+    int64_t n_out; /* set by R13 */
+    int64_t end;   /* end of the decoded part of the canvas */
+    int64_t steps; /* result */
+    int blocks;
+    bool stopped;
+};
+
+static int l2d_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out);
+
+static int l2d_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
+                     const int32_t *prompt, int64_t P, struct tide_decoder_seq **out)
+{
+    *out = NULL;
+    const struct dc_params *p = &d->p;
+    const int L = p->block, V = d->V;
+    struct tide_decoder_seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return TIDE_E_NOMEM;
+    q->d = d;
+    q->h = h;
+    q->sp = DC_SAMPLER_OF(p, V, d->tok.mask);
+    /* R4: the prompt, then masks to the end of the last block. */
+    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask);
+    const int64_t rows = p->recompute ? q->c.total : L;
+    q->logits = malloc(sizeof *q->logits * (size_t)rows * (size_t)V);
+    const int sc_rc = dc_rows_init(&q->rs, &q->sp, V, L);
+    q->cand = malloc(sizeof *q->cand * (size_t)L);
+    q->x0 = malloc(sizeof *q->x0 * (size_t)L);
+    q->mpos = malloc(sizeof *q->mpos * (size_t)L);
+    q->span = malloc(sizeof *q->span * (size_t)L);
+    q->row = malloc(sizeof *q->row * (size_t)L);
+    if (c_rc || !q->logits || !q->cand || !q->x0 || !q->mpos || !q->span || !q->row || sc_rc) {
+        l2d_finish(q, NULL);
+        return TIDE_E_NOMEM;
+    }
+    dc_rng_seed(&q->rng, p->seed);
+    q->n_out = -1;
+    q->end = P;
+    *out = q;
+    return TIDE_OK;
+}
+
+/* After block b's steps: the masks-left warning, R14, then its K/V pass
+ * when another block follows. Returns true when fwd holds that pass. */
+static bool l2d_block_done(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const int L = d->p.block;
+    const int64_t b0 = q->c.b * L, cwe = b0 + L;
+    int left = 0;
+    for (int i = 0; i < L; i++)
+        left += q->c.ids[b0 + i] == d->tok.mask;
+    if (left && !q->warned && !q->stop) {
+        /* As in the official code, the masks stay in the canvas (R7). */
+        tide_warn("generation: block %lld ended after %d steps with %d masks left (the mask "
+                  "token won at those positions; generation.mask_in_argmax = false leaves "
+                  "it out)",
+                  (long long)q->c.b, d->steps, left);
+        q->warned = true;
+    }
+    q->end = cwe;
+    q->blocks++;
+    /* R14: stop after a block whose generated part holds EOS. */
+    q->stop = q->stop || dc_find_stop(q->c.ids, q->c.P, cwe, &d->tok) >= 0;
+    return dc_canvas_kv(&q->c, q->stop, fwd);
+}
+
+/* Block b is final: report it (R13's cut when it stopped inside it). */
+static void l2d_block_end(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    bool st;
+    const int64_t cwe = (q->c.b + 1) * d->p.block;
+    dc_canvas_block_end(&q->c, q->h,
+                        q->n_out >= 0
+                            ? q->n_out
+                            : dc_output_len(q->c.ids, q->c.P, d->p.gen_length, cwe, &d->tok, &st));
+}
+
+static int l2d_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    struct dc_canvas *c = &q->c;
+    const int L = d->p.block;
     /* R5: blocks the prompt covers are never decoded; with the cache they
      * are prefilled, one block per forward. */
-    if ((rc = dc_blocks_prefill(h, canvas, first, L, p->recompute)) != TIDE_OK)
-        goto done;
-    int64_t n_out = -1; /* set by R13 */
-    int64_t end = P;    /* end of the decoded part of the canvas */
-    bool stop = false, warned = false;
-    for (int64_t b = first; b < nb && !stop; b++) {
-        const int64_t b0 = b * L, cwe = b0 + L; /* R6: the window [0, cwe) */
-        h->block_begin(u, (int)(b - first), b == first);
-        for (int s = 0; s < steps && !stop; s++) {
-            /* R7: the candidates are the block's masks; none left ends the
-             * block before its forward. */
-            int n_cand = 0;
-            for (int i = 0; i < L; i++)
-                n_cand += canvas[b0 + i] == tok->mask;
-            if (!n_cand)
-                break;
-            if ((rc = h->step_begin(u, (int)(b - first), s)) != TIDE_OK)
-                goto done;
+    if (c->finished || dc_canvas_prefill(c, fwd))
+        return c->finished ? TIDE_DECODER_DONE : TIDE_OK;
+    while (c->b < c->nb && (c->in_block || !q->stop)) {
+        const int64_t b0 = c->b * L;
+        if (dc_canvas_enter(c, h))
+            q->s = 0;
+        /* R7: the candidates are the block's masks; none left ends the
+         * block before its forward. */
+        int n_cand = 0;
+        for (int i = 0; i < L; i++)
+            if (c->ids[b0 + i] == d->tok.mask)
+                q->mpos[n_cand++] = i;
+        if (!q->stop && q->s < d->steps && n_cand) {
+            int rc = h->step_begin(h->user, (int)(c->b - c->first), q->s);
+            if (rc != TIDE_OK)
+                return rc;
             /* R8: one forward per step; only the block's masked rows are
              * read, so only those are asked for unless every row is wanted. */
-            n_cand = 0;
-            for (int i = 0; i < L; i++)
-                if (canvas[b0 + i] == tok->mask)
-                    mpos[n_cand++] = i;
-            if ((rc = dc_blocks_step_forward(h, canvas, b, L, p->recompute, s, V, mpos, n_cand,
-                                             span, logits, row)) != TIDE_OK)
-                goto done;
-            out->steps++;
-            /* R9: a token and a confidence for every masked position. */
-            dc_sample_rows(&rs, &sp, row, n_cand, V, &rng);
-            for (int j = 0; j < n_cand; j++) {
-                x0[mpos[j]] = rs.id[j];
-                cand[j] = (struct dc_pos){rs.conf[j], mpos[j]};
-            }
-            /* R10-R12: commit, in place. A position given the mask token
-             * stays a candidate. */
-            const int commit =
-                dc_commit_count(cand, n_cand, dc_schedule(L, steps, s), p->threshold);
-            int filled = 0;
-            bool eos_committed = false;
-            for (int c = 0; c < commit; c++) {
-                const int32_t id = x0[cand[c].pos];
-                canvas[b0 + cand[c].pos] = id;
-                filled += id != tok->mask;
-                eos_committed |= dc_is_stop(tok, id);
-            }
-            const struct tide_decoder_step ev = {
-                .size = sizeof ev,
-                .block = (int)(b - first),
-                .step = s,
-                .committed = commit,
-                .remaining = n_cand - filled,
-            };
-            h->step_end(u, &ev);
-            /* R13 */
-            if (p->eos_early_stop && eos_committed) {
-                const int64_t e = l2d_early_stop_at(canvas, P, cwe, tok);
-                if (e >= 0) {
-                    n_out = e + 1 - P < 0 ? 0 : (e + 1 - P > G ? G : e + 1 - P);
-                    out->stopped = e >= P && e < P + G;
-                    stop = true;
-                }
-            }
+            q->n_cand = n_cand;
+            dc_blocks_step_fwd(h, fwd, c->ids, c->b, L, d->p.recompute, q->mpos, n_cand, q->span,
+                               q->logits);
+            c->posted = DC_POSTED_STEP;
+            return TIDE_OK;
         }
-        int left = 0;
-        for (int i = 0; i < L; i++)
-            left += canvas[b0 + i] == tok->mask;
-        if (left && !warned && !stop) {
-            /* As in the official code, the masks stay in the canvas (R7). */
-            tide_warn("generation: block %lld ended after %d steps with %d masks left (the mask "
-                      "token won at those positions; generation.mask_in_argmax = false leaves "
-                      "it out)",
-                      (long long)b, steps, left);
-            warned = true;
-        }
-        end = cwe;
-        out->blocks++;
-        /* R14: stop after a block whose generated part holds EOS. */
-        stop = stop || dc_find_stop(canvas, P, cwe, tok) >= 0;
-        /* The last step's K/V predate its commits: store the final ones when
-         * another block will attend to them. */
-        if (!p->recompute && !stop && b + 1 < nb &&
-            (rc = h->forward(u, canvas + b0, L, b0, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
-        bool st;
-        const int64_t n = n_out >= 0 ? n_out : dc_output_len(canvas, P, G, cwe, tok, &st);
-        h->block_end(u, (int)(b - first), canvas + P, n);
+        if (l2d_block_done(q, fwd))
+            return TIDE_OK;
+        l2d_block_end(q);
     }
     /* R17 */
-    if (n_out < 0)
-        n_out = dc_output_len(canvas, P, G, end, tok, &out->stopped);
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)n_out);
-    out->n = n_out;
-done:
-    free(canvas);
-    free(logits);
-    dc_rows_free(&rs);
-    free(cand);
-    free(x0);
-    free(mpos);
-    free(span);
-    free(row);
+    if (q->n_out < 0)
+        q->n_out = dc_output_len(c->ids, c->P, d->p.gen_length, q->end, &d->tok, &q->stopped);
+    c->finished = true;
+    return TIDE_DECODER_DONE;
+}
+
+static int l2d_feed(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const struct dc_params *p = &d->p;
+    const struct dc_tokens *tok = &d->tok;
+    struct dc_canvas *c = &q->c;
+    const int L = p->block;
+    const int posted = c->posted;
+    c->posted = DC_POSTED_NONE;
+    if (posted == DC_POSTED_KV)
+        l2d_block_end(q);
+    if (posted != DC_POSTED_STEP)
+        return TIDE_OK;
+    const int64_t b0 = c->b * L, cwe = b0 + L;
+    const int n_cand = q->n_cand, s = q->s;
+    dc_blocks_step_fed(h, c->b, L, p->recompute, s, d->V, q->mpos, n_cand, q->logits, q->row);
+    q->steps++;
+    /* R9: a token and a confidence for every masked position. */
+    dc_sample_rows(&q->rs, &q->sp, q->row, n_cand, d->V, &q->rng);
+    for (int j = 0; j < n_cand; j++) {
+        q->x0[q->mpos[j]] = q->rs.id[j];
+        q->cand[j] = (struct dc_pos){q->rs.conf[j], q->mpos[j]};
+    }
+    /* R10-R12: commit, in place. A position given the mask token stays a
+     * candidate. */
+    const int commit = dc_commit_count(q->cand, n_cand, dc_schedule(L, d->steps, s), p->threshold);
+    int filled = 0;
+    bool eos_committed = false;
+    for (int k = 0; k < commit; k++) {
+        const int32_t id = q->x0[q->cand[k].pos];
+        c->ids[b0 + q->cand[k].pos] = id;
+        filled += id != tok->mask;
+        eos_committed |= dc_is_stop(tok, id);
+    }
+    const struct tide_decoder_step ev = {
+        .size = sizeof ev,
+        .block = (int)(c->b - c->first),
+        .step = s,
+        .committed = commit,
+        .remaining = n_cand - filled,
+    };
+    h->step_end(h->user, &ev);
+    q->s++;
+    /* R13 */
+    if (p->eos_early_stop && eos_committed) {
+        const int64_t e = l2d_early_stop_at(c->ids, c->P, cwe, tok);
+        if (e >= 0) {
+            const int64_t G = p->gen_length, P = c->P;
+            q->n_out = e + 1 - P < 0 ? 0 : (e + 1 - P > G ? G : e + 1 - P);
+            q->stopped = e >= P && e < P + G;
+            q->stop = true;
+        }
+    }
+    return TIDE_OK;
+}
+
+static int l2d_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out)
+{
+    if (!q)
+        return TIDE_OK;
+    int rc = TIDE_OK;
+    if (out && !q->c.finished) {
+        rc = TIDE_E_INVAL;
+    } else if (out) {
+        memcpy(out->ids, q->c.ids + q->c.P, sizeof *out->ids * (size_t)q->n_out);
+        out->n = q->n_out;
+        out->steps = q->steps;
+        out->blocks = q->blocks;
+        out->stopped = q->stopped;
+        out->edits = 0;
+    }
+    dc_canvas_free(&q->c);
+    free(q->logits);
+    dc_rows_free(&q->rs);
+    free(q->cand);
+    free(q->x0);
+    free(q->mpos);
+    free(q->span);
+    free(q->row);
+    free(q);
     return rc;
 }
 
@@ -283,7 +367,10 @@ static const struct tide_decoder_ops l2d_ops = {
     .create = l2d_create,
     .destroy = l2d_destroy,
     .plan = l2d_plan,
-    .run = l2d_run,
+    .begin = l2d_begin,
+    .next = l2d_next,
+    .feed = l2d_feed,
+    .finish = l2d_finish,
     .describe = l2d_describe,
 };
 

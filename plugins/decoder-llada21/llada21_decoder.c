@@ -187,7 +187,7 @@ static int l21_create(const struct tide_decoder_args *a, struct tide_decoder **o
  * steps are open-ended, bounded by max_block_steps. */
 static int l21_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
 {
-    return dc_blocks_plan(&d->p, d->max_ctx, P, d->max_block_steps, 0, out);
+    return dc_blocks_plan(&d->p, d->max_ctx, P, d->max_block_steps, 0, TIDE_STEPS_UNUSED, out);
 }
 
 /* A position of the block, with what this step predicts for it. */
@@ -204,193 +204,291 @@ static int l21_pos_desc(const void *a, const void *b)
     return x->pos - y->pos;
 }
 
-static int l21_run(struct tide_decoder *d, const struct tide_decoder_host *h, const int32_t *prompt,
-                   int64_t P, struct tide_decoder_result *out)
+/* One generation: the official loop's variables, kept between forwards. */
+struct tide_decoder_seq {
+    const struct tide_decoder *d;
+    const struct tide_decoder_host *h;
+    struct dc_sampler sp;
+    struct dc_canvas c; /* E2: the canvas and where the loop stands */
+    float *logits;      /* [rows, V]: a step's forward */
+    struct dc_rows rs;
+    struct l21_pos *cand; /* [L] */
+    int32_t *x0, *old;    /* [L] */
+    double *conf;         /* [L] */
+    int32_t *dpos, *span; /* [L] the step's decided positions, their rows */
+    uint8_t *commit;      /* [L] 1: committed, 2: edited */
+    const float **row;    /* [L] */
+    struct dc_rng rng;
+    int s;      /* the block's next step */
+    int post;   /* its steps that found no mask (E4) */
+    int n_mask; /* masks at the posted step's start */
+    int n_rows; /* the posted step's decided positions */
+    bool over;  /* the block's steps are over (E4, E10, max_block_steps) */
+    bool stop;  /* E13 */
+    bool warned;
+    int64_t end;
+    int64_t steps, edits; /* result */
+    int blocks;
+    bool stopped;
+};
+
+static int l21_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out);
+
+static int l21_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
+                     const int32_t *prompt, int64_t P, struct tide_decoder_seq **out)
 {
+    *out = NULL;
     const struct dc_params *p = &d->p;
-    const struct dc_tokens *tok = &d->tok;
     const int L = p->block, V = d->V;
-    const int64_t G = p->gen_length, total = dc_blocks_ctx(p, P), nb = total / L, first = P / L;
-    const int64_t rows_max = p->recompute ? total : L;
+    struct tide_decoder_seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return TIDE_E_NOMEM;
+    q->d = d;
+    q->h = h;
     /* E6, _sample_with_temperature_topk_topp of LLaDA2.1: at temperature 0
      * the argmax of the unfiltered logits and its softmax probability; else
      * scaling (T != 1), top-k, top-p and a draw. */
-    struct dc_sampler sp = DC_SAMPLER_OF(p, V, tok->mask);
+    q->sp = DC_SAMPLER_OF(p, V, d->tok.mask);
     if (!(p->temperature > 0))
-        sp.plain = true;
-    void *u = h->user;
-    out->n = out->steps = out->edits = 0;
-    out->blocks = 0;
-    out->stopped = false;
-    int rc = TIDE_OK;
-    int32_t *canvas = malloc(sizeof *canvas * (size_t)total);
-    float *logits = malloc(sizeof *logits * (size_t)rows_max * (size_t)V);
-    struct dc_rows rs;
-    const int sc_rc = dc_rows_init(&rs, &sp, V, L);
-    struct l21_pos *cand = malloc(sizeof *cand * (size_t)L);
-    int32_t *x0 = malloc(sizeof *x0 * (size_t)L), *old = malloc(sizeof *old * (size_t)L);
-    double *conf = malloc(sizeof *conf * (size_t)L);
-    int32_t *dpos = malloc(sizeof *dpos * (size_t)L), *span = malloc(sizeof *span * (size_t)L);
-    uint8_t *commit = malloc((size_t)L);
-    const float **row = malloc(sizeof *row * (size_t)L);
-    if (!canvas || !logits || !cand || !x0 || !old || !conf || !dpos || !span || !commit || !row ||
-        sc_rc) {
-        rc = TIDE_E_NOMEM;
-        goto done;
-    }
+        q->sp.plain = true;
     /* E2: the prompt, then masks to the end of the last block. */
-    for (int64_t i = 0; i < total; i++)
-        canvas[i] = i < P ? prompt[i] : tok->mask;
-    struct dc_rng rng;
-    dc_rng_seed(&rng, p->seed);
+    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask);
+    const int64_t rows_max = p->recompute ? q->c.total : L;
+    q->logits = malloc(sizeof *q->logits * (size_t)rows_max * (size_t)V);
+    const int sc_rc = dc_rows_init(&q->rs, &q->sp, V, L);
+    q->cand = malloc(sizeof *q->cand * (size_t)L);
+    q->x0 = malloc(sizeof *q->x0 * (size_t)L);
+    q->old = malloc(sizeof *q->old * (size_t)L);
+    q->conf = malloc(sizeof *q->conf * (size_t)L);
+    q->dpos = malloc(sizeof *q->dpos * (size_t)L);
+    q->span = malloc(sizeof *q->span * (size_t)L);
+    q->commit = malloc((size_t)L);
+    q->row = malloc(sizeof *q->row * (size_t)L);
+    if (c_rc || !q->logits || !q->cand || !q->x0 || !q->old || !q->conf || !q->dpos || !q->span ||
+        !q->commit || !q->row || sc_rc) {
+        l21_finish(q, NULL);
+        return TIDE_E_NOMEM;
+    }
+    dc_rng_seed(&q->rng, p->seed);
+    q->end = P;
+    *out = q;
+    return TIDE_OK;
+}
+
+/* After block b's steps: E13, then its K/V pass when another block follows
+ * (E12: the last step's K/V predate its transfers). Returns true when fwd
+ * holds it. */
+static bool l21_block_done(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const int64_t cwe = (q->c.b + 1) * d->p.block;
+    q->end = cwe;
+    q->blocks++;
+    /* E13: with eos_early_stop, stop once the generated part holds no mask
+     * and an EOS. */
+    if (d->p.eos_early_stop) {
+        bool any_mask = false;
+        for (int64_t i = q->c.P; i < cwe && !any_mask; i++)
+            any_mask = q->c.ids[i] == d->tok.mask;
+        q->stop = !any_mask && dc_find_stop(q->c.ids, q->c.P, cwe, &d->tok) >= 0;
+    }
+    return dc_canvas_kv(&q->c, q->stop, fwd);
+}
+
+/* Block b is final: report it. */
+static void l21_block_end(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    bool st;
+    const int64_t cwe = (q->c.b + 1) * d->p.block;
+    dc_canvas_block_end(&q->c, q->h,
+                        dc_output_len(q->c.ids, q->c.P, d->p.gen_length, cwe, &d->tok, &st));
+}
+
+static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    struct dc_canvas *c = &q->c;
+    const int L = d->p.block;
     /* E3: blocks the prompt covers are never decoded; with the cache they
      * are prefilled, one block per forward. */
-    if ((rc = dc_blocks_prefill(h, canvas, first, L, p->recompute)) != TIDE_OK)
-        goto done;
-    int64_t end = P;
-    bool warned = false;
-    for (int64_t b = first; b < nb; b++) {
-        const int64_t b0 = b * L, cwe = b0 + L;
-        /* E9: the prompt's positions in this block are never edited. */
-        const int n_prompt = P > b0 ? (int)(P - b0 < L ? P - b0 : L) : 0;
-        h->block_begin(u, (int)(b - first), b == first);
-        int post = 0;
-        for (int s = 0;; s++) {
+    if (c->finished || dc_canvas_prefill(c, fwd))
+        return c->finished ? TIDE_DECODER_DONE : TIDE_OK;
+    while (c->b < c->nb && !q->stop) {
+        const int64_t b0 = c->b * L;
+        if (dc_canvas_enter(c, h)) {
+            q->over = false;
+            q->s = 0;
+            q->post = 0;
+        }
+        if (!q->over) {
             /* E4: the masks at the step's start; none left counts a post
              * step, and more than max_post_steps of them end the block. */
             int n_mask = 0;
             for (int i = 0; i < L; i++)
-                n_mask += canvas[b0 + i] == tok->mask;
+                n_mask += c->ids[b0 + i] == d->tok.mask;
             if (!n_mask)
-                post++;
-            if (post > d->max_post_steps)
-                break;
-            if (s >= d->max_block_steps) {
-                if (!warned)
+                q->post++;
+            if (q->post > d->max_post_steps) {
+                q->over = true;
+            } else if (q->s >= d->max_block_steps) {
+                if (!q->warned)
                     tide_warn("decoder llada21: block %lld reached max_block_steps = %d with %d "
                               "masks left (the official loop would not end here: the mask "
                               "token keeps winning; generation.mask_in_argmax = false leaves it "
                               "out)",
-                              (long long)b, d->max_block_steps, n_mask);
-                warned = true;
-                break;
+                              (long long)c->b, d->max_block_steps, n_mask);
+                q->warned = true;
+                q->over = true;
+            } else {
+                int rc = h->step_begin(h->user, (int)(c->b - c->first), q->s);
+                if (rc != TIDE_OK)
+                    return rc;
+                /* E5: one forward of the window [0, cwe) per step; the rows
+                 * a step decides on are its masks and the positions it may
+                 * edit: every position but the prompt's (which hold no
+                 * mask). */
+                const int n_prompt = c->P > b0 ? (int)(c->P - b0 < L ? c->P - b0 : L) : 0;
+                int n_rows = 0;
+                for (int i = 0; i < L; i++)
+                    if (i >= n_prompt || c->ids[b0 + i] == d->tok.mask)
+                        q->dpos[n_rows++] = i;
+                q->n_mask = n_mask;
+                q->n_rows = n_rows;
+                dc_blocks_step_fwd(h, fwd, c->ids, c->b, L, d->p.recompute, q->dpos, n_rows,
+                                   q->span, q->logits);
+                c->posted = DC_POSTED_STEP;
+                return TIDE_OK;
             }
-            if ((rc = h->step_begin(u, (int)(b - first), s)) != TIDE_OK)
-                goto done;
-            /* E5: one forward of the window [0, cwe) per step; the rows a
-             * step decides on are its masks and the positions it may edit:
-             * every position but the prompt's (which hold no mask). */
-            int n_rows = 0;
-            for (int i = 0; i < L; i++)
-                if (i >= n_prompt || canvas[b0 + i] == tok->mask)
-                    dpos[n_rows++] = i;
-            if ((rc = dc_blocks_step_forward(h, canvas, b, L, p->recompute, s, V, dpos, n_rows,
-                                             span, logits, row)) != TIDE_OK)
-                goto done;
-            out->steps++;
-            /* E6: a token and its probability at every decided position. */
-            dc_sample_rows(&rs, &sp, row, n_rows, V, &rng);
-            for (int j = 0; j < n_rows; j++) {
-                x0[dpos[j]] = rs.id[j];
-                conf[dpos[j]] = rs.conf[j];
-            }
-            for (int i = 0; i < L; i++) {
-                old[i] = canvas[b0 + i];
-                commit[i] = 0;
-            }
-            /* E7: the masks: all above threshold when there are at least
-             * num_to_transfer of them, else the num_to_transfer most
-             * confident (lower position first on ties). */
-            int n_act = 0, n_high = 0;
-            for (int j = 0; j < n_rows; j++) {
-                const int i = dpos[j];
-                if (old[i] != tok->mask)
-                    continue;
-                cand[n_act++] = (struct l21_pos){conf[i], i};
-                n_high += conf[i] > p->threshold;
-            }
-            if (n_act) {
-                if (n_high >= d->num_to_transfer) {
-                    for (int c = 0; c < n_act; c++)
-                        commit[cand[c].pos] = cand[c].conf > p->threshold;
-                } else {
-                    qsort(cand, (size_t)n_act, sizeof *cand, l21_pos_desc);
-                    const int k = d->num_to_transfer < n_act ? d->num_to_transfer : n_act;
-                    for (int c = 0; c < k; c++)
-                        commit[cand[c].pos] = 1;
-                }
-            }
-            /* E8, E9: edits: a generated, unmasked position whose prediction
-             * differs from its token, with probability above
-             * editing_threshold (the prediction may be the mask token). */
-            int edited = 0, committed = 0;
-            for (int j = 0; j < n_rows; j++) {
-                const int i = dpos[j];
-                if (i < n_prompt || old[i] == tok->mask)
-                    continue;
-                if (conf[i] > d->editing_threshold && x0[i] != old[i]) {
-                    commit[i] = 2;
-                    edited++;
-                }
-            }
-            /* E11: both kinds of transfer at once. */
-            int remaining = 0;
-            for (int i = 0; i < L; i++) {
-                if (commit[i])
-                    canvas[b0 + i] = x0[i];
-                committed += commit[i] == 1;
-                remaining += canvas[b0 + i] == tok->mask;
-            }
-            out->edits += edited;
-            const struct tide_decoder_step ev = {
-                .size = sizeof ev,
-                .block = (int)(b - first),
-                .step = s,
-                .committed = committed,
-                .remaining = remaining,
-                .edited = edited,
-            };
-            h->step_end(u, &ev);
-            /* E10: no mask at the step's start and nothing edited. */
-            if (!n_mask && !edited)
-                break;
         }
-        end = cwe;
-        out->blocks++;
-        /* E13: with eos_early_stop, stop once the generated part holds no
-         * mask and an EOS. */
-        bool stop = false;
-        if (p->eos_early_stop) {
-            bool any_mask = false;
-            for (int64_t i = P; i < cwe && !any_mask; i++)
-                any_mask = canvas[i] == tok->mask;
-            stop = !any_mask && dc_find_stop(canvas, P, cwe, tok) >= 0;
-        }
-        /* E12: the last step's K/V predate its transfers: store the final
-         * ones when another block will attend to them. */
-        if (!p->recompute && !stop && b + 1 < nb &&
-            (rc = h->forward(u, canvas + b0, L, b0, NULL, 0, NULL)) != TIDE_OK)
-            goto done;
-        bool st;
-        h->block_end(u, (int)(b - first), canvas + P, dc_output_len(canvas, P, G, cwe, tok, &st));
-        if (stop)
-            break;
+        if (l21_block_done(q, fwd))
+            return TIDE_OK;
+        l21_block_end(q);
     }
     /* E14 */
-    out->n = dc_output_len(canvas, P, G, end, tok, &out->stopped);
-    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)out->n);
-done:
-    free(canvas);
-    free(logits);
-    dc_rows_free(&rs);
-    free(cand);
-    free(x0);
-    free(old);
-    free(conf);
-    free(dpos);
-    free(span);
-    free(commit);
-    free(row);
+    c->finished = true;
+    return TIDE_DECODER_DONE;
+}
+
+static int l21_feed(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder *d = q->d;
+    const struct tide_decoder_host *h = q->h;
+    const struct dc_params *p = &d->p;
+    const struct dc_tokens *tok = &d->tok;
+    struct dc_canvas *c = &q->c;
+    const int L = p->block;
+    const int posted = c->posted;
+    c->posted = DC_POSTED_NONE;
+    if (posted == DC_POSTED_KV)
+        l21_block_end(q);
+    if (posted != DC_POSTED_STEP)
+        return TIDE_OK;
+    const int64_t b0 = c->b * L;
+    const int n_prompt = c->P > b0 ? (int)(c->P - b0 < L ? c->P - b0 : L) : 0;
+    const int n_rows = q->n_rows, s = q->s;
+    const int32_t *dpos = q->dpos;
+    dc_blocks_step_fed(h, c->b, L, p->recompute, s, d->V, dpos, n_rows, q->logits, q->row);
+    q->steps++;
+    /* E6: a token and its probability at every decided position. */
+    dc_sample_rows(&q->rs, &q->sp, q->row, n_rows, d->V, &q->rng);
+    for (int j = 0; j < n_rows; j++) {
+        q->x0[dpos[j]] = q->rs.id[j];
+        q->conf[dpos[j]] = q->rs.conf[j];
+    }
+    for (int i = 0; i < L; i++) {
+        q->old[i] = c->ids[b0 + i];
+        q->commit[i] = 0;
+    }
+    /* E7: the masks: all above threshold when there are at least
+     * num_to_transfer of them, else the num_to_transfer most confident
+     * (lower position first on ties). */
+    int n_act = 0, n_high = 0;
+    for (int j = 0; j < n_rows; j++) {
+        const int i = dpos[j];
+        if (q->old[i] != tok->mask)
+            continue;
+        q->cand[n_act++] = (struct l21_pos){q->conf[i], i};
+        n_high += q->conf[i] > p->threshold;
+    }
+    if (n_act) {
+        if (n_high >= d->num_to_transfer) {
+            for (int k = 0; k < n_act; k++)
+                q->commit[q->cand[k].pos] = q->cand[k].conf > p->threshold;
+        } else {
+            qsort(q->cand, (size_t)n_act, sizeof *q->cand, l21_pos_desc);
+            const int k = d->num_to_transfer < n_act ? d->num_to_transfer : n_act;
+            for (int j = 0; j < k; j++)
+                q->commit[q->cand[j].pos] = 1;
+        }
+    }
+    /* E8, E9: edits: a generated, unmasked position whose prediction differs
+     * from its token, with probability above editing_threshold (the
+     * prediction may be the mask token). */
+    int edited = 0, committed = 0;
+    for (int j = 0; j < n_rows; j++) {
+        const int i = dpos[j];
+        if (i < n_prompt || q->old[i] == tok->mask)
+            continue;
+        if (q->conf[i] > d->editing_threshold && q->x0[i] != q->old[i]) {
+            q->commit[i] = 2;
+            edited++;
+        }
+    }
+    /* E11: both kinds of transfer at once. */
+    int remaining = 0;
+    for (int i = 0; i < L; i++) {
+        if (q->commit[i])
+            c->ids[b0 + i] = q->x0[i];
+        committed += q->commit[i] == 1;
+        remaining += c->ids[b0 + i] == tok->mask;
+    }
+    q->edits += edited;
+    const struct tide_decoder_step ev = {
+        .size = sizeof ev,
+        .block = (int)(c->b - c->first),
+        .step = s,
+        .committed = committed,
+        .remaining = remaining,
+        .edited = edited,
+    };
+    h->step_end(h->user, &ev);
+    q->s++;
+    /* E10: no mask at the step's start and nothing edited. */
+    if (!q->n_mask && !edited)
+        q->over = true;
+    return TIDE_OK;
+}
+
+static int l21_finish(struct tide_decoder_seq *q, struct tide_decoder_result *out)
+{
+    if (!q)
+        return TIDE_OK;
+    int rc = TIDE_OK;
+    if (out && !q->c.finished) {
+        rc = TIDE_E_INVAL;
+    } else if (out) {
+        const struct tide_decoder *d = q->d;
+        out->n = dc_output_len(q->c.ids, q->c.P, d->p.gen_length, q->end, &d->tok, &q->stopped);
+        memcpy(out->ids, q->c.ids + q->c.P, sizeof *out->ids * (size_t)out->n);
+        out->steps = q->steps;
+        out->blocks = q->blocks;
+        out->stopped = q->stopped;
+        out->edits = q->edits;
+    }
+    dc_canvas_free(&q->c);
+    free(q->logits);
+    dc_rows_free(&q->rs);
+    free(q->cand);
+    free(q->x0);
+    free(q->old);
+    free(q->conf);
+    free(q->dpos);
+    free(q->span);
+    free(q->commit);
+    free(q->row);
+    free(q);
     return rc;
 }
 
@@ -413,7 +511,10 @@ static const struct tide_decoder_ops l21_ops = {
     .create = l21_create,
     .destroy = l21_destroy,
     .plan = l21_plan,
-    .run = l21_run,
+    .begin = l21_begin,
+    .next = l21_next,
+    .feed = l21_feed,
+    .finish = l21_finish,
     .describe = l21_describe,
 };
 

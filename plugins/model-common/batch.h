@@ -3,8 +3,8 @@
  * in the model's activations, so every row-wise op (embedding, norms,
  * projections, the routed and shared experts, the head) runs once over all
  * of them, while each span's rotary positions, K/V writes and attention use
- * its own positions and KV-cache slot (mc_rope_spans, mc_attend). A plain
- * forward or forward_rows is a batch of one span in slot 0. Header-only. */
+ * its own positions and KV-cache slot (mc_rope_spans, mc_attend). A single
+ * sequence is a batch of one span. Header-only. */
 #ifndef MODEL_COMMON_BATCH_H
 #define MODEL_COMMON_BATCH_H
 
@@ -236,40 +236,6 @@ static inline uint64_t mc_spans_kv_positions(const struct mc_span *sp, int n_sp)
     for (int s = 0; s < n_sp; s++)
         p += (uint64_t)(sp[s].pos0 + sp[s].n);
     return p;
-}
-
-/* A model's batched forward (forward_batch). */
-typedef int (*mc_batch_fn)(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
-
-/* forward (rows NULL: every row, when logits is set) as a batch of one span
- * in slot 0. */
-static inline int mc_forward_one(mc_batch_fn run, struct tide_model *m, const int32_t *ids,
-                                 int64_t n, int64_t pos0, const int32_t *rows, int64_t n_rows,
-                                 float *logits)
-{
-    const struct tide_seq_span s = {
-        .size = sizeof s,
-        .slot = 0,
-        .ids = ids,
-        .n = n,
-        .pos0 = pos0,
-        .rows = rows,
-        .n_rows = n_rows,
-        .logits = logits,
-    };
-    return run(m, &s, 1);
-}
-
-/* forward_rows: its rows checked (rows NULL is an error there), then a batch
- * of one span in slot 0. */
-static inline int mc_forward_rows(const char *who, mc_batch_fn run, struct tide_model *m,
-                                  const int32_t *ids, int64_t n, int64_t pos0, const int32_t *rows,
-                                  int64_t n_rows, float *logits)
-{
-    int rc = mc_check_rows(who, rows, n_rows, n, logits);
-    if (rc != TIDE_OK)
-        return rc;
-    return mc_forward_one(run, m, ids, n, pos0, rows, n_rows, logits);
 }
 
 #endif

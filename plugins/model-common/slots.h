@@ -1,5 +1,5 @@
 /* model-common: model ops slots whose logic does not depend on the model:
- * forward_rows argument checks, the prompt vector, phase profiling
+ * a span's rows checked, the prompt vector, phase profiling
  * bookkeeping. Header-only. */
 #ifndef MODEL_COMMON_SLOTS_H
 #define MODEL_COMMON_SLOTS_H
@@ -16,19 +16,19 @@
 #include "tide/safetensors.h"
 #include "tide/status.h"
 
-/* Check forward_rows' rows[0..n_rows) against a span of n positions; who
+/* Check a span's rows[0..n_rows) against its n positions; who
  * names the plugin in the message. */
 static inline int mc_check_rows(const char *who, const int32_t *rows, int64_t n_rows, int64_t n,
                                 const float *logits)
 {
     if (n_rows < 0 || n_rows > n || (n_rows > 0 && (!rows || !logits))) {
-        tide_error("%s: forward_rows: %lld rows of a %lld-token span (rows %s, logits %s)", who,
+        tide_error("%s: forward_batch: %lld rows of a %lld-token span (rows %s, logits %s)", who,
                    (long long)n_rows, (long long)n, rows ? "set" : "NULL", logits ? "set" : "NULL");
         return TIDE_E_INVAL;
     }
     for (int64_t i = 0; i < n_rows; i++) {
         if (rows[i] < 0 || rows[i] >= n) {
-            tide_error("%s: forward_rows: rows[%lld] = %d is outside the %lld-token span", who,
+            tide_error("%s: forward_batch: rows[%lld] = %d is outside the %lld-token span", who,
                        (long long)i, rows[i], (long long)n);
             return TIDE_E_RANGE;
         }

@@ -61,21 +61,16 @@ uint64_t lmoe_dense_bytes(const struct lmoe_cfg *cfg);
 
 int lmoe_open(const struct tide_model_args *args, struct tide_model **out);
 void lmoe_close(struct tide_model *m);
-int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
 int lmoe_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
 int lmoe_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
 const struct tide_model_info *lmoe_info(const struct tide_model *m);
-int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits);
 int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
-int lmoe_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                      const int32_t *rows, int64_t n_rows, float *logits);
 int lmoe_profile(struct tide_model *m, bool on);
 int lmoe_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 int lmoe_inspect(const char *dir, const struct tide_inspect_args *args);
-int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed);
 struct tide_progress;
-int lmoe_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
-                          const struct tide_progress *pg);
+int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed,
+                 const struct tide_progress *pg);
 
 /* Softmax routing of one token as the official LLaDAMoESparseMoeBlock:
  * p = softmax(logits) (f32), sel = p + bias (bias may be NULL), the top_k

@@ -93,8 +93,8 @@ static int mk_write_cfg(const char *path, const void *cfg)
     return lmoe_cfg_write(path, cfg);
 }
 
-int lmoe_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
-                          const struct tide_progress *pg)
+int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed,
+                 const struct tide_progress *pg)
 {
     const struct mk_preset *p = NULL;
     for (size_t i = 0; i < sizeof mk_presets / sizeof mk_presets[0]; i++)
@@ -125,9 +125,4 @@ int lmoe_mkmodel_progress(const char *dir, const char *preset, int layers, uint6
         lmoe_dense_bytes(&c) + lmoe_expert_bytes(&c) * (uint64_t)c.n_moe * (uint64_t)c.n_experts;
     return mc_mk_finish(dir, preset, c.n_layers, &c, mk_write_cfg, lmoe_tensor_count(&c), mk_spec,
                         mk_dist, bytes, seed, head_gain, pg);
-}
-
-int lmoe_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed)
-{
-    return lmoe_mkmodel_progress(dir, preset, layers, seed, NULL);
 }

@@ -208,11 +208,6 @@ int lmoe_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t
     return TIDE_OK;
 }
 
-int lmoe_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
-{
-    return lmoe_reserve_slots(m, m->n_slots > 0 ? m->n_slots : 1, n_ctx, max_tokens);
-}
-
 int lmoe_open(const struct tide_model_args *args, struct tide_model **out)
 {
     struct tide_model *m = calloc(1, sizeof *m);
@@ -564,16 +559,4 @@ int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, floa
 {
     return mc_prompt_vector("model-llada-moe", tide_st_find(m->st, "model.embed_tokens.weight"),
                             m->cfg.vocab, m->cfg.hidden, ids, n, out);
-}
-
-int lmoe_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
-{
-    return mc_forward_one(lmoe_forward_batch, m, ids, n, pos0, NULL, logits ? n : 0, logits);
-}
-
-int lmoe_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                      const int32_t *rows, int64_t n_rows, float *logits)
-{
-    return mc_forward_rows("model-llada-moe", lmoe_forward_batch, m, ids, n, pos0, rows, n_rows,
-                           logits);
 }

@@ -14,18 +14,14 @@ static const struct tide_model_ops lmoe_ops = {
     .open = lmoe_open,
     .close = lmoe_close,
     .info = lmoe_info,
-    .reserve = lmoe_reserve,
-    .forward = lmoe_forward,
+    .reserve_slots = lmoe_reserve_slots,
+    .forward_batch = lmoe_forward_batch,
     .inspect = lmoe_inspect,
     .mkmodel = lmoe_mkmodel,
     .chat_template = lmoe_chat,
     .prompt_vector = lmoe_prompt_vector,
-    .forward_rows = lmoe_forward_rows,
     .profile = lmoe_profile,
     .profile_read = lmoe_profile_read,
-    .reserve_slots = lmoe_reserve_slots,
-    .forward_batch = lmoe_forward_batch,
-    .mkmodel_progress = lmoe_mkmodel_progress,
 };
 
 static const struct tide_plugin_desc lmoe_desc = {

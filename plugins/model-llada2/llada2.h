@@ -58,22 +58,16 @@ int llada2_n_moe_layers(const struct llada2_cfg *cfg);
 
 int llada2_open(const struct tide_model_args *args, struct tide_model **out);
 void llada2_close(struct tide_model *m);
-int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
 int llada2_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
 int llada2_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
 const struct tide_model_info *llada2_info(const struct tide_model *m);
-int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                   float *logits);
 int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
-int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                        const int32_t *rows, int64_t n_rows, float *logits);
 int llada2_profile(struct tide_model *m, bool on);
 int llada2_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n);
 int llada2_inspect(const char *dir, const struct tide_inspect_args *args);
-int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed);
 struct tide_progress;
-int llada2_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
-                            const struct tide_progress *pg);
+int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed,
+                   const struct tide_progress *pg);
 
 extern const char llada2_chat_template[];
 

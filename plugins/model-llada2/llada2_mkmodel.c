@@ -93,8 +93,8 @@ static int mk_write_cfg(const char *path, const void *cfg)
     return llada2_cfg_write(path, cfg);
 }
 
-int llada2_mkmodel_progress(const char *dir, const char *preset, int layers, uint64_t seed,
-                            const struct tide_progress *pg)
+int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed,
+                   const struct tide_progress *pg)
 {
     const struct mk_preset *p = NULL;
     for (size_t i = 0; i < sizeof mk_presets / sizeof mk_presets[0]; i++)
@@ -124,9 +124,4 @@ int llada2_mkmodel_progress(const char *dir, const char *preset, int layers, uin
                                                         (uint64_t)c.n_experts;
     return mc_mk_finish(dir, preset, c.n_layers, &c, mk_write_cfg, llada2_tensor_count(&c), mk_spec,
                         mk_dist, bytes, seed, head_gain, pg);
-}
-
-int llada2_mkmodel(const char *dir, const char *preset, int layers, uint64_t seed)
-{
-    return llada2_mkmodel_progress(dir, preset, layers, seed, NULL);
 }

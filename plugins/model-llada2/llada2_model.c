@@ -195,11 +195,6 @@ int llada2_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64
     return TIDE_OK;
 }
 
-int llada2_reserve(struct tide_model *m, int64_t n_ctx, int64_t max_tokens)
-{
-    return llada2_reserve_slots(m, m->n_slots > 0 ? m->n_slots : 1, n_ctx, max_tokens);
-}
-
 int llada2_open(const struct tide_model_args *args, struct tide_model **out)
 {
     if (args->block < 1) {
@@ -543,16 +538,4 @@ int llada2_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, fl
 {
     return mc_prompt_vector("model-llada2", tide_st_find(m->st, "model.word_embeddings.weight"),
                             m->cfg.vocab, m->cfg.hidden, ids, n, out);
-}
-
-int llada2_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0, float *logits)
-{
-    return mc_forward_one(llada2_forward_batch, m, ids, n, pos0, NULL, logits ? n : 0, logits);
-}
-
-int llada2_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                        const int32_t *rows, int64_t n_rows, float *logits)
-{
-    return mc_forward_rows("model-llada2", llada2_forward_batch, m, ids, n, pos0, rows, n_rows,
-                           logits);
 }

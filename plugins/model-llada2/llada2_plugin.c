@@ -12,19 +12,15 @@ static const struct tide_model_ops llada2_ops = {
     .open = llada2_open,
     .close = llada2_close,
     .info = llada2_info,
-    .reserve = llada2_reserve,
-    .forward = llada2_forward,
+    .reserve_slots = llada2_reserve_slots,
+    .forward_batch = llada2_forward_batch,
     .inspect = llada2_inspect,
     .mkmodel = llada2_mkmodel,
     .chat_template = llada2_chat,
     .prompt_vector = llada2_prompt_vector,
-    .forward_rows = llada2_forward_rows,
     .profile = llada2_profile,
     .profile_read = llada2_profile_read,
     .checkpoint_decoder = llada2_checkpoint_decoder,
-    .reserve_slots = llada2_reserve_slots,
-    .forward_batch = llada2_forward_batch,
-    .mkmodel_progress = llada2_mkmodel_progress,
 };
 
 static const struct tide_option llada2_options[] = {

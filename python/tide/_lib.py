@@ -101,7 +101,7 @@ class Result(Structure):
                 ("offload", OffloadStats), ("gen_length", c_int64), ("block_length", c_int),
                 ("steps_per_block", c_int), ("threshold", c_double), ("temperature", c_double),
                 ("top_k", c_int), ("top_p", c_double), ("seed", c_int64), ("chat", c_bool),
-                ("edits", c_int64)]
+                ("edits", c_int64), ("model_forwards", c_int64)]
 
 
 class EngineInfo(Structure):
@@ -110,7 +110,12 @@ class EngineInfo(Structure):
                 ("budget", c_int), ("n_layers", c_int), ("n_moe_layers", c_int),
                 ("n_experts", c_int), ("experts_per_token", c_int), ("vocab_size", c_int),
                 ("max_ctx", c_int64), ("block_length", c_int), ("has_chat_template", c_bool),
-                ("expert_bytes", c_uint64)]
+                ("expert_bytes", c_uint64),
+                # API version 4
+                ("decoder", c_char_p), ("gen_multiple", c_int), ("steps_scope", c_int),
+                ("nominal_steps", c_int), ("eos_id", c_int32), ("n_end_ids", c_int),
+                ("end_ids", POINTER(c_int32)), ("eos_token", c_char_p),
+                ("chat_template", c_char_p), ("turn_end", c_char_p)]
 
 
 def _recorded_build_dirs():

@@ -106,6 +106,7 @@ class Result:
     offload: OffloadStats
     params: Dict[str, object] = field(default_factory=dict)
     edits: int = 0  # tokens replaced by other tokens (editing decoders such as llada21)
+    model_forwards: int = 0  # forward calls of the model it took part in (shared in a batch)
 
     @property
     def generated_tokens(self) -> int:
@@ -384,6 +385,7 @@ class Engine:
                 blocks=r.blocks, stopped=r.stopped, cancelled=r.cancelled, seconds=r.seconds,
                 prefill_seconds=r.prefill_seconds, unknown_ids=r.unknown_ids,
                 offload=OffloadStats._from(r.offload), edits=r.edits,
+                model_forwards=r.model_forwards,
                 params=dict(gen_length=r.gen_length, block_length=r.block_length,
                             steps=r.steps_per_block, threshold=r.threshold,
                             temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,

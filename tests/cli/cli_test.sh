@@ -174,14 +174,15 @@ plugins-bad)
     run TIDE_PLUGIN_PATH="$bad_dir" -- plugins
     expect_status 0
     expect_line out "^  $bad_dir\$"
-    expect_line out "^test-good-policy +policy +0\\.0\\.1 +1 +ok +$bad_dir/test-good-policy\\.so\$"
-    expect_line out "^test-good-backend +backend +0\\.0\\.1 +1 +ok +$bad_dir/test-good-backend\\.so\$"
-    expect_line out "^test-dup +policy +0\\.0\\.1 +1 +ok +$bad_dir/test-dup-a\\.so\$"
-    expect_line out "^test-probe-refuses +policy +0\\.0\\.1 +1 +unusable +$bad_dir/test-probe-refuses\\.so\$"
+    expect_line out "^test-good-policy +policy +0\\.0\\.1 +2 +ok +$bad_dir/test-good-policy\\.so\$"
+    expect_line out "^test-good-backend +backend +0\\.0\\.1 +2 +ok +$bad_dir/test-good-backend\\.so\$"
+    expect_line out "^test-dup +policy +0\\.0\\.1 +2 +ok +$bad_dir/test-dup-a\\.so\$"
+    expect_line out "^test-probe-refuses +policy +0\\.0\\.1 +2 +unusable +$bad_dir/test-probe-refuses\\.so\$"
     expect_in out "    unusable here: no frobnicator on this machine (test plugin always refuses)"
     expect_in out "refused:"
-    expect_refused test-bad-abi.so "ABI mismatch: plugin built for ABI 2, this tide speaks ABI 1"
-    expect_refused test-bad-null-entry.so "entry returned no descriptor for ABI 1"
+    expect_refused test-bad-abi.so "ABI mismatch: plugin test-bad-abi was built for plugin ABI 3, this tide speaks ABI 2"
+    expect_refused test-bad-null-entry.so "entry returned no descriptor for ABI 2"
+    expect_refused test-old-abi.so "plugin test-old-abi was built for plugin ABI 1; this tide speaks ABI 2: rebuild it"
     expect_refused test-bad-desc-size.so "descriptor is 16 bytes"
     expect_refused test-bad-no-entry.so "no entry symbol 'tide_plugin_entry'"
     expect_refused test-bad-kind.so "unknown plugin kind 42"
@@ -190,7 +191,7 @@ plugins-bad)
     expect_refused test-dup-b.so "duplicate name 'test-dup': already loaded from $bad_dir/test-dup-a.so"
     # Every refused file is listed once.
     n=$(grep -c "^  $bad_dir/.*\\.so\$" "$work/out")
-    [ "$n" -eq 8 ] || { fail "expected 8 refused files, got $n"; show; }
+    [ "$n" -eq 9 ] || { fail "expected 9 refused files, got $n"; show; }
     ;;
 config-check)
     run TIDE_PLUGIN_PATH="$bad_dir" -- config check "$fixtures/good.ini" --set generation.steps=24 \

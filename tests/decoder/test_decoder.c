@@ -2,7 +2,8 @@
  * a position depend only on that position (so every decoder must produce
  * the same known tokens) and which records the span of every forward. The
  * decoders are the plugins (decoder-llada2, decoder-llada), driven through
- * the engine's host (core/runtime/decode.h), as the engine runs them.
+ * the engine loop (tide_decode_run, a batch of one), as the engine runs
+ * them.
  *
  * - tide_decode_resolve: auto follows info->decoder ("llada"; NULL, a model
  *   that names none, is refused listing the decoders found); an unknown
@@ -10,9 +11,10 @@
  *   field counts as block-causal; llada2 with the KV cache on a
  *   full-attention model is refused, with recompute it is allowed.
  * - decoder llada forwards exactly [0, P+G) at every step, steps per block =
- *   steps / (G/L), forwards == steps (2x with cfg_scale), with and without
- *   forward_rows; with prefix_cache a block's first step forwards the whole
- *   canvas and later steps [block start, P+G).
+ *   steps / (G/L), forwards == steps; with cfg_scale each forward holds a
+ *   second span, the unconditional pass, in the generation's second slot;
+ *   with prefix_cache a block's first step forwards the whole canvas and
+ *   later steps [block start, P+G).
  * - llada2 with recompute on the full-attention model forwards the official
  *   windows [0, (b+1)L).
  * - the context and per-forward sizes the engine reserves. */
@@ -36,8 +38,11 @@
 
 struct tide_model {
     struct tide_model_info info;
-    int n;
+    int n_slots;
+    int calls; /* forward_batch calls */
+    int n;     /* spans forwarded */
     int64_t pos0[MAXCALL], len[MAXCALL];
+    int slot[MAXCALL];
 };
 
 static char logbuf[4096];
@@ -64,48 +69,58 @@ static void row_logits(int64_t pos, float *out)
         out[v] = -sharp * (float)abs(v - target(pos));
 }
 
-static void record(struct tide_model *m, int64_t n, int64_t pos0)
+static void record(struct tide_model *m, int64_t n, int64_t pos0, int slot)
 {
     if (m->n < MAXCALL) {
         m->pos0[m->n] = pos0;
         m->len[m->n] = n;
+        m->slot[m->n] = slot;
     }
     m->n++;
 }
 
-static int fk_forward(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                      float *logits)
+static int fk_reserve(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens)
 {
-    (void)ids;
-    record(m, n, pos0);
-    for (int64_t i = 0; logits && i < n; i++)
-        row_logits(pos0 + i, logits + i * V);
+    (void)n_ctx;
+    (void)max_tokens;
+    m->n_slots = n_slots;
     return TIDE_OK;
 }
 
-static int fk_forward_rows(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                           const int32_t *rows, int64_t n_rows, float *logits)
+/* Each span's rows: rows NULL for 0 .. n_rows-1. */
+static int64_t span_row(const struct tide_seq_span *sp, int64_t i)
 {
-    (void)ids;
-    record(m, n, pos0);
-    for (int64_t i = 0; i < n_rows; i++)
-        row_logits(pos0 + rows[i], logits + i * V);
+    return sp->rows ? sp->rows[i] : i;
+}
+
+static int fk_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
+{
+    m->calls++;
+    for (int k = 0; k < n_spans; k++) {
+        const struct tide_seq_span *sp = &spans[k];
+        CHECK(sp->slot >= 0 && sp->slot < m->n_slots);
+        record(m, sp->n, sp->pos0, sp->slot);
+        for (int64_t i = 0; i < sp->n_rows; i++)
+            row_logits(sp->pos0 + span_row(sp, i), sp->logits + i * V);
+    }
     return TIDE_OK;
 }
 
 /* The mask token wins at position 2 for the first two forwards, token 5
  * afterwards; token 3 (weakly) everywhere else. */
-static int fk_forward_flip(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                           float *logits)
+static int fk_forward_flip(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
 {
-    (void)ids;
-    record(m, n, pos0);
-    for (int64_t i = 0; logits && i < n; i++) {
-        float *r = logits + i * V;
-        for (int v = 0; v < V; v++)
-            r[v] = v == 3 ? 1.0f : 0.0f;
-        if (pos0 + i == 2)
-            r[m->n <= 2 ? MASK : 5] = 4.0f;
+    m->calls++;
+    for (int k = 0; k < n_spans; k++) {
+        const struct tide_seq_span *sp = &spans[k];
+        record(m, sp->n, sp->pos0, sp->slot);
+        for (int64_t i = 0; i < sp->n_rows; i++) {
+            float *r = sp->logits + i * V;
+            for (int v = 0; v < V; v++)
+                r[v] = v == 3 ? 1.0f : 0.0f;
+            if (sp->pos0 + span_row(sp, i) == 2)
+                r[m->calls <= 2 ? MASK : 5] = 4.0f;
+        }
     }
     return TIDE_OK;
 }
@@ -118,19 +133,15 @@ static const struct tide_model_info *fk_info(const struct tide_model *m)
 static struct tide_model_ops ops_rows = {
     .size = sizeof(struct tide_model_ops),
     .info = fk_info,
-    .forward = fk_forward,
-    .forward_rows = fk_forward_rows,
-};
-static struct tide_model_ops ops_plain = {
-    .size = sizeof(struct tide_model_ops),
-    .info = fk_info,
-    .forward = fk_forward,
+    .reserve_slots = fk_reserve,
+    .forward_batch = fk_forward_batch,
 };
 
 static struct tide_model_ops ops_flip = {
     .size = sizeof(struct tide_model_ops),
     .info = fk_info,
-    .forward = fk_forward_flip,
+    .reserve_slots = fk_reserve,
+    .forward_batch = fk_forward_flip,
 };
 
 static void model_init(struct tide_model *m, int attention, const char *decoder)
@@ -273,6 +284,7 @@ static void run(struct tide_model *m, const struct tide_model_ops *ops, const st
                 int64_t P, struct tide_gen_result *r)
 {
     m->n = 0;
+    m->calls = 0;
     struct tide_decode d;
     memset(r, 0, sizeof *r);
     CHECK_EQ_INT(open_decoder(m, m->info.decoder ? "auto" : "llada2", p, &d), TIDE_OK);
@@ -285,41 +297,47 @@ static void run(struct tide_model *m, const struct tide_model_ops *ops, const st
 
 static void test_llada_full(void)
 {
-    const struct tide_model_ops *both[2] = {&ops_rows, &ops_plain};
-    for (int k = 0; k < 2; k++) {
-        struct tide_model m;
-        model_init(&m, TIDE_ATTN_FULL, "llada");
-        struct params p = params(24, 8, 12);
-        struct tide_gen_result r;
-        run(&m, both[k], &p, 7, &r);
-        CHECK_EQ_INT(r.steps, 12);
-        CHECK_EQ_INT(r.forwards, 12);
-        CHECK_EQ_INT(r.blocks, 3);
-        CHECK_EQ_INT(m.n, 12);
-        for (int i = 0; i < m.n && i < MAXCALL; i++) {
-            CHECK_EQ_INT(m.pos0[i], 0);
-            CHECK_EQ_INT(m.len[i], 7 + 24);
-        }
-        free(r.ids);
-        /* cfg: two whole-canvas forwards per step. */
-        p.cfg_scale = 2;
-        run(&m, both[k], &p, 7, &r);
-        CHECK_EQ_INT(r.forwards, 24);
-        CHECK_EQ_INT(m.n, 24);
-        free(r.ids);
-        /* prefix_cache: the whole canvas at a block's first step, then from
-         * the block's start. */
-        p.cfg_scale = 0;
-        p.prefix_cache = true;
-        run(&m, both[k], &p, 7, &r);
-        CHECK_EQ_INT(r.forwards, 12);
-        for (int i = 0; i < m.n && i < MAXCALL; i++) {
-            const int b = i / 4, s = i % 4;
-            CHECK_EQ_INT(m.pos0[i], s == 0 ? 0 : 7 + 8 * b);
-            CHECK_EQ_INT(m.len[i], 31 - m.pos0[i]);
-        }
-        free(r.ids);
+    struct tide_model m;
+    model_init(&m, TIDE_ATTN_FULL, "llada");
+    struct params p = params(24, 8, 12);
+    struct tide_gen_result r;
+    run(&m, &ops_rows, &p, 7, &r);
+    CHECK_EQ_INT(r.steps, 12);
+    CHECK_EQ_INT(r.forwards, 12);
+    CHECK_EQ_INT(r.blocks, 3);
+    CHECK_EQ_INT(m.n, 12);
+    for (int i = 0; i < m.n && i < MAXCALL; i++) {
+        CHECK_EQ_INT(m.pos0[i], 0);
+        CHECK_EQ_INT(m.len[i], 7 + 24);
+        CHECK_EQ_INT(m.slot[i], 0);
     }
+    free(r.ids);
+    /* cfg: the unconditional whole-canvas pass shares the step's forward, in
+     * the generation's second slot: one forward of the model, two passes
+     * (the official count). */
+    p.cfg_scale = 2;
+    run(&m, &ops_rows, &p, 7, &r);
+    CHECK_EQ_INT(r.forwards, 24);
+    CHECK_EQ_INT(m.calls, 12);
+    CHECK_EQ_INT(m.n, 24);
+    for (int i = 0; i < m.n && i < MAXCALL; i++) {
+        CHECK_EQ_INT(m.pos0[i], 0);
+        CHECK_EQ_INT(m.len[i], 7 + 24);
+        CHECK_EQ_INT(m.slot[i], i % 2);
+    }
+    free(r.ids);
+    /* prefix_cache: the whole canvas at a block's first step, then from
+     * the block's start. */
+    p.cfg_scale = 0;
+    p.prefix_cache = true;
+    run(&m, &ops_rows, &p, 7, &r);
+    CHECK_EQ_INT(r.forwards, 12);
+    for (int i = 0; i < m.n && i < MAXCALL; i++) {
+        const int b = i / 4, s = i % 4;
+        CHECK_EQ_INT(m.pos0[i], s == 0 ? 0 : 7 + 8 * b);
+        CHECK_EQ_INT(m.len[i], 31 - m.pos0[i]);
+    }
+    free(r.ids);
 }
 
 static void test_llada2_full_recompute(void)

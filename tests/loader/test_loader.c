@@ -81,12 +81,16 @@ static void test_refusals(void)
     if (!set)
         return;
     CHECK_EQ_INT(set->n_dirs, 1);
-    /* Eight bad files; the loaded ones are checked in test_loaded. */
-    CHECK_EQ_INT(set->n_refused, 8);
-    check_refused(set, "test-bad-abi.so", "ABI mismatch", "plugin built for ABI 2",
-                  "this tide speaks ABI 1", NULL);
-    check_refused(set, "test-bad-null-entry.so", "entry returned no descriptor for ABI 1",
+    /* Nine bad files; the loaded ones are checked in test_loaded. */
+    CHECK_EQ_INT(set->n_refused, 9);
+    check_refused(set, "test-bad-abi.so", "ABI mismatch", "plugin test-bad-abi",
+                  "built for plugin ABI 3", "this tide speaks ABI 2", NULL);
+    check_refused(set, "test-bad-null-entry.so", "entry returned no descriptor for ABI 2",
                   "ABI mismatch", NULL);
+    /* A plugin of ABI version 1 (its entry answers only 1): named, both
+     * versions said. */
+    check_refused(set, "test-old-abi.so", "plugin test-old-abi was built for plugin ABI 1",
+                  "this tide speaks ABI 2", "rebuild it", NULL);
     check_refused(set, "test-bad-desc-size.so", "descriptor is 16 bytes", "built for another ABI",
                   NULL);
     check_refused(set, "test-bad-no-entry.so", "no entry symbol 'tide_plugin_entry'", NULL);

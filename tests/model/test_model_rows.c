@@ -1,12 +1,13 @@
 /* A model plugin's optional slots on a generated tiny checkpoint, on the CPU
  * backend (model-llada2's tiny preset, or the plugin and preset given):
- *  - forward_rows: the logits of any subset of rows (in any order) are
- *    bit-identical to those rows of forward, and the K/V it writes are
- *    forward's (the next block's logits are identical after either);
- *  - bad rows are refused with a message naming the slot;
+ *  - rows: the logits of any subset of a span's rows (in any order) are
+ *    bit-identical to those rows with every row asked for, and the K/V it
+ *    writes are the same (the next block's logits are identical after
+ *    either);
+ *  - bad rows are refused with a message naming forward_batch;
  *  - forward_batch: several sequences in their own KV-cache slots, with
  *    mixed prefix lengths, spans and rows, give each sequence the logits
- *    (and K/V) it gets alone through forward, bit for bit, whoever its
+ *    (and K/V) it gets alone in slot 0, bit for bit, whoever its
  *    companions are; bad spans (a shared or missing slot, too many tokens)
  *    are refused naming forward_batch;
  *  - profile / profile_read: every phase is named, the work counted is what
@@ -40,18 +41,30 @@ static int32_t ids[3 * L];
 static int32_t seq_ids[NSEQ][5 * L]; /* sequence s: a prefix of prefix[s] tokens, then blocks */
 static const int prefix[NSEQ] = {L, 2 * L, 3, 2 * L + 5};
 
+/* One span in slot 0: every row when lg is set (a forward), else none. */
+static int fwd(const int32_t *x, int64_t n, int64_t pos0, float *lg)
+{
+    return tide_model_forward1(mo, e->model, x, n, pos0, NULL, lg ? n : 0, lg);
+}
+
+/* One span in slot 0 with the rows asked for. */
+static int fwd_rows(const int32_t *x, int64_t n, int64_t pos0, const int32_t *rows, int64_t n_rows,
+                    float *lg)
+{
+    return tide_model_forward1(mo, e->model, x, n, pos0, rows, n_rows, lg);
+}
+
 /* Logits of block b (all rows) after the prefix was written by forward. */
 static float *block_logits(int b)
 {
     float *lg = malloc(sizeof *lg * (size_t)L * (size_t)V);
-    CHECK_EQ_INT(mo->forward(e->model, ids + b * L, L, b * L, lg), TIDE_OK);
+    CHECK_EQ_INT(fwd(ids + b * L, L, b * L, lg), TIDE_OK);
     return lg;
 }
 
 static void test_rows(void)
 {
-    CHECK(TIDE_OPS_HAS(mo, forward_rows));
-    CHECK_EQ_INT(mo->forward(e->model, ids, L, 0, NULL), TIDE_OK);
+    CHECK_EQ_INT(fwd(ids, L, 0, NULL), TIDE_OK);
     float *all = block_logits(1);
     float *next_all = block_logits(2);
     static const int32_t subsets[][L + 1] = {
@@ -62,7 +75,7 @@ static void test_rows(void)
         const int n = subsets[s][0];
         const int32_t *rows = subsets[s] + 1;
         float *got = malloc(sizeof *got * (size_t)n * (size_t)V);
-        CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, n, got), TIDE_OK);
+        CHECK_EQ_INT(fwd_rows(ids + L, L, L, rows, n, got), TIDE_OK);
         int bad = 0;
         for (int i = 0; i < n; i++)
             bad += memcmp(got + (size_t)i * V, all + (size_t)rows[i] * V, sizeof *got * V) != 0;
@@ -76,7 +89,7 @@ static void test_rows(void)
         free(got);
     }
     /* No rows: a forward without logits. */
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, NULL, 0, NULL), TIDE_OK);
+    CHECK_EQ_INT(fwd_rows(ids + L, L, L, NULL, 0, NULL), TIDE_OK);
     float *next = block_logits(2);
     CHECK(memcmp(next, next_all, sizeof *next * (size_t)L * V) == 0);
     free(next);
@@ -98,9 +111,9 @@ static void sink(void *user, enum tide_log_level level, const char *msg)
 static void alone(int s, float *lg, float *next)
 {
     const int p = prefix[s];
-    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s], p, 0, NULL), TIDE_OK);
-    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s] + p, L, p, lg), TIDE_OK);
-    CHECK_EQ_INT(mo->forward(e->model, seq_ids[s] + p + L, 4, p + L, next), TIDE_OK);
+    CHECK_EQ_INT(fwd(seq_ids[s], p, 0, NULL), TIDE_OK);
+    CHECK_EQ_INT(fwd(seq_ids[s] + p, L, p, lg), TIDE_OK);
+    CHECK_EQ_INT(fwd(seq_ids[s] + p + L, 4, p + L, next), TIDE_OK);
 }
 
 /* Spans: prefill every member (members[i] in slot slots[i]) in one call,
@@ -227,11 +240,11 @@ static void test_bad_rows(void)
     float lg[1];
     const int32_t out[1] = {L}, neg[1] = {-1};
     tide_log_set_sink(sink, NULL);
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, out, 1, lg), TIDE_E_RANGE);
-    CHECK_CONTAINS(last_error, "forward_rows");
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, neg, 1, lg), TIDE_E_RANGE);
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, NULL, 2, lg), TIDE_E_INVAL);
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, 2, L, out, 3, lg), TIDE_E_INVAL);
+    CHECK_EQ_INT(fwd_rows(ids + L, L, L, out, 1, lg), TIDE_E_RANGE);
+    CHECK_CONTAINS(last_error, "forward_batch");
+    CHECK_EQ_INT(fwd_rows(ids + L, L, L, neg, 1, lg), TIDE_E_RANGE);
+    CHECK_EQ_INT(fwd_rows(ids + L, 2, L, NULL, 3, lg), TIDE_E_INVAL);
+    CHECK_EQ_INT(fwd_rows(ids + L, 2, L, out, 3, lg), TIDE_E_INVAL);
     tide_log_set_sink(NULL, NULL);
 }
 
@@ -243,7 +256,7 @@ static void test_profile(void)
     const int32_t rows[3] = {2, 3, 7};
     float *lg = malloc(sizeof *lg * 3 * (size_t)V);
     CHECK_EQ_INT(mo->profile(e->model, true), TIDE_OK);
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, 3, lg), TIDE_OK);
+    CHECK_EQ_INT(fwd_rows(ids + L, L, L, rows, 3, lg), TIDE_OK);
     CHECK_EQ_INT(mo->profile_read(e->model, ph, 16, &n), TIDE_OK);
     CHECK(n >= 5 && n <= 16);
     const struct tide_model_info *info = mo->info(e->model);
@@ -275,7 +288,7 @@ static void test_profile(void)
     CHECK(seconds > 0);
     /* Off: nothing more is counted. */
     CHECK_EQ_INT(mo->profile(e->model, false), TIDE_OK);
-    CHECK_EQ_INT(mo->forward_rows(e->model, ids + L, L, L, rows, 3, lg), TIDE_OK);
+    CHECK_EQ_INT(fwd_rows(ids + L, L, L, rows, 3, lg), TIDE_OK);
     CHECK_EQ_INT(mo->profile_read(e->model, ph, 16, &n), TIDE_OK);
     for (int i = 0; i < n && i < 16; i++)
         CHECK(ph[i].calls == 0 && ph[i].flops == 0 && ph[i].seconds == 0);
@@ -323,7 +336,7 @@ int main(int argc, char **argv)
         V = mo->info(e->model)->vocab_size;
         for (int i = 0; i < 3 * L; i++)
             ids[i] = (int32_t)(5 + (i * 131) % (V - 10));
-        CHECK_EQ_INT(mo->reserve(e->model, 3 * L, L), TIDE_OK);
+        CHECK_EQ_INT(mo->reserve_slots(e->model, 1, 3 * L, L), TIDE_OK);
         TEST_RUN(test_rows);
         TEST_RUN(test_bad_rows);
         TEST_RUN(test_profile);

@@ -10,6 +10,8 @@
  *   TP_NO_EXPORT    the shared object has no tide_plugin_entry symbol (its entry
  *                   function is misspelt; plugin.h declares the real one exported)
  *   TP_NULL_ENTRY   the entry function declines the host's ABI (returns NULL)
+ *   TP_OLD_ABI      built as for plugin ABI 1: the entry answers only host ABI 1,
+ *                   with a descriptor saying so (TIDE_PLUGIN_DEFINE's behaviour)
  *   TP_PROBE_FAILS  probe() refuses with TP_PROBE_REASON */
 #include <stdint.h>
 #include <stdlib.h>
@@ -162,6 +164,10 @@ TIDE_PLUGIN_EXPORT const struct tide_plugin_desc *tide_plugin_entry(uint32_t hos
 {
 #ifdef TP_NULL_ENTRY
     if (host_abi != TIDE_ABI_VERSION + 1)
+        return NULL;
+#endif
+#ifdef TP_OLD_ABI
+    if (host_abi != 1)
         return NULL;
 #endif
     return &tp_desc;

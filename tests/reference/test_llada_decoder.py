@@ -22,9 +22,11 @@ length differs (it must still decode every position).
 Usage: test_llada_decoder.py PATH_TO_TIDE [exact|rules|prefix]. Exit 0 pass,
 1 fail, 77 skipped.
 """
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -133,12 +135,29 @@ def ref_kw(sets):
     return kw
 
 
+def split_passes(path, force):
+    """cfg: tide runs a step's conditional and unconditional passes as the
+    two spans of one forward of the model, so each MoE layer's routing record
+    holds both (the conditional pass's rows first); the reference runs them
+    one after the other. Split each forward's records into the two passes'."""
+    raw = open(path, "rb").read()
+    jlen = struct.unpack_from("<I", raw, 12)[0]
+    n_moe = json.loads(raw[16:16 + jlen])["n_layers"]
+    out = []
+    for f in range(0, len(force), n_moe):
+        fw = force[f:f + n_moe]
+        out += [r[:r.shape[0] // 2] for r in fw] + [r[r.shape[0] // 2:] for r in fw]
+    return out
+
+
 def part_exact(tide, model_dir, prompts):
     m = R.Model(model_dir)
     trace = os.path.join(os.path.dirname(model_dir), "run.trace")
     for name, plen, sets in SETTINGS:
         ids, st = tide_run(tide, model_dir, prompts[:plen], sets, trace=trace)
         force = R.read_trace_routes(trace)
+        if float(sets.get("cfg_scale", 0)) > 0:
+            force = split_passes(trace, force)
         fw = Forward(m, sets["block_length"], force)
         m.route_stats = {"tokens": 0, "different": 0, "unexplained": 0}
         rst = {}

@@ -33,8 +33,11 @@
  *
  * Threading: an engine serves one call at a time; calls on one engine from
  * several threads must be serialised by the caller. Callbacks run on the
- * thread that called tide_engine_generate and must not call into the same
- * engine, except tide_engine_cancel(), which any thread may call at any time.
+ * thread that called tide_engine_generate (or tide_engine_run_batch: one
+ * loop on one thread drives every request of a batch) and must not call
+ * into the same engine, except tide_engine_cancel(), which any thread may
+ * call at any time, and the calls a batch queue's callbacks may make (see
+ * struct tide_batch_queue).
  * Separate engines in one process are allowed but share the log settings.
  *
  * Versioning: structs the caller fills start with `size` (set it to
@@ -48,6 +51,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tide/status.h"
 
@@ -56,7 +60,7 @@ extern "C" {
 #endif
 
 /* Raised when fields or functions are appended to this header. */
-#define TIDE_ENGINE_API_VERSION 3
+#define TIDE_ENGINE_API_VERSION 4
 
 struct tide_engine; /* opaque */
 
@@ -109,7 +113,8 @@ const char *tide_engine_error(const struct tide_engine *e);
 /* ---- generation --------------------------------------------------------- */
 
 /* Passed to on_start once the request is checked and memory reserved, just
- * before the prompt is prefilled. Valid during the call. */
+ * before the prompt is prefilled (alone or in a batch). Valid during the
+ * call. */
 struct tide_start_event {
     uint32_t size;         /* sizeof(struct tide_start_event) of the library */
     int64_t prompt_tokens; /* tokens of the prompt (after the chat template) */
@@ -280,6 +285,10 @@ struct tide_result {
     bool chat;
     /* --- appended (API version 2) --- */
     int64_t edits; /* tokens replaced by other tokens (editing decoders; 0 otherwise) */
+    /* --- appended (API version 4) --- */
+    int64_t model_forwards; /* forward calls of the model this request took part in: one per
+                               round of the engine loop, shared by every request of a batch
+                               (forwards counts the request's own passes) */
 };
 
 /* Generate from req. Checks the request (parameters, prompt length against
@@ -315,11 +324,12 @@ void tide_engine_cancel(struct tide_engine *e);
  * between forwards while fewer than max_batch run and leave when they end
  * (continuous batching). A request's tokens and logits do not depend on its
  * companions on a batch-invariant backend (the CPU backend; docs/batching.md
- * says which are). Callbacks of all the batch's requests run on the calling
- * thread's behalf one at a time (from helper threads, never two at once).
- * In a batch, on_start comes before the request's memory is reserved, and a
- * result's offload counters are zero: the expert traffic is shared by the
- * batch, and tide_engine_stats counts it. */
+ * says which are). One loop on the calling thread schedules the batch, runs
+ * one forward for all its requests and feeds each request's decoder, so
+ * callbacks of all the batch's requests run on the calling thread, one at a
+ * time; tide_engine_generate is the same loop with a batch of one. In a
+ * batch, a result's offload counters are zero: the expert traffic is shared
+ * by the batch, and tide_engine_stats counts it. */
 struct tide_batch_queue {
     uint32_t size; /* sizeof(struct tide_batch_queue) */
     void *user;
@@ -335,8 +345,9 @@ struct tide_batch_queue {
     void (*done)(void *user, const struct tide_request *req, int status, struct tide_result *res,
                  const char *error);
     /* Optional (NULL): called between every two forwards, even while every
-     * slot is taken, for quick work that must not wait for one; it may call
-     * tide_engine_tokenize and tide_engine_detokenize. */
+     * slot is taken, for quick work that must not wait for one. next and
+     * between may call tide_engine_tokenize, tide_engine_detokenize and
+     * tide_engine_plan. */
     void (*between)(void *user);
 };
 
@@ -365,8 +376,13 @@ int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out);
  * per-layer hit rates). Returns TIDE_OK, TIDE_E_INVAL or TIDE_E_RANGE. */
 int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offload_stats *out);
 
-/* Zero the cumulative counters of tide_engine_stats and
- * tide_engine_layer_stats. */
+/* The model's forward calls since the engine opened (or since
+ * tide_engine_reset_stats): one per round of the engine loop, whatever
+ * number of sequences shared it (API version 4). */
+uint64_t tide_engine_forwards(const struct tide_engine *e);
+
+/* Zero the cumulative counters of tide_engine_stats, tide_engine_layer_stats
+ * and tide_engine_forwards. */
 void tide_engine_reset_stats(struct tide_engine *e);
 
 /* What was opened. Strings belong to the engine and live until it closes
@@ -388,6 +404,21 @@ struct tide_engine_info {
     int block_length; /* the model's block length (fixed at open) */
     bool has_chat_template;
     uint64_t expert_bytes; /* one routed expert */
+    /* --- appended (API version 4) --- */
+    const char *decoder; /* the decoder plugin's short name (NAME of decoder-NAME) */
+    int gen_multiple;    /* a request's gen_length must be a multiple of this (1, or the
+                            block length when blocks start right after the prompt) */
+    int steps_scope;     /* how [generation] steps counts: 0 steps per block, 1 shared evenly
+                            among the blocks, 2 unused (an open-ended loop; tide/decoder.h
+                            TIDE_STEPS_*) */
+    int nominal_steps;   /* steps per block the configuration names (0: open-ended) */
+    int32_t eos_id;      /* the end-of-sequence token */
+    int n_end_ids;
+    const int32_t *end_ids;    /* [n_end_ids] ids that end generation: EOS, then
+                                  [generation] stop_tokens */
+    const char *eos_token;     /* EOS as text ("<|endoftext|>") */
+    const char *chat_template; /* the model's, with one "{prompt}"; NULL: none */
+    const char *turn_end;      /* the token that ends a chat turn ("<|role_end|>"), or NULL */
 };
 
 /* Fill *out (out->size must be set). Returns TIDE_OK or TIDE_E_INVAL. */
@@ -398,6 +429,40 @@ int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out);
  * belongs to the engine, valid until the option changes. Returns TIDE_OK or
  * TIDE_E_NOTFOUND. */
 int tide_engine_get_option(struct tide_engine *e, const char *name, const char **value);
+
+/* The same option as a number (API version 4): an integer or a size in
+ * bytes ("64MiB") as *i, a float as *f (either pointer may be NULL), a
+ * boolean as 0 or 1. Returns TIDE_OK, TIDE_E_NOTFOUND, or TIDE_E_INVAL for
+ * an option that is text (get it with tide_engine_get_option). */
+int tide_engine_get_number(struct tide_engine *e, const char *name, int64_t *i, double *f);
+
+/* ---- plans and telemetry (API version 4) --------------------------------- */
+
+/* What a request would take: its decoder's plan for its prompt. */
+struct tide_request_plan {
+    uint32_t size;         /* the caller sets sizeof(struct tide_request_plan) */
+    int64_t prompt_tokens; /* after the chat template */
+    int64_t n_ctx;         /* positions it holds in the KV cache */
+    int64_t max_output;    /* most tokens it returns */
+    int blocks;            /* most blocks it decodes */
+    int max_steps;         /* most steps per block (0: no bound is known) */
+    int nominal_steps;     /* steps per block the settings name (0: open-ended) */
+    int64_t max_forwards;  /* most forwards (prefill, steps, K/V passes; 0: unknown) */
+    int64_t work;          /* most positions it forwards in all, a bound on its work
+                              (max_forwards x the widest span x its contexts; 0: unknown) */
+};
+
+/* Plan req without running it: checked as tide_engine_generate checks it
+ * (the same errors), prompt tokenized, the decoder's plan. Returns TIDE_OK
+ * or the status tide_engine_generate would return before any work. */
+int tide_engine_plan(struct tide_engine *e, const struct tide_request *req,
+                     struct tide_request_plan *out);
+
+/* Telemetry of the following generations (alone or batched) into f: JSON
+ * Lines per step and per MoE layer and phase, as [output] metrics writes
+ * them for `tide run` (README, "Expert offload"). f is borrowed until
+ * replaced; NULL stops. */
+void tide_engine_set_metrics(struct tide_engine *e, FILE *f);
 
 /* Change options of an open engine, "section.key=value" each: [generation]
  * (except block_length), [policy] and the sections of policy plugins. When a policy option changed,

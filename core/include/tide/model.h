@@ -1,10 +1,15 @@
-/* Model plugin interface (struct tide_model_ops, version 1).
+/* Model plugin interface (struct tide_model_ops, plugin ABI version 2).
  *
  * A model plugin reads its checkpoint directory, describes itself, and runs a
  * forward pass over a span of positions with backend ops. Routed experts go
- * through the core's MoE dispatcher (tide/moe.h). The model owns its KV cache.
+ * through the core's MoE dispatcher (tide/moe.h). The model owns its KV
+ * caches: one per slot, so that several sequences share a forward
+ * (forward_batch), one span each.
  *
- * Growth: slots are only appended; TIDE_MODEL_OPS_MIN_SIZE is required. */
+ * Growth: slots are only appended; TIDE_MODEL_OPS_MIN_SIZE is required.
+ * ABI version 2 dropped version 1's single-sequence slots (forward,
+ * forward_rows, reserve) and the mkmodel without progress: a single
+ * sequence is a batch of one span (tide_model_forward1). */
 #ifndef TIDE_MODEL_H
 #define TIDE_MODEL_H
 
@@ -81,10 +86,10 @@ struct tide_model_args {
 };
 
 /* One sequence's part of a forward_batch call: positions pos0 .. pos0+n-1
- * of KV-cache slot `slot` holding ids[n]. Logits as forward_rows: n_rows = 0
- * (rows and logits may be NULL) for none; rows NULL for rows 0 .. n_rows-1;
- * else positions pos0 + rows[i] (0 <= rows[i] < n, distinct). logits
- * receives f32 [n_rows, vocab_size]. */
+ * of KV-cache slot `slot` holding ids[n]. Logits: n_rows = 0 (rows and
+ * logits may be NULL) for none; rows NULL for rows 0 .. n_rows-1; else
+ * positions pos0 + rows[i] (0 <= rows[i] < n, distinct). logits receives
+ * f32 [n_rows, vocab_size]. */
 struct tide_seq_span {
     uint32_t size; /* sizeof(struct tide_seq_span) */
     int slot;
@@ -121,22 +126,37 @@ struct tide_model_ops {
     int (*open)(const struct tide_model_args *args, struct tide_model **out);
     void (*close)(struct tide_model *m); /* NULL is a no-op */
     const struct tide_model_info *(*info)(const struct tide_model *m);
-    /* Make room for n_ctx cached positions and max_tokens positions per
-     * forward call (KV cache and activations). Growing discards the cache
-     * contents. Errors (no memory, n_ctx beyond the model) are logged. */
-    int (*reserve)(struct tide_model *m, int64_t n_ctx, int64_t max_tokens);
-    /* Forward over positions pos0 .. pos0+n-1 with token ids[n]. Attends to
-     * the cached K/V of positions < pos0 and writes the K/V of this span into
-     * the cache. When logits is not NULL it receives f32 [n, vocab_size]. */
-    int (*forward)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                   float *logits);
+    /* Make room for n_slots KV caches of n_ctx positions each and
+     * max_tokens positions per forward_batch call (all spans together):
+     * KV cache and activations. Growing discards every slot's cache.
+     * Errors (no memory, n_ctx beyond the model) are logged. */
+    int (*reserve_slots)(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
+    /* One forward over n_spans sequences, each span in its own slot (slots
+     * distinct): positions pos0 .. pos0+n-1 of the slot holding ids[n],
+     * attending to that slot's cached K/V of the positions before pos0 and
+     * writing the K/V of the span into it. Logits only for the rows each
+     * span asks for (struct tide_seq_span): a model may skip the output
+     * layer (final norm and head) for the others. Each span's logits and K/V
+     * must be bit-identical to the same span alone (and each row to the same
+     * row asked for with other rows) when the backend's kernels are batch
+     * invariant (docs/batching.md). Dense layers run once over every span's
+     * rows; each MoE layer calls tide_moe_forward once with all of them, so
+     * an expert is fetched once per forward. Returns TIDE_OK,
+     * TIDE_E_RANGE/TIDE_E_INVAL for a bad span (logged), or a backend's
+     * status. */
+    int (*forward_batch)(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
     /* Describe a checkpoint directory without loading weights to a backend. */
     int (*inspect)(const char *dir, const struct tide_inspect_args *args);
     /* Write a synthetic checkpoint (config.json, model.safetensors,
      * tokenizer.json) into dir, which must not exist or be empty.
-     * preset is model-specific; layers <= 0 keeps the preset's depth. */
-    int (*mkmodel)(const char *dir, const char *preset, int layers, uint64_t seed);
-    /* --- appended: optional (check with TIDE_OPS_HAS) --- */
+     * preset is model-specific; layers <= 0 keeps the preset's depth.
+     * progress (may be NULL) gets the bytes of weights written of the
+     * checkpoint's total as they are written (else they are logged); a
+     * status that progress returns stops the writing, and mkmodel returns
+     * it. */
+    int (*mkmodel)(const char *dir, const char *preset, int layers, uint64_t seed,
+                   const struct tide_progress *progress);
+    /* --- optional (check with TIDE_OPS_HAS) --- */
     /* The chat template (one "{prompt}" placeholder) for the checkpoint in
      * dir, without opening it; dir may be NULL (the plugin's default).
      * NULL when the model has none. The string belongs to the plugin. */
@@ -148,15 +168,6 @@ struct tide_model_ops {
      * (tide/policy.h prompt_begin). Returns TIDE_OK, or TIDE_E_RANGE for an
      * id outside the vocabulary or n < 1 (logged). */
     int (*prompt_vector)(struct tide_model *m, const int32_t *ids, int64_t n, float *out);
-    /* Like forward, but logits are wanted only for the n_rows positions
-     * pos0 + rows[i] (0 <= rows[i] < n, distinct, any order): logits receives
-     * f32 [n_rows, vocab_size], row i for rows[i], each bit-identical to that
-     * row of forward's logits. The K/V written and every hidden state are
-     * those of forward, so a model may skip the output layer (final norm and
-     * head) for the other rows. n_rows = 0 (rows and logits may be NULL) is
-     * forward with logits NULL. */
-    int (*forward_rows)(struct tide_model *m, const int32_t *ids, int64_t n, int64_t pos0,
-                        const int32_t *rows, int64_t n_rows, float *logits);
     /* Phase profiling, off after open. profile(m, true) zeroes the counters
      * and times every later forward by phase (the backend is synced at each
      * phase boundary, so keep it off outside measurements); false stops.
@@ -172,29 +183,28 @@ struct tide_model_ops {
      * by the plugin, or NULL when dir does not say (logs nothing). */
     const char *(*checkpoint_decoder)(const char *dir, const struct tide_opts *opts, char *why,
                                       size_t why_len);
-    /* Several sequences per forward (batched decoding). The model holds
-     * n_slots KV caches of n_ctx positions each; forward and forward_rows use
-     * slot 0. reserve_slots makes room for n_slots slots and max_tokens
-     * positions per forward_batch call (all spans together); growing
-     * discards every slot's cache. reserve(n_ctx, max_tokens) keeps the
-     * number of slots. Errors (no memory, n_ctx beyond the model) are logged. */
-    int (*reserve_slots)(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens);
-    /* One forward over n_spans sequences, each span in its own slot (slots
-     * distinct): each is forward_rows of its slot, and each span's logits
-     * and K/V must be bit-identical to that call alone when the backend's
-     * kernels are batch invariant (docs/batching.md). Dense layers run once
-     * over every span's rows; each MoE layer calls tide_moe_forward once
-     * with all of them, so an expert is fetched once per forward. */
-    int (*forward_batch)(struct tide_model *m, const struct tide_seq_span *spans, int n_spans);
-    /* mkmodel, reporting to progress (may be NULL) the bytes of weights
-     * written of the checkpoint's total as it writes them, instead of
-     * logging them; a status that progress returns stops the writing, and
-     * mkmodel_progress returns it. */
-    int (*mkmodel_progress)(const char *dir, const char *preset, int layers, uint64_t seed,
-                            const struct tide_progress *progress);
 };
 
+/* Every slot up to mkmodel is required. */
 #define TIDE_MODEL_OPS_MIN_SIZE (offsetof(struct tide_model_ops, mkmodel) + sizeof(void (*)(void)))
+
+/* One span in slot 0: the forward of a single sequence (tools and tests).
+ * rows/n_rows/logits as struct tide_seq_span. */
+static inline int tide_model_forward1(const struct tide_model_ops *ops, struct tide_model *m,
+                                      const int32_t *ids, int64_t n, int64_t pos0,
+                                      const int32_t *rows, int64_t n_rows, float *logits)
+{
+    struct tide_seq_span sp;
+    sp.size = (uint32_t)sizeof sp;
+    sp.slot = 0;
+    sp.ids = ids;
+    sp.n = n;
+    sp.pos0 = pos0;
+    sp.rows = rows;
+    sp.n_rows = logits ? n_rows : 0;
+    sp.logits = logits;
+    return ops->forward_batch(m, &sp, 1);
+}
 
 #ifdef __cplusplus
 }

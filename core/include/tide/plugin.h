@@ -27,7 +27,10 @@
 extern "C" {
 #endif
 
-#define TIDE_ABI_VERSION 1u
+/* 2: decoders are step machines (begin, next, feed, finish), models keep
+ * only their batched slots (reserve_slots, forward_batch) and mkmodel takes
+ * a progress callback. A version-1 plugin is refused, naming it. */
+#define TIDE_ABI_VERSION 2u
 
 enum tide_plugin_kind {
     TIDE_PLUGIN_MODEL = 1,
