@@ -12,9 +12,14 @@ requests over a few prompts, all of max_tokens tokens. Wall clock: run it on a q
 header. max_batch 1 decodes one request at a time (the server before
 continuous batching).
 
-usage: bench/serve-load/run.py [--tide BIN] [-c CONFIG] [--set S.K=V ...]
-           [--clients 1,8,16] [--requests 200] [--max-tokens 64] [--steps N]
-           [--max-batch 1,8] [--prompts N]
+With --baseline BIN (another build's tide, e.g. of the commit before), both
+servers run side by side and every row is measured for each build in turn,
+alternating (build column), so "before" and "after" share the host and the
+hour; the ratios are then within each build.
+
+usage: bench/serve-load/run.py [--tide BIN] [--baseline BIN] [-c CONFIG]
+           [--set S.K=V ...] [--clients 1,8,16] [--requests 200]
+           [--max-tokens 64] [--steps N] [--max-batch 1,8] [--prompts N]
 """
 import argparse
 import json
@@ -120,6 +125,7 @@ def load(base, n_clients, n_requests, max_tokens, steps, solo):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tide", default=os.path.join(ROOT, "build", "tide"))
+    ap.add_argument("--baseline", help="another build's tide, measured alternately")
     ap.add_argument("-c", "--config", default=os.path.join(ROOT, "config", "llada2-tiny.ini"))
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--clients", default="1,8,16")
@@ -137,26 +143,36 @@ def main():
                             a.requests, a.max_tokens,
                             ", %d steps per block" % a.steps if a.steps else "", cpu_name(),
                             os.cpu_count()))
-    print("| max_batch | clients | req/s | x 1 client | x max_batch 1 | tok/s | p50 s | p99 s | "
-          "lost | differ from alone |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    rate = {}  # (max_batch, clients) -> req/s, for the ratio columns
+    builds = [("this build", a.tide)] + ([("baseline", a.baseline)] if a.baseline else [])
+    print("| build | max_batch | clients | req/s | x 1 client | x max_batch 1 | tok/s | p50 s | "
+          "p99 s | lost | differ from alone |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rate = {}  # (build, max_batch, clients) -> req/s, for the ratio columns
     for mb in [int(x) for x in a.max_batch.split(",")]:
-        srv = Server(a.tide, a.config, a.set, mb)
+        servers = []
         try:
-            solo = [run(srv.base, p, a.max_tokens, a.steps) for p in PROMPTS]
+            for name, tide in builds:
+                servers.append((name, Server(tide, a.config, a.set, mb)))
+            solo = {name: [run(srv.base, p, a.max_tokens, a.steps) for p in PROMPTS]
+                    for name, srv in servers}
             for c in clients:
-                rps, tps, p50, p99, lost, differ, _ = load(srv.base, c, a.requests,
-                                                            a.max_tokens, a.steps, solo)
-                rate[(mb, c)] = rps
-                one = rate.get((mb, 1))
-                base = rate.get((1, c))
-                print("| %d | %d | %.2f | %s | %s | %.1f | %.3f | %.3f | %d | %d |"
-                      % (mb, c, rps, "%.2f" % (rps / one) if one else "-",
-                         "%.2f" % (rps / base) if base else "-", tps, p50, p99, lost, differ))
-                sys.stdout.flush()
+                # Alternate the builds' order from one row to the next.
+                order = servers if c % 2 == 0 else list(reversed(servers))
+                for name, srv in order:
+                    rps, tps, p50, p99, lost, differ, _ = load(srv.base, c, a.requests,
+                                                                a.max_tokens, a.steps,
+                                                                solo[name])
+                    rate[(name, mb, c)] = rps
+                    one = rate.get((name, mb, 1))
+                    base = rate.get((name, 1, c))
+                    print("| %s | %d | %d | %.2f | %s | %s | %.1f | %.3f | %.3f | %d | %d |"
+                          % (name, mb, c, rps, "%.2f" % (rps / one) if one else "-",
+                             "%.2f" % (rps / base) if base else "-", tps, p50, p99, lost,
+                             differ))
+                    sys.stdout.flush()
         finally:
-            srv.stop()
+            for _, srv in servers:
+                srv.stop()
 
 
 if __name__ == "__main__":
