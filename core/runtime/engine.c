@@ -473,6 +473,38 @@ static int engine_prompt_begin(void *user, const int32_t *prompt, int64_t n, uin
     return tide_engine_prompt_begin(user, prompt, n, id, join);
 }
 
+/* A round brackets both backends (their threads may be one team). */
+static void engine_round(struct tide_engine *e, bool begin)
+{
+    const struct tide_backend_ref *b[2] = {&e->dev, &e->host};
+    for (int i = 0; i < 2; i++) {
+        if (!b[i]->bk)
+            continue;
+        if (begin && TIDE_OPS_HAS(b[i]->ops, round_begin))
+            b[i]->ops->round_begin(b[i]->bk);
+        else if (!begin && TIDE_OPS_HAS(b[i]->ops, round_end))
+            b[i]->ops->round_end(b[i]->bk);
+    }
+}
+
+static void engine_round_begin(void *user)
+{
+    engine_round(user, true);
+}
+
+static void engine_round_end(void *user)
+{
+    engine_round(user, false);
+}
+
+/* The decoders' parallel work on the host backend's threads (the CPU's). */
+static void engine_parallel(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt),
+                            void *ctx)
+{
+    struct tide_engine *e = user;
+    e->host.ops->parallel(e->host.bk, nt_max, fn, ctx);
+}
+
 void tide_engine_loop_env(struct tide_engine *e, FILE *metrics, struct tide_loop_env *env)
 {
     *env = (struct tide_loop_env){
@@ -484,6 +516,9 @@ void tide_engine_loop_env(struct tide_engine *e, FILE *metrics, struct tide_loop
         .metrics = metrics,
         .forwards = &e->forwards,
         .prompt_begin = engine_prompt_begin,
+        .round_begin = engine_round_begin,
+        .round_end = engine_round_end,
+        .parallel = e->host.bk && TIDE_OPS_HAS(e->host.ops, parallel) ? engine_parallel : NULL,
         .user = e,
     };
 }

@@ -25,6 +25,9 @@
 #ifndef TIDE_INSTALL_PLUGIN_DIR
 #define TIDE_INSTALL_PLUGIN_DIR "/usr/local/lib/tide/plugins"
 #endif
+#ifndef TIDE_INSTALL_PLUGIN_DIR_FROM_BIN
+#define TIDE_INSTALL_PLUGIN_DIR_FROM_BIN "../lib/tide/plugins"
+#endif
 
 #define DESC_MIN_SIZE (offsetof(struct tide_plugin_desc, probe) + sizeof(void (*)(void)))
 
@@ -65,7 +68,8 @@ static void ld_add_dir(char **dirs, int *n, int max, const char *dir)
         (*n)++;
 }
 
-/* Any object of libtide: dladdr() on it names the library's file. */
+/* Any object of the core: dladdr() on it names the file that carries the
+ * core (libtide, or a program linking the core's objects, as tide does). */
 static const char ld_anchor;
 
 int tide_plugin_default_dirs(char **dirs, int max)
@@ -81,6 +85,12 @@ int tide_plugin_default_dirs(char **dirs, int max)
             char d[PATH_MAX + 16];
             snprintf(d, sizeof d, "%s/plugins", exe);
             ld_add_dir(dirs, &n, max, d);
+            /* An installed tide (which carries the core itself) moved to
+             * another prefix: its plugins, where the install put them
+             * relative to it (searched when that folder exists). */
+            const int w = snprintf(d, sizeof d, "%s/%s", exe, TIDE_INSTALL_PLUGIN_DIR_FROM_BIN);
+            if (w > 0 && (size_t)w < sizeof d && access(d, F_OK) == 0)
+                ld_add_dir(dirs, &n, max, d);
         }
     }
     /* <libdir>/tide/plugins next to this libtide: an install moved to another

@@ -149,6 +149,12 @@ static void ls_block_end(void *u, int block, const int32_t *gen, int64_t n)
         h->block_end(h->user, block, gen, n);
 }
 
+static void ls_parallel(void *u, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx)
+{
+    const struct lslot *L = u;
+    L->lp->env->parallel(L->lp->env->user, nt_max, fn, ctx);
+}
+
 /* ---- admission ---------------------------------------------------------- */
 
 /* Make room for plans of n_ctx positions, spans of max_tokens and slots
@@ -234,6 +240,7 @@ static int lp_admit(void *u, int slot, int n_running)
             .step_rows = ls_step_rows,
             .step_end = ls_step_end,
             .block_end = ls_block_end,
+            .parallel = lp->env->parallel ? ls_parallel : NULL,
         };
         rc = d->ops->begin(d->dec, &L->host, s->prompt, s->n, &L->ds);
         if (rc != TIDE_OK)
@@ -446,6 +453,18 @@ static void lp_drained(void *u)
         tide_moe_finish(lp->env->moe); /* as between two generations alone */
 }
 
+static void lp_round_begin(void *u)
+{
+    struct loop *lp = u;
+    lp->env->round_begin(lp->env->user);
+}
+
+static void lp_round_end(void *u)
+{
+    struct loop *lp = u;
+    lp->env->round_end(lp->env->user);
+}
+
 static void lp_between(void *u)
 {
     struct loop *lp = u;
@@ -479,6 +498,8 @@ int tide_loop_run(const struct tide_loop_env *env, int max_batch, const struct t
             .lead = lp_lead,
             .drained = lp_drained,
             .between = feed->between ? lp_between : NULL,
+            .round_begin = env->round_begin ? lp_round_begin : NULL,
+            .round_end = env->round_end ? lp_round_end : NULL,
         };
         rc = tide_sched_run(max_batch, &ops);
     }

@@ -72,6 +72,13 @@ struct tide_loop_env {
     /* Optional: a sequence starts (its trace record, join: into a running
      * batch; its prompt vector for the policy). A failure ends it. */
     int (*prompt_begin)(void *user, const int32_t *prompt, int64_t n, uint32_t id, bool join);
+    /* Optional: a round (one forward and the feeds that read its logits)
+     * begins and ends: the backends keep their threads ready inside it. */
+    void (*round_begin)(void *user);
+    void (*round_end)(void *user);
+    /* Optional: the decoders' parallel work (tide_decoder_host parallel) on
+     * the backends' threads. */
+    void (*parallel)(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx);
     void *user;
 };
 

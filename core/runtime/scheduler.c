@@ -117,6 +117,8 @@ int tide_sched_run(int max_batch, const struct tide_sched_ops *ops)
         for (int s = 0; s < c.max; s++)
             if (c.running[s] && c.posted[s])
                 c.slots[n++] = s;
+        if (ops->round_begin)
+            ops->round_begin(ops->user);
         const int frc = ops->forward(ops->user, c.slots, n, c.lead);
         for (int i = 0; i < n && rc == TIDE_OK; i++) {
             const int s = c.slots[i];
@@ -128,6 +130,8 @@ int tide_sched_run(int max_batch, const struct tide_sched_ops *ops)
                 sc_after(&c, s, r);
             }
         }
+        if (ops->round_end)
+            ops->round_end(ops->user);
         if (rc == TIDE_OK)
             sc_new_lead(&c);
     }

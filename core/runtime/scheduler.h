@@ -57,6 +57,10 @@ struct tide_sched_ops {
     /* Optional: before every forward, for quick work that must not wait for
      * a slot. */
     void (*between)(void *user);
+    /* Optional: a round's forward is about to run (before), and every
+     * sequence of it has resumed (after). */
+    void (*round_begin)(void *user);
+    void (*round_end)(void *user);
 };
 
 /* Run rounds over max_batch slots until admit() says NONE while nothing

@@ -36,7 +36,6 @@
  * buffer as the tile loads do. */
 #include <cpuid.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -348,6 +347,21 @@ static AK_TARGET void ak_run(const struct dnnl_bk_raw_seg *segs, int64_t i0, int
     _tile_release();
 }
 
+struct ak_job {
+    const struct dnnl_bk_raw_seg *segs;
+    int64_t blocks, m, k;
+    const uint32_t *b;
+    uint16_t *tails;
+};
+
+/* Thread me's contiguous share of the blocks, with its own tail buffer. */
+static void ak_job_run(void *c, int me, int nt)
+{
+    const struct ak_job *j = c;
+    ak_run(j->segs, j->blocks * me / nt, j->blocks * (me + 1) / nt, j->m, j->k, j->b,
+           (uint16_t *)((char *)j->tails + (size_t)me * ak_tail_bytes(j->k)));
+}
+
 void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, void *work)
 {
@@ -367,10 +381,6 @@ void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
         ak_run(segs, 0, blocks, m, k, b, tails);
         return;
     }
-#pragma omp parallel num_threads(threads)
-    {
-        const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-        ak_run(segs, blocks * me / nt, blocks * (me + 1) / nt, m, k, b,
-               (uint16_t *)((char *)tails + (size_t)me * ak_tail_bytes(k)));
-    }
+    const struct ak_job j = {segs, blocks, m, k, b, tails};
+    dnnl_bk_par(threads, ak_job_run, (void *)&j);
 }

@@ -161,6 +161,23 @@ static inline void *dnnl_bk_at(const struct tide_tensor *t, int64_t r, int64_t c
 /* Make this thread's OpenMP team size the instance's (oneDNN reads it). */
 void dnnl_bk_enter(struct tide_backend *bk);
 
+/* ---- Threads (pool.c) ----------------------------------------------------
+ * The backend's own loops run on one team of threads for the whole process
+ * (not OpenMP's, which only oneDNN's primitives use): inside a round of the
+ * engine loop (round_begin .. round_end: a forward and the sampling after
+ * it) the workers spin between jobs, so the ops of a forward cost no
+ * wake-up; outside one they soon sleep. */
+
+/* Run fn(ctx, tid, nt) for tid = 0 .. nt-1, the caller as tid 0, and return
+ * once every one has. With nt <= 1, or while another job runs (a job inside
+ * a job, another engine's thread), the caller alone runs it (nt 1). */
+void dnnl_bk_par(int nt, void (*fn)(void *ctx, int tid, int nt), void *ctx);
+/* fn(ctx, i0, i1) over [0, n) in nt contiguous shares, as OpenMP's static
+ * schedule divides a loop (nt is capped at n). */
+void dnnl_bk_par_for(int nt, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_t i1), void *ctx);
+/* A round begins (true) or ends (false); rounds nest. */
+void dnnl_bk_pool_hot(bool on);
+
 /* Memory for a weight the backend keeps its own copy of (a packed matrix):
  * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge pages,
  * as the weights of a file mapping get where the page cache allows (on 4 KiB

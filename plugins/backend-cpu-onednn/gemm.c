@@ -10,7 +10,7 @@
  * packed weights, so strided views are staged through scratch instead.
  * The packed weight layout oneDNN picks (BA16a64b2a on avx512_core_bf16) is
  * the same for every M, so one packed copy serves all buckets. */
-#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -362,6 +362,30 @@ static size_t dnnl_bk_ffn_raw_bytes(const struct tide_backend *bk, int64_t m, in
            dnnl_bk_row_work_bytes(bk, m, H > I ? H : I, threads);
 }
 
+/* h = silu(g) * u, row by row: rows [0, m) of g, u (f32, strides lg, lu)
+ * into h (bf16, stride lh); rows [m, ..) of h zeroed (padding). */
+struct silu_job {
+    const float *g;
+    int64_t lg;
+    const float *u;
+    int64_t lu;
+    uint16_t *h;
+    int64_t lh, m;
+    bool simd;
+};
+
+static void silu_rows(void *c, int64_t r0, int64_t r1)
+{
+    const struct silu_job *j = c;
+    for (int64_t r = r0; r < r1; r++) {
+        if (r < j->m)
+            dnnl_bk_silu_mul_bf16(j->simd, j->g + r * j->lg, j->u + r * j->lu, j->h + r * j->lh,
+                                  j->lh);
+        else
+            memset(j->h + r * j->lh, 0, sizeof *j->h * (size_t)j->lh);
+    }
+}
+
 /* expert_ffn of an inplace expert on the row kernel (amx_kernel.c,
  * raw_kernel.c or own_kernel.c), or of a quantized expert on quant_kernel.c
  * (any m): no gather, no padding, results written straight to out. `scratch` holds
@@ -393,14 +417,9 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
         const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
         dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads, work);
     }
-    if (threads > 1 && m * I >= 4096) {
-#pragma omp parallel for num_threads(threads)
-        for (int64_t t = 0; t < m; t++)
-            dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
-    } else { /* inline: no team of one per expert (168 per forward, ~1.5 us each) */
-        for (int64_t t = 0; t < m; t++)
-            dnnl_bk_silu_mul_bf16(simd, g + t * I, u + t * I, h + t * I, I);
-    }
+    /* Inline below 4096 elements (and on one thread: an expert batch's). */
+    const struct silu_job sj = {g, I, u, I, h, I, m, simd};
+    dnnl_bk_par_for(threads > 1 && m * I >= 4096 ? threads : 1, m, silu_rows, (void *)&sj);
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg d = {&e->qdown, yr};
         dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_isa);
@@ -460,13 +479,8 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
         if (rc)
             return rc;
         const int64_t ld = fused ? 2 * I : I, uo = fused ? I : mb * I;
-#pragma omp parallel for num_threads(bk->threads) if (m * I >= 4096)
-        for (int64_t r = 0; r < mb; r++) {
-            if (r < m)
-                dnnl_bk_silu_mul_bf16(bk->simd, gu + r * ld, gu + uo + r * ld, hs + r * I, I);
-            else
-                memset(hs + r * I, 0, sizeof *hs * (size_t)I);
-        }
+        const struct silu_job sj = {gu, ld, gu + uo, ld, hs, I, m, bk->simd};
+        dnnl_bk_par_for(m * I >= 4096 ? bk->threads : 1, mb, silu_rows, (void *)&sj);
         rc = dnnl_bk_gemm(bk, &e->down, hs, mb, ys, op);
         if (rc)
             return rc;
@@ -523,6 +537,41 @@ static void dnnl_bk_expert_touch(const struct tide_expert *e)
             __builtin_prefetch(m[i] + b, 0, 2);
 }
 
+/* An expert batch's small experts, one per thread, each thread taking the
+ * next when it is free (ord: largest first). */
+struct spread_job {
+    const struct tide_backend *bk;
+    const struct tide_expert *const *experts;
+    const struct dnnl_bk_job *ord;
+    int n;
+    const struct tide_tensor *x_all;
+    const int32_t *rows, *dst_rows;
+    const int64_t *offsets;
+    const struct tide_tensor *out;
+    char *scratch; /* [threads][per] */
+    size_t per;
+    _Atomic int next;
+};
+
+static void spread_run(void *c, int tid, int nt)
+{
+    (void)nt;
+    struct spread_job *s = c;
+    char *mine = s->scratch + (size_t)tid * s->per;
+    int i = atomic_fetch_add(&s->next, 1);
+    while (i < s->n) {
+        /* Claim the next expert now, to fetch its first lines while this one runs. */
+        const int after = atomic_fetch_add(&s->next, 1);
+        if (after < s->n)
+            dnnl_bk_expert_touch(s->experts[s->ord[after].j]);
+        const int j = s->ord[i].j;
+        dnnl_bk_ffn_raw(s->bk, s->experts[j], s->x_all, s->rows + s->offsets[j],
+                        s->dst_rows + s->offsets[j], s->offsets[j + 1] - s->offsets[j], s->out,
+                        mine, 1, s->bk->simd);
+        i = after;
+    }
+}
+
 int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
                              const struct tide_expert *const *experts,
                              const struct tide_tensor *x_all, const int32_t *rows,
@@ -576,27 +625,20 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
     qsort(ord, (size_t)n_spread, sizeof *ord, dnnl_bk_job_cmp);
     const size_t per = dnnl_bk_lines(dnnl_bk_ffn_raw_bytes(bk, max_m, max_h, max_i, 1));
     if (!rc && n_spread && !(rc = dnnl_bk_scratch(bk, per * (size_t)T))) {
-        char *scratch = bk->scratch;
-        const bool simd = bk->simd;
-        int next = 0;
-#pragma omp parallel num_threads(T)
-        {
-            char *mine = scratch + (size_t)omp_get_thread_num() * per;
-            int i, after;
-#pragma omp atomic capture
-            i = next++;
-            while (i < n_spread) {
-                /* Claim the next expert now, to fetch its first lines while this one runs. */
-#pragma omp atomic capture
-                after = next++;
-                if (after < n_spread)
-                    dnnl_bk_expert_touch(experts[ord[after].j]);
-                const int j = ord[i].j;
-                dnnl_bk_ffn_raw(bk, experts[j], x_all, rows + offsets[j], dst_rows + offsets[j],
-                                offsets[j + 1] - offsets[j], out, mine, 1, simd);
-                i = after;
-            }
-        }
+        struct spread_job sj = {
+            .bk = bk,
+            .experts = experts,
+            .ord = ord,
+            .n = n_spread,
+            .x_all = x_all,
+            .rows = rows,
+            .dst_rows = dst_rows,
+            .offsets = offsets,
+            .out = out,
+            .scratch = bk->scratch,
+            .per = per,
+        };
+        dnnl_bk_par(T, spread_run, &sj);
     }
     free(ord);
     bk->expert_seconds += dnnl_bk_now() - t_start;

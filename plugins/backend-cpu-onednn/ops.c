@@ -1,9 +1,11 @@
-/* The non-matmul ops: plain C loops, parallel over rows (or heads) with
- * OpenMP when the work is large enough to pay for waking the team. Each op
+/* The non-matmul ops: plain C loops, parallel over rows (or heads) on the
+ * backend's threads (pool.c) when the work is large enough to pay for
+ * sharing it. Each op
  * follows the rounding points of the numpy reference: f32 arithmetic,
  * double only where backend.h says "f32 or better", bf16 rounding once at
  * the end. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,37 @@
 /* Elements below which a loop stays on one thread. */
 #define DNNL_BK_PAR_MIN 16384
 
+/* The threads for a loop of `work` elements: all of bk's, or one below min. */
+static int ops_threads(const struct tide_backend *bk, int64_t work, int64_t min)
+{
+    return work >= min ? bk->threads : 1;
+}
+
+struct embed_job {
+    const struct tide_weight *table;
+    const int32_t *ids;
+    const struct tide_tensor *out;
+};
+
+static void embed_rows(void *c, int64_t i0, int64_t i1)
+{
+    const struct embed_job *j = c;
+    const int64_t H = j->table->cols;
+    const size_t es = tide_dtype_size(j->table->dtype);
+    for (int64_t i = i0; i < i1; i++) {
+        const char *src = (const char *)j->table->data + (size_t)j->ids[i] * (size_t)H * es;
+        float *dst = dnnl_bk_at(j->out, i, 0);
+        if (j->table->dtype == TIDE_DTYPE_F32)
+            memcpy(dst, src, sizeof(float) * (size_t)H);
+        else if (j->table->dtype == TIDE_DTYPE_BF16)
+            for (int64_t k = 0; k < H; k++)
+                dst[k] = tide_bf16_to_f32(((const uint16_t *)src)[k]);
+        else
+            for (int64_t k = 0; k < H; k++)
+                dst[k] = tide_f16_to_f32(((const uint16_t *)src)[k]);
+    }
+}
+
 int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, const int32_t *ids,
                   int64_t n, const struct tide_tensor *out)
 {
@@ -21,22 +54,27 @@ int dnnl_bk_embed(struct tide_backend *bk, const struct tide_weight *table, cons
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-    const int64_t H = table->cols;
-    const size_t es = tide_dtype_size(table->dtype);
-#pragma omp parallel for num_threads(bk->threads) if (n * H >= DNNL_BK_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const char *src = (const char *)table->data + (size_t)ids[i] * (size_t)H * es;
-        float *dst = dnnl_bk_at(out, i, 0);
-        if (table->dtype == TIDE_DTYPE_F32)
-            memcpy(dst, src, sizeof(float) * (size_t)H);
-        else if (table->dtype == TIDE_DTYPE_BF16)
-            for (int64_t j = 0; j < H; j++)
-                dst[j] = tide_bf16_to_f32(((const uint16_t *)src)[j]);
-        else
-            for (int64_t j = 0; j < H; j++)
-                dst[j] = tide_f16_to_f32(((const uint16_t *)src)[j]);
-    }
+    const struct embed_job j = {table, ids, out};
+    dnnl_bk_par_for(ops_threads(bk, n * table->cols, DNNL_BK_PAR_MIN), n, embed_rows, (void *)&j);
     return TIDE_OK;
+}
+
+struct rmsnorm_job {
+    const struct tide_tensor *x;
+    const struct tide_weight *w;
+    int group;
+    float eps;
+    const struct tide_tensor *y;
+    bool simd;
+};
+
+static void rmsnorm_rows(void *c, int64_t r0, int64_t r1)
+{
+    const struct rmsnorm_job *j = c;
+    const bool xb = j->x->dtype == TIDE_DTYPE_BF16, yb = j->y->dtype == TIDE_DTYPE_BF16;
+    for (int64_t r = r0; r < r1; r++)
+        dnnl_bk_rmsnorm_row(j->simd, dnnl_bk_at(j->x, r, 0), xb, dnnl_bk_at(j->y, r, 0), yb,
+                            j->w->vec, j->x->cols, j->group, j->eps);
 }
 
 int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
@@ -46,13 +84,28 @@ int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-    const bool xb = x->dtype == TIDE_DTYPE_BF16, yb = y->dtype == TIDE_DTYPE_BF16;
-    const bool simd = dnnl_bk_simd_on(bk);
-#pragma omp parallel for num_threads(bk->threads) if (x->rows * x->cols >= DNNL_BK_PAR_MIN)
-    for (int64_t r = 0; r < x->rows; r++)
-        dnnl_bk_rmsnorm_row(simd, dnnl_bk_at(x, r, 0), xb, dnnl_bk_at(y, r, 0), yb, w->vec, x->cols,
-                            group, eps);
+    const struct rmsnorm_job j = {x, w, group, eps, y, dnnl_bk_simd_on(bk)};
+    dnnl_bk_par_for(ops_threads(bk, x->rows * x->cols, DNNL_BK_PAR_MIN), x->rows, rmsnorm_rows,
+                    (void *)&j);
     return TIDE_OK;
+}
+
+struct rope_table_job {
+    float *cs;
+    const float *inv;
+    int half;
+};
+
+static void rope_table_rows(void *c, int64_t p0, int64_t p1)
+{
+    const struct rope_table_job *j = c;
+    const int half = j->half;
+    for (int64_t p = p0; p < p1; p++)
+        for (int k = 0; k < half; k++) {
+            const float angle = (float)p * j->inv[k];
+            j->cs[(p * half + k) * 2] = (float)cos((double)angle);
+            j->cs[(p * half + k) * 2 + 1] = (float)sin((double)angle);
+        }
 }
 
 /* Make bk->rope_cs hold the angles of positions [0, npos) for (theta,
@@ -78,13 +131,9 @@ static int dnnl_bk_rope_table(struct tide_backend *bk, float theta, int rot_dim,
     }
     for (int j = 0; j < half; j++)
         inv[j] = (float)pow((double)theta, -2.0 * j / rot_dim);
-#pragma omp parallel for num_threads(bk->threads) if (cap * half >= DNNL_BK_PAR_MIN)
-    for (int64_t p = 0; p < cap; p++)
-        for (int j = 0; j < half; j++) {
-            const float angle = (float)p * inv[j];
-            cs[(p * half + j) * 2] = (float)cos((double)angle);
-            cs[(p * half + j) * 2 + 1] = (float)sin((double)angle);
-        }
+    const struct rope_table_job job = {cs, inv, half};
+    dnnl_bk_par_for(ops_threads(bk, cap * half, DNNL_BK_PAR_MIN), cap, rope_table_rows,
+                    (void *)&job);
     free(inv);
     free(bk->rope_cs);
     bk->rope_cs = cs;
@@ -92,6 +141,34 @@ static int dnnl_bk_rope_table(struct tide_backend *bk, float theta, int rot_dim,
     bk->rope_theta = theta;
     bk->rope_rot = rot_dim;
     return TIDE_OK;
+}
+
+struct rope_job {
+    const struct tide_tensor *x;
+    const float *cs;
+    int head_dim, half;
+    int64_t pos0;
+};
+
+static void rope_rows(void *ctx, int64_t i0, int64_t i1)
+{
+    const struct rope_job *jb = ctx;
+    const int half = jb->half, hd = jb->head_dim;
+    const int64_t heads = jb->x->cols / hd;
+    for (int64_t i = i0; i < i1; i++) {
+        float *row = dnnl_bk_at(jb->x, i, 0);
+        const float *cs = jb->cs + (size_t)(jb->pos0 + i) * (size_t)half * 2;
+        for (int64_t h = 0; h < heads; h++) {
+            float *p = row + h * hd;
+#pragma omp simd
+            for (int j = 0; j < half; j++) {
+                const float c = cs[2 * j], s = cs[2 * j + 1];
+                const float x1 = p[j], x2 = p[j + half];
+                p[j] = x1 * c - x2 * s;
+                p[j + half] = x2 * c + x1 * s;
+            }
+        }
+    }
 }
 
 int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_dim, int rot_dim,
@@ -107,22 +184,75 @@ int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_
         return rc;
     const int half = rot_dim / 2;
     const int64_t heads = x->cols / head_dim;
-#pragma omp parallel for num_threads(bk->threads) if (x->rows * heads * half >= DNNL_BK_PAR_MIN / 4)
-    for (int64_t i = 0; i < x->rows; i++) {
-        float *row = dnnl_bk_at(x, i, 0);
-        const float *cs = bk->rope_cs + (size_t)(pos0 + i) * (size_t)half * 2;
-        for (int64_t h = 0; h < heads; h++) {
-            float *p = row + h * head_dim;
-#pragma omp simd
-            for (int j = 0; j < half; j++) {
-                const float c = cs[2 * j], s = cs[2 * j + 1];
-                const float x1 = p[j], x2 = p[j + half];
-                p[j] = x1 * c - x2 * s;
-                p[j + half] = x2 * c + x1 * s;
-            }
-        }
-    }
+    const struct rope_job j = {x, bk->rope_cs, head_dim, half, pos0};
+    dnnl_bk_par_for(ops_threads(bk, x->rows * heads * half, DNNL_BK_PAR_MIN / 4), x->rows,
+                    rope_rows, (void *)&j);
     return TIDE_OK;
+}
+
+struct attention_job {
+    const struct tide_attn_args *a;
+    _Atomic int64_t next; /* the next (query, head) item: dynamic scheduling */
+    _Atomic int failed;
+};
+
+/* The plain loop: (query, head) items taken one at a time. */
+static void attention_items(void *c, int tid, int nt)
+{
+    (void)tid;
+    (void)nt;
+    struct attention_job *jb = c;
+    const struct tide_attn_args *a = jb->a;
+    const int64_t n = a->n, total = a->pos0 + a->n;
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
+    /* Per thread: scores over the visible keys, and the f32 output row. */
+    float *p = malloc(sizeof *p * (size_t)(total + hd));
+    if (!p) {
+        atomic_store(&jb->failed, 1);
+        return;
+    }
+    float *o = p + total;
+    for (int64_t it; (it = atomic_fetch_add(&jb->next, 1)) < n * a->n_heads;) {
+        const int64_t i = it / a->n_heads;
+        const int h = (int)(it % a->n_heads);
+        const int64_t pos = a->pos0 + i;
+        const int64_t vis_end = (pos / a->block + 1) * a->block;
+        const int64_t L = vis_end < total ? vis_end : total;
+        const float *q = (const float *)dnnl_bk_at(a->q, i, 0) + (int64_t)h * hd;
+        const int64_t kvo = (int64_t)(h / group) * hd;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < L; j++) {
+            const float *k = (const float *)dnnl_bk_at(a->k_cache, j, 0) + kvo;
+            /* In order, not vectorised: a reassociated sum is as exact but
+             * moves a bf16 rounding of the tiny e2e model just enough to
+             * flip a routing choice against the numpy reference. */
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++)
+                dot += q[d] * k[d];
+            p[j] = dot * a->scale;
+            mx = p[j] > mx ? p[j] : mx;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < L; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+        for (int d = 0; d < hd; d++)
+            o[d] = 0.0f;
+        for (int64_t j = 0; j < L; j++) {
+            const float *v = (const float *)dnnl_bk_at(a->v_cache, j, 0) + kvo;
+            const float pj = p[j] / sum;
+#pragma omp simd
+            for (int d = 0; d < hd; d++)
+                o[d] += pj * v[d];
+        }
+        void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
+                    (size_t)h * (size_t)hd * tide_dtype_size(a->out->dtype);
+        for (int d = 0; d < hd; d++)
+            dnnl_bk_st(dst, ob, d, o[d]);
+    }
+    free(p);
 }
 
 int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
@@ -131,8 +261,7 @@ int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
     if (rc)
         return rc;
     const int64_t n = a->n, total = a->pos0 + a->n;
-    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
-    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
+    const int hd = a->head_dim;
     if (n == 0)
         return TIDE_OK;
     dnnl_bk_enter(bk);
@@ -140,64 +269,26 @@ int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
         return dnnl_bk_attention_simd(bk, a);
     if (bk->simd_avx2 && hd % 8 == 0)
         return dnnl_bk_attention_avx2(bk, a);
-    int failed = 0;
-#pragma omp parallel num_threads(bk->threads) if (n * a->n_heads > 1)
-    {
-        /* Per thread: scores over the visible keys, and the f32 output row. */
-        float *p = malloc(sizeof *p * (size_t)(total + hd));
-        if (!p) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int64_t i = 0; i < n; i++)
-            for (int h = 0; h < a->n_heads; h++) {
-                if (!p)
-                    continue;
-                float *o = p + total;
-                const int64_t pos = a->pos0 + i;
-                const int64_t vis_end = (pos / a->block + 1) * a->block;
-                const int64_t L = vis_end < total ? vis_end : total;
-                const float *q = (const float *)dnnl_bk_at(a->q, i, 0) + (int64_t)h * hd;
-                const int64_t kvo = (int64_t)(h / group) * hd;
-                float mx = -INFINITY;
-                for (int64_t j = 0; j < L; j++) {
-                    const float *k = (const float *)dnnl_bk_at(a->k_cache, j, 0) + kvo;
-                    /* In order, not vectorised: a reassociated sum is as exact but
-                     * moves a bf16 rounding of the tiny e2e model just enough to
-                     * flip a routing choice against the numpy reference. */
-                    float dot = 0.0f;
-                    for (int d = 0; d < hd; d++)
-                        dot += q[d] * k[d];
-                    p[j] = dot * a->scale;
-                    mx = p[j] > mx ? p[j] : mx;
-                }
-                float sum = 0.0f;
-                for (int64_t j = 0; j < L; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                for (int d = 0; d < hd; d++)
-                    o[d] = 0.0f;
-                for (int64_t j = 0; j < L; j++) {
-                    const float *v = (const float *)dnnl_bk_at(a->v_cache, j, 0) + kvo;
-                    const float pj = p[j] / sum;
-#pragma omp simd
-                    for (int d = 0; d < hd; d++)
-                        o[d] += pj * v[d];
-                }
-                void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
-                            (size_t)h * (size_t)hd * tide_dtype_size(a->out->dtype);
-                for (int d = 0; d < hd; d++)
-                    dnnl_bk_st(dst, ob, d, o[d]);
-            }
-        free(p);
-    }
-    if (failed) {
+    struct attention_job jb = {.a = a};
+    dnnl_bk_par(n * a->n_heads > 1 ? bk->threads : 1, attention_items, &jb);
+    if (atomic_load(&jb.failed)) {
         tide_error(DNNL_BK_NAME ": attention: out of memory for %lld scores", (long long)total);
         return TIDE_E_NOMEM;
     }
     return TIDE_OK;
+}
+
+struct swiglu_job {
+    const struct tide_tensor *g, *u, *out;
+    bool simd;
+};
+
+static void swiglu_rows(void *c, int64_t r0, int64_t r1)
+{
+    const struct swiglu_job *j = c;
+    for (int64_t r = r0; r < r1; r++)
+        dnnl_bk_silu_mul_bf16(j->simd, dnnl_bk_at(j->g, r, 0), dnnl_bk_at(j->u, r, 0),
+                              dnnl_bk_at(j->out, r, 0), j->g->cols);
 }
 
 int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
@@ -207,11 +298,26 @@ int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-#pragma omp parallel for num_threads(bk->threads) if (g->rows * g->cols >= DNNL_BK_PAR_MIN / 4)
-    for (int64_t r = 0; r < g->rows; r++)
-        dnnl_bk_silu_mul_bf16(bk->simd, dnnl_bk_at(g, r, 0), dnnl_bk_at(u, r, 0),
-                              dnnl_bk_at(out, r, 0), g->cols);
+    const struct swiglu_job j = {g, u, out, bk->simd};
+    dnnl_bk_par_for(ops_threads(bk, g->rows * g->cols, DNNL_BK_PAR_MIN / 4), g->rows, swiglu_rows,
+                    (void *)&j);
     return TIDE_OK;
+}
+
+struct add_job {
+    const struct tide_tensor *acc, *x;
+};
+
+static void add_rows(void *c, int64_t r0, int64_t r1)
+{
+    const struct add_job *jb = c;
+    for (int64_t r = r0; r < r1; r++) {
+        float *a = dnnl_bk_at(jb->acc, r, 0);
+        const float *b = dnnl_bk_at(jb->x, r, 0);
+#pragma omp simd
+        for (int64_t j = 0; j < jb->acc->cols; j++)
+            a[j] += b[j];
+    }
 }
 
 int dnnl_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const struct tide_tensor *x)
@@ -220,29 +326,24 @@ int dnnl_bk_add(struct tide_backend *bk, const struct tide_tensor *acc, const st
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-#pragma omp parallel for num_threads(bk->threads) if (acc->rows * acc->cols >= DNNL_BK_PAR_MIN)
-    for (int64_t r = 0; r < acc->rows; r++) {
-        float *a = dnnl_bk_at(acc, r, 0);
-        const float *b = dnnl_bk_at(x, r, 0);
-#pragma omp simd
-        for (int64_t j = 0; j < acc->cols; j++)
-            a[j] += b[j];
-    }
+    const struct add_job j = {acc, x};
+    dnnl_bk_par_for(ops_threads(bk, acc->rows * acc->cols, DNNL_BK_PAR_MIN), acc->rows, add_rows,
+                    (void *)&j);
     return TIDE_OK;
 }
 
-int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
-                    const struct tide_tensor *dst)
+struct convert_job {
+    const struct tide_tensor *src, *dst;
+};
+
+static void convert_rows(void *c, int64_t r0, int64_t r1)
 {
-    int rc = bkc_check_convert(&dnnl_bk_id, src, dst);
-    if (rc)
-        return rc;
+    const struct convert_job *jb = c;
+    const struct tide_tensor *src = jb->src, *dst = jb->dst;
     const bool same = src->dtype == dst->dtype;
-    dnnl_bk_enter(bk);
     const bool sb = src->dtype == TIDE_DTYPE_BF16, db = dst->dtype == TIDE_DTYPE_BF16;
     const size_t row = (size_t)src->cols * tide_dtype_size(src->dtype);
-#pragma omp parallel for num_threads(bk->threads) if (src->rows * src->cols >= DNNL_BK_PAR_MIN)
-    for (int64_t r = 0; r < src->rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const void *s = dnnl_bk_at(src, r, 0);
         void *d = dnnl_bk_at(dst, r, 0);
         if (same)
@@ -251,7 +352,45 @@ int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
             for (int64_t j = 0; j < src->cols; j++)
                 dnnl_bk_st(d, db, j, dnnl_bk_ld(s, sb, j));
     }
+}
+
+int dnnl_bk_convert(struct tide_backend *bk, const struct tide_tensor *src,
+                    const struct tide_tensor *dst)
+{
+    int rc = bkc_check_convert(&dnnl_bk_id, src, dst);
+    if (rc)
+        return rc;
+    dnnl_bk_enter(bk);
+    const struct convert_job j = {src, dst};
+    dnnl_bk_par_for(ops_threads(bk, src->rows * src->cols, DNNL_BK_PAR_MIN), src->rows,
+                    convert_rows, (void *)&j);
     return TIDE_OK;
+}
+
+struct router_job {
+    const struct tide_router_args *a;
+    _Atomic int failed;
+};
+
+/* Thread tid's contiguous share of the tokens (OpenMP's static schedule). */
+static void router_tokens(void *c, int tid, int nt)
+{
+    struct router_job *jb = c;
+    const struct tide_router_args *a = jb->a;
+    const int64_t n = a->logits->rows, t0 = n * tid / nt, t1 = n * (tid + 1) / nt;
+    const int E = (int)a->logits->cols, G = a->n_group;
+    const float *bias = a->bias ? a->bias->vec : NULL;
+    const size_t fl = sizeof(float) * (size_t)(2 * E + G);
+    float *s = malloc(fl + (size_t)(E + G));
+    if (!s) {
+        atomic_store(&jb->failed, 1);
+        return;
+    }
+    unsigned char *taken = (unsigned char *)s + fl;
+    for (int64_t t = t0; t < t1; t++)
+        bkc_route_token(a, dnnl_bk_at(a->logits, t, 0), bias, E, s, s + E, taken, s + 2 * E,
+                        taken + E, a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
+    free(s);
 }
 
 int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
@@ -260,35 +399,43 @@ int dnnl_bk_router(struct tide_backend *bk, const struct tide_router_args *a)
     if (rc)
         return rc;
     const int64_t n = a->logits->rows;
-    const int E = (int)a->logits->cols, G = a->n_group;
-    const float *bias = a->bias ? a->bias->vec : NULL;
     dnnl_bk_enter(bk);
-    int failed = 0;
     /* A token is ~3 us (E sigmoids, then top-k passes): 32 tokens of 256
      * experts took 109 us on one thread, under DNNL_BK_PAR_MIN elements. */
-#pragma omp parallel num_threads(bk->threads) if (n > 1)
-    {
-        size_t fl = sizeof(float) * (size_t)(2 * E + G);
-        float *s = malloc(fl + (size_t)(E + G));
-        if (!s) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for
-        for (int64_t t = 0; t < n; t++) {
-            if (!s)
-                continue;
-            unsigned char *taken = (unsigned char *)s + fl;
-            bkc_route_token(a, dnnl_bk_at(a->logits, t, 0), bias, E, s, s + E, taken, s + 2 * E,
-                            taken + E, a->ids_host + t * a->top_k, a->weights_host + t * a->top_k);
-        }
-        free(s);
-    }
-    if (failed) {
+    struct router_job j = {.a = a};
+    dnnl_bk_par(n > 1 ? bk->threads : 1, router_tokens, &j);
+    if (atomic_load(&j.failed)) {
         tide_error(DNNL_BK_NAME ": router: out of memory");
         return TIDE_E_NOMEM;
     }
     return TIDE_OK;
+}
+
+struct combine_job {
+    const struct tide_tensor *parts;
+    const float *w;
+    int k;
+    const struct tide_tensor *y;
+};
+
+static void combine_rows(void *c, int64_t t0, int64_t t1)
+{
+    const struct combine_job *jb = c;
+    const int64_t H = jb->y->cols;
+    const int k = jb->k;
+    for (int64_t t = t0; t < t1; t++) {
+        float *yr = dnnl_bk_at(jb->y, t, 0);
+        for (int64_t h = 0; h < H; h++)
+            yr[h] = 0.0f;
+        /* Slot order j = 0..k-1 for every element: the result never depends on placement. */
+        for (int j = 0; j < k; j++) {
+            const float wj = jb->w[t * k + j];
+            const float *p = dnnl_bk_at(jb->parts, t * k + j, 0);
+#pragma omp simd
+            for (int64_t h = 0; h < H; h++)
+                yr[h] += wj * p[h];
+        }
+    }
 }
 
 int dnnl_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts, const float *w,
@@ -298,21 +445,9 @@ int dnnl_bk_moe_combine(struct tide_backend *bk, const struct tide_tensor *parts
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-    const int64_t H = y->cols;
-#pragma omp parallel for num_threads(bk->threads) if (parts->rows * H >= DNNL_BK_PAR_MIN)
-    for (int64_t t = 0; t < y->rows; t++) {
-        float *yr = dnnl_bk_at(y, t, 0);
-        for (int64_t h = 0; h < H; h++)
-            yr[h] = 0.0f;
-        /* Slot order j = 0..k-1 for every element: the result never depends on placement. */
-        for (int j = 0; j < k; j++) {
-            const float wj = w[t * k + j];
-            const float *p = dnnl_bk_at(parts, t * k + j, 0);
-#pragma omp simd
-            for (int64_t h = 0; h < H; h++)
-                yr[h] += wj * p[h];
-        }
-    }
+    const struct combine_job j = {parts, w, k, y};
+    dnnl_bk_par_for(ops_threads(bk, parts->rows * y->cols, DNNL_BK_PAR_MIN), y->rows, combine_rows,
+                    (void *)&j);
     return TIDE_OK;
 }
 

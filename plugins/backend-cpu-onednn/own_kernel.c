@@ -208,6 +208,30 @@ const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k,
     return xf;
 }
 
+struct ok_job {
+    const float *const *xf;
+    const uint16_t *const *x;
+    int64_t m;
+    const struct dnnl_bk_raw_seg *segs;
+    int64_t k;
+    bool avx2;
+};
+
+/* Blocks [b0, b1) of OK_RB rows, numbered through the segments in order. */
+static void ok_job_blocks(void *c, int64_t b0, int64_t b1)
+{
+    const struct ok_job *j = c;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t rb = b;
+        int i = 0;
+        while (rb >= (j->segs[i].n + OK_RB - 1) / OK_RB)
+            rb -= (j->segs[i++].n + OK_RB - 1) / OK_RB;
+        const int64_t r0 = rb * OK_RB, r1 = r0 + OK_RB;
+        ok_block(j->xf, j->x, j->m, &j->segs[i], j->k, r0, r1 < j->segs[i].n ? r1 : j->segs[i].n,
+                 j->avx2);
+    }
+}
+
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2)
 {
@@ -226,15 +250,8 @@ void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
                 ok_block(xf, x, m, &segs[i], k, r0, r0 + OK_RB < segs[i].n ? r0 + OK_RB : segs[i].n,
                          avx2);
     } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t b = 0; b < blocks; b++) {
-            int64_t rb = b;
-            int i = 0;
-            while (rb >= (segs[i].n + OK_RB - 1) / OK_RB)
-                rb -= (segs[i++].n + OK_RB - 1) / OK_RB;
-            const int64_t r0 = rb * OK_RB, r1 = r0 + OK_RB;
-            ok_block(xf, x, m, &segs[i], k, r0, r1 < segs[i].n ? r1 : segs[i].n, avx2);
-        }
+        const struct ok_job j = {xf, x, m, segs, k, avx2};
+        dnnl_bk_par_for(threads, blocks, ok_job_blocks, (void *)&j);
     }
     free(buf);
     free(xf);

@@ -94,6 +94,24 @@ void dnnl_bk_enter(struct tide_backend *bk)
         omp_set_num_threads(bk->threads);
 }
 
+static void dnnl_bk_round_begin(struct tide_backend *bk)
+{
+    (void)bk;
+    dnnl_bk_pool_hot(true);
+}
+
+static void dnnl_bk_round_end(struct tide_backend *bk)
+{
+    (void)bk;
+    dnnl_bk_pool_hot(false);
+}
+
+static void dnnl_bk_parallel(struct tide_backend *bk, int nt_max,
+                             void (*fn)(void *ctx, int tid, int nt), void *ctx)
+{
+    dnnl_bk_par(nt_max < bk->threads ? nt_max : bk->threads, fn, ctx);
+}
+
 /* 64-byte aligned allocation rounded up to whole cache lines; NULL on failure. */
 static void *dnnl_bk_alloc(size_t bytes)
 {
@@ -547,6 +565,9 @@ static const struct tide_backend_ops dnnl_bk_ops = {
     .buffer_free = dnnl_bk_buffer_free,
     .buffer_host_ptr = dnnl_bk_buffer_host_ptr,
     .buffer_wrap = dnnl_bk_buffer_wrap,
+    .round_begin = dnnl_bk_round_begin,
+    .round_end = dnnl_bk_round_end,
+    .parallel = dnnl_bk_parallel,
     .write = dnnl_bk_write,
     .read = dnnl_bk_read,
     .weight_create = dnnl_bk_weight_create,

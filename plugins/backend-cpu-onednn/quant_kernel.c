@@ -60,7 +60,6 @@
  * has against the stated order. */
 #include <immintrin.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -679,6 +678,38 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
     }
 }
 
+struct qk_job {
+    const float *const *xf;
+    const uint16_t *const *x;
+    int64_t m;
+    const struct dnnl_bk_qseg *segs;
+    int64_t k;
+    int isa;
+    float *wbuf; /* [threads][QK_RB * k] decoded rows, or NULL */
+    int64_t blocks;
+};
+
+/* Thread tid's contiguous share of the blocks of QK_RB rows (OpenMP's static
+ * schedule), numbered through the segments in order. */
+static void qk_job_blocks(void *c, int tid, int nt)
+{
+    const struct qk_job *j = c;
+    const int64_t b0 = j->blocks * tid / nt, b1 = j->blocks * (tid + 1) / nt;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t rb = b;
+        int i = 0;
+        while (rb >= (j->segs[i].w->n + QK_RB - 1) / QK_RB)
+            rb -= (j->segs[i++].w->n + QK_RB - 1) / QK_RB;
+        const int64_t r0 = rb * QK_RB,
+                      r1 = r0 + QK_RB < j->segs[i].w->n ? r0 + QK_RB : j->segs[i].w->n;
+        if (j->wbuf)
+            qk_block_decoded(j->xf, j->m, &j->segs[i], r0, r1,
+                             j->wbuf + (size_t)tid * (size_t)(QK_RB * j->k));
+        else
+            qk_block(j->xf, j->x, j->m, &j->segs[i], r0, r1, j->isa);
+    }
+}
+
 void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                     int n_segs, int64_t k, int threads, int isa)
 {
@@ -707,20 +738,8 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
                     qk_block(xf, x, m, &segs[i], r0, r1, isa);
             }
     } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t b = 0; b < blocks; b++) {
-            int64_t rb = b;
-            int i = 0;
-            while (rb >= (segs[i].w->n + QK_RB - 1) / QK_RB)
-                rb -= (segs[i++].w->n + QK_RB - 1) / QK_RB;
-            const int64_t r0 = rb * QK_RB,
-                          r1 = r0 + QK_RB < segs[i].w->n ? r0 + QK_RB : segs[i].w->n;
-            if (wbuf)
-                qk_block_decoded(xf, m, &segs[i], r0, r1,
-                                 wbuf + (size_t)omp_get_thread_num() * (size_t)(QK_RB * k));
-            else
-                qk_block(xf, x, m, &segs[i], r0, r1, isa);
-        }
+        const struct qk_job j = {xf, x, m, segs, k, isa, wbuf, blocks};
+        dnnl_bk_par(threads < blocks ? threads : (int)blocks, qk_job_blocks, (void *)&j);
     }
     free(wbuf);
     free(buf);

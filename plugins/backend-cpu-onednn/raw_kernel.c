@@ -446,6 +446,20 @@ static void rk_pair_at(const uint16_t *const *x, int64_t m, const struct dnnl_bk
     rk_block(x, m, k, s, r0, r1, b, q0, q1);
 }
 
+struct rk_job {
+    const uint16_t *const *x;
+    int64_t m;
+    const struct dnnl_bk_raw_seg *segs;
+    int64_t k, blocks;
+};
+
+static void rk_job_pairs(void *c, int64_t i0, int64_t i1)
+{
+    const struct rk_job *j = c;
+    for (int64_t i = i0; i < i1; i++)
+        rk_pair_at(j->x, j->m, j->segs, j->k, j->blocks, i);
+}
+
 void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads)
 {
@@ -458,7 +472,6 @@ void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
             rk_pair_at(x, m, segs, k, blocks, i);
         return;
     }
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < half; i++)
-        rk_pair_at(x, m, segs, k, blocks, i);
+    const struct rk_job j = {x, m, segs, k, blocks};
+    dnnl_bk_par_for(threads, half, rk_job_pairs, (void *)&j);
 }

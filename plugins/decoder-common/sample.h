@@ -23,6 +23,7 @@
 
 #include "decoder-common/probs.h"
 #include "decoder-common/rng.h"
+#include "tide/decoder.h"
 
 /* The official _sample_with_temperature_topk_topp, as parameters. */
 struct dc_sampler {
@@ -233,9 +234,13 @@ static inline int32_t dc_sample(const float *logits, int V, const struct dc_samp
  * dc_sample row by row, in row order: the uniforms are drawn first, one per
  * row in row order, and each row's result depends on that row alone.
  * Threads: OpenMP's current count (the CPU backend sets its own), at most
- * the rows; one without OpenMP. */
+ * the rows, one without OpenMP; run on the engine's own team when the
+ * decoder's host offers one (dc_rows_host), else on OpenMP's. */
 struct dc_rows {
-    int threads;                /* scratch slots */
+    int threads; /* scratch slots */
+    /* The engine's threads (tide_decoder_host parallel), or NULL: OpenMP. */
+    void (*par)(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx);
+    void *par_user;
     int max_rows;               /* rows per call, at most */
     struct dc_scratch *sc;      /* [threads] */
     double *u;                  /* [max_rows] the step's uniforms */
@@ -294,6 +299,42 @@ static inline int dc_rows_init(struct dc_rows *r, const struct dc_sampler *sp, i
     return rc;
 }
 
+/* Run dc_sample_rows on the team of the engine that drives h (the one
+ * that runs the forward), when it offers one. */
+static inline void dc_rows_host(struct dc_rows *r, const struct tide_decoder_host *h)
+{
+    if (TIDE_DECODER_HAS(h, struct tide_decoder_host, parallel) && h->parallel) {
+        r->par = h->parallel;
+        r->par_user = h->user;
+    }
+}
+
+/* One call's work, for thread me of nt: pass 0 picks (whole rows, or parts
+ * of rows), pass 1 merges the parts of each row. */
+struct dc_rows_job {
+    struct dc_rows *r;
+    const struct dc_sampler *sp;
+    const float *const *rows;
+    int n, V, P, pass;
+    bool by_parts;
+};
+
+static inline void dc_rows_work(void *c, int me, int nt)
+{
+    const struct dc_rows_job *j = (const struct dc_rows_job *)c;
+    struct dc_rows *r = j->r;
+    if (j->by_parts && j->pass == 0) {
+        for (int it = me; it < j->n * j->P; it += nt)
+            dc_greedy_part(j->rows[it / j->P], j->V, j->sp->skip, it % j->P, &r->parts[it]);
+    } else if (j->by_parts) {
+        for (int k = me; k < j->n; k += nt)
+            dc_greedy_finish(&r->parts[(size_t)k * (size_t)j->P], j->P, &r->id[k], &r->conf[k]);
+    } else {
+        for (int k = me; k < j->n; k += nt)
+            r->id[k] = dc_sample_u(j->rows[k], j->V, j->sp, r->u[k], &r->sc[me], &r->conf[k]);
+    }
+}
+
 /* r->id[j] and r->conf[j] for rows[j], j < n <= r->max_rows. */
 static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp,
                                   const float *const *rows, int n, int V, struct dc_rng *rng)
@@ -311,6 +352,15 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
     const bool by_parts = sp->plain && r->parts && dc_greedy_parts(V) <= r->n_parts;
     const int P = by_parts ? dc_greedy_parts(V) : 1, items = n * P;
     threads = threads < items ? threads : items;
+    struct dc_rows_job job = {r, sp, rows, n, V, P, 0, by_parts};
+    if (r->par && threads > 1) {
+        r->par(r->par_user, threads, dc_rows_work, &job);
+        if (by_parts) {
+            job.pass = 1;
+            r->par(r->par_user, threads, dc_rows_work, &job);
+        }
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -320,17 +370,14 @@ static inline void dc_sample_rows(struct dc_rows *r, const struct dc_sampler *sp
 #else
         const int me = 0, nt = 1;
 #endif
+        dc_rows_work(&job, me, nt);
         if (by_parts) {
-            for (int it = me; it < items; it += nt)
-                dc_greedy_part(rows[it / P], V, sp->skip, it % P, &r->parts[it]);
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
-            for (int j = me; j < n; j += nt)
-                dc_greedy_finish(&r->parts[(size_t)j * (size_t)P], P, &r->id[j], &r->conf[j]);
-        } else {
-            for (int j = me; j < n; j += nt)
-                r->id[j] = dc_sample_u(rows[j], V, sp, r->u[j], &r->sc[me], &r->conf[j]);
+            struct dc_rows_job fin = job;
+            fin.pass = 1;
+            dc_rows_work(&fin, me, nt);
         }
     }
 }

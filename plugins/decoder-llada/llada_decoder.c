@@ -183,6 +183,8 @@ static int lld_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
         q->canvas[i] = i < P ? prompt[i] : d->tok.mask;
         q->is_prompt[i] = q->canvas[i] != d->tok.mask;
     }
+    if (q->greedy)
+        dc_rows_host(&q->rs, h);
     dc_rng_seed(&q->rng, p->seed);
     q->end = total;
     *out = q;

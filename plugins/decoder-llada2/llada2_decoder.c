@@ -178,6 +178,7 @@ static int l2d_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
         l2d_finish(q, NULL);
         return TIDE_E_NOMEM;
     }
+    dc_rows_host(&q->rs, h);
     dc_rng_seed(&q->rng, p->seed);
     q->n_out = -1;
     q->end = P;

@@ -269,6 +269,7 @@ static int l21_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
         l21_finish(q, NULL);
         return TIDE_E_NOMEM;
     }
+    dc_rows_host(&q->rs, h);
     dc_rng_seed(&q->rng, p->seed);
     q->end = P;
     *out = q;

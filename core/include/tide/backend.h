@@ -225,6 +225,21 @@ struct tide_backend_ops {
      * required. Only for a backend whose memory is host memory; others leave
      * it NULL (callers then compute into a buffer of their own and read). */
     int (*buffer_wrap)(struct tide_backend *bk, void *host, size_t bytes, struct tide_buffer **out);
+
+    /* A round of the engine loop begins or ends: one forward of the model
+     * and the sampling that reads its logits (parallel). Inside a round a
+     * backend may keep its threads ready between ops (one team per forward:
+     * a forward costs a handful of wake-ups, not one per op); outside one it
+     * must leave no CPU busy. Rounds of two instances may overlap (device and
+     * host roles); they are counted. */
+    void (*round_begin)(struct tide_backend *bk);
+    void (*round_end)(struct tide_backend *bk);
+    /* Run fn(ctx, tid, nt) for tid = 0 .. nt-1 on the backend's CPU threads,
+     * the caller as tid 0, nt at most nt_max, and return when every one has
+     * (host work the engine hands it: the decoders' sampling). A host
+     * backend's only; NULL elsewhere. */
+    void (*parallel)(struct tide_backend *bk, int nt_max, void (*fn)(void *ctx, int tid, int nt),
+                     void *ctx);
 };
 
 #define TIDE_BACKEND_OPS_MIN_SIZE (offsetof(struct tide_backend_ops, sync) + sizeof(void (*)(void)))

@@ -164,6 +164,12 @@ struct tide_decoder_host {
     /* A block is final: gen[0..n) is the output so far (what the generation
      * would return if it ended here). */
     void (*block_end)(void *user, int block, const int32_t *gen, int64_t n);
+    /* --- appended: NULL when the engine has none --- */
+    /* Run fn(ctx, tid, nt) for tid = 0 .. nt-1 (nt <= nt_max) on the engine's
+     * CPU threads, the caller as tid 0, and return when every one has: the
+     * same team that runs the forward, so a step's sampling wakes no other
+     * threads (dc_sample_rows uses it). */
+    void (*parallel)(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx);
 };
 
 /* What a generation produced (finish). The engine provides ids with room

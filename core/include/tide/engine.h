@@ -48,6 +48,8 @@
 #ifndef TIDE_ENGINE_H
 #define TIDE_ENGINE_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,18 +99,18 @@ struct tide_engine_args {
  * TIDE_E_INVAL (args NULL or size too small), TIDE_E_CONFIG (a bad file, key
  * or value: every one is reported), TIDE_E_NOTFOUND, TIDE_E_FORMAT, TIDE_E_IO,
  * TIDE_E_BUDGET, TIDE_E_DEVICE, TIDE_E_NOMEM. */
-int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **out);
+TIDE_API int tide_engine_open(const struct tide_engine_args *args, struct tide_engine **out);
 
 /* Close an engine and free everything it holds. NULL is a no-op. Must not
  * run while a call on the engine is in progress. */
-void tide_engine_close(struct tide_engine *e);
+TIDE_API void tide_engine_close(struct tide_engine *e);
 
 /* The messages of the last failed call: on e (the engine's, "" when its last
  * call succeeded), or with e NULL the calling thread's last failed call on
  * any engine (use it after tide_engine_open fails). One message per line;
  * when none was logged, the status text. The string belongs to the engine
  * (or the thread) and is valid until its next call. Never NULL. */
-const char *tide_engine_error(const struct tide_engine *e);
+TIDE_API const char *tide_engine_error(const struct tide_engine *e);
 
 /* ---- generation --------------------------------------------------------- */
 
@@ -235,7 +237,7 @@ struct tide_request {
 
 /* Reset a request: size set, every parameter negative (configured), chat
  * negative, no prompt, no callbacks. */
-void tide_request_init(struct tide_request *req);
+TIDE_API void tide_request_init(struct tide_request *req);
 
 /* Exact offload counters: totals over every MoE layer and forward (prefill,
  * steps, K/V passes). With no offload every row is a hit. */
@@ -304,16 +306,16 @@ struct tide_result {
  * differs from the engine's; chat with a model without template),
  * TIDE_E_INTERRUPTED (SIGINT, when the program routes it to the runtime, as
  * `tide` does), TIDE_E_NOMEM, TIDE_E_DEVICE and what plugins return. */
-int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
-                         struct tide_result **out);
+TIDE_API int tide_engine_generate(struct tide_engine *e, const struct tide_request *req,
+                                  struct tide_result **out);
 
 /* Free a result. NULL is a no-op. */
-void tide_result_free(struct tide_result *r);
+TIDE_API void tide_result_free(struct tide_result *r);
 
 /* Ask the generation in progress on e, if any, to stop before its next step
  * (it returns TIDE_E_CANCELLED). A generation that starts later is not
  * affected. Any thread; async-signal-safe. */
-void tide_engine_cancel(struct tide_engine *e);
+TIDE_API void tide_engine_cancel(struct tide_engine *e);
 
 /* ---- batches (API version 3) -------------------------------------------- */
 
@@ -357,33 +359,36 @@ struct tide_batch_queue {
  * TIDE_E_UNSUPPORTED (max_batch > 1 on a model plugin without batches) or
  * TIDE_E_NOMEM. A routing trace of a batch records each prompt's id as its
  * order of admission from 0 (docs/trace-format.md, batched runs). */
-int tide_engine_run_batch(struct tide_engine *e, int max_batch, const struct tide_batch_queue *q);
+TIDE_API int tide_engine_run_batch(struct tide_engine *e, int max_batch,
+                                   const struct tide_batch_queue *q);
 
 /* Generate reqs[0..n) as one batch of at most max_batch at a time, in order
  * of admission: results[i] and status[i] are those tide_engine_generate
  * would give reqs[i]. Returns as tide_engine_run_batch. */
-int tide_engine_generate_batch(struct tide_engine *e, const struct tide_request *const *reqs, int n,
-                               int max_batch, struct tide_result **results, int *status);
+TIDE_API int tide_engine_generate_batch(struct tide_engine *e,
+                                        const struct tide_request *const *reqs, int n,
+                                        int max_batch, struct tide_result **results, int *status);
 
 /* ---- counters, information, options ------------------------------------- */
 
 /* The offload counters summed over every generation since the engine opened
  * (or since tide_engine_reset_stats). out->size must be set; the library
  * writes at most that many bytes. Returns TIDE_OK or TIDE_E_INVAL. */
-int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out);
+TIDE_API int tide_engine_stats(struct tide_engine *e, struct tide_offload_stats *out);
 
 /* The same counters for one MoE layer, 0 .. n_moe_layers - 1 (for
  * per-layer hit rates). Returns TIDE_OK, TIDE_E_INVAL or TIDE_E_RANGE. */
-int tide_engine_layer_stats(struct tide_engine *e, int layer, struct tide_offload_stats *out);
+TIDE_API int tide_engine_layer_stats(struct tide_engine *e, int layer,
+                                     struct tide_offload_stats *out);
 
 /* The model's forward calls since the engine opened (or since
  * tide_engine_reset_stats): one per round of the engine loop, whatever
  * number of sequences shared it (API version 4). */
-uint64_t tide_engine_forwards(const struct tide_engine *e);
+TIDE_API uint64_t tide_engine_forwards(const struct tide_engine *e);
 
 /* Zero the cumulative counters of tide_engine_stats, tide_engine_layer_stats
  * and tide_engine_forwards. */
-void tide_engine_reset_stats(struct tide_engine *e);
+TIDE_API void tide_engine_reset_stats(struct tide_engine *e);
 
 /* What was opened. Strings belong to the engine and live until it closes
  * (policy: until the next tide_engine_set_options). */
@@ -422,19 +427,19 @@ struct tide_engine_info {
 };
 
 /* Fill *out (out->size must be set). Returns TIDE_OK or TIDE_E_INVAL. */
-int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out);
+TIDE_API int tide_engine_get_info(struct tide_engine *e, struct tide_engine_info *out);
 
 /* The current value of one option, "section.key" (e.g.
  * "generation.gen_length"), as it would be written in the INI file. *value
  * belongs to the engine, valid until the option changes. Returns TIDE_OK or
  * TIDE_E_NOTFOUND. */
-int tide_engine_get_option(struct tide_engine *e, const char *name, const char **value);
+TIDE_API int tide_engine_get_option(struct tide_engine *e, const char *name, const char **value);
 
 /* The same option as a number (API version 4): an integer or a size in
  * bytes ("64MiB") as *i, a float as *f (either pointer may be NULL), a
  * boolean as 0 or 1. Returns TIDE_OK, TIDE_E_NOTFOUND, or TIDE_E_INVAL for
  * an option that is text (get it with tide_engine_get_option). */
-int tide_engine_get_number(struct tide_engine *e, const char *name, int64_t *i, double *f);
+TIDE_API int tide_engine_get_number(struct tide_engine *e, const char *name, int64_t *i, double *f);
 
 /* ---- plans and telemetry (API version 4) --------------------------------- */
 
@@ -455,14 +460,14 @@ struct tide_request_plan {
 /* Plan req without running it: checked as tide_engine_generate checks it
  * (the same errors), prompt tokenized, the decoder's plan. Returns TIDE_OK
  * or the status tide_engine_generate would return before any work. */
-int tide_engine_plan(struct tide_engine *e, const struct tide_request *req,
-                     struct tide_request_plan *out);
+TIDE_API int tide_engine_plan(struct tide_engine *e, const struct tide_request *req,
+                              struct tide_request_plan *out);
 
 /* Telemetry of the following generations (alone or batched) into f: JSON
  * Lines per step and per MoE layer and phase, as [output] metrics writes
  * them for `tide run` (README, "Expert offload"). f is borrowed until
  * replaced; NULL stops. */
-void tide_engine_set_metrics(struct tide_engine *e, FILE *f);
+TIDE_API void tide_engine_set_metrics(struct tide_engine *e, FILE *f);
 
 /* Change options of an open engine, "section.key=value" each: [generation]
  * (except block_length), [policy] and the sections of policy plugins. When a policy option changed,
@@ -470,7 +475,7 @@ void tide_engine_set_metrics(struct tide_engine *e, FILE *f);
  * one assignment is refused none is applied. Returns TIDE_OK, TIDE_E_CONFIG (unknown or bad key or
  * value; a section fixed at open, such as [model] or [backend]) or what placing returns
  * (TIDE_E_BUDGET, ...). */
-int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int n_sets);
+TIDE_API int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int n_sets);
 
 /* ---- tokens ------------------------------------------------------------- */
 
@@ -478,24 +483,24 @@ int tide_engine_set_options(struct tide_engine *e, const char *const *sets, int 
  * nonzero). On success *ids is an array of *n ids the caller frees with
  * tide_free. Returns TIDE_OK, TIDE_E_FORMAT, TIDE_E_UNSUPPORTED (chat
  * without a template), TIDE_E_NOMEM. */
-int tide_engine_tokenize(struct tide_engine *e, const char *text, size_t len, int chat,
-                         int32_t **ids, size_t *n);
+TIDE_API int tide_engine_tokenize(struct tide_engine *e, const char *text, size_t len, int chat,
+                                  int32_t **ids, size_t *n);
 
 /* Decode ids into text; ids the tokenizer has no text for are left out. On
  * success *text (NUL-terminated, *len bytes) is freed by the caller with
  * tide_free. Returns TIDE_OK or TIDE_E_NOMEM. */
-int tide_engine_detokenize(struct tide_engine *e, const int32_t *ids, size_t n, char **text,
-                           size_t *len);
+TIDE_API int tide_engine_detokenize(struct tide_engine *e, const int32_t *ids, size_t n,
+                                    char **text, size_t *len);
 
 /* Free memory the library handed out (tokenize, detokenize). NULL is a no-op. */
-void tide_free(void *p);
+TIDE_API void tide_free(void *p);
 
 /* The library's version ("0.1.0"), static storage. */
-const char *tide_version(void);
+TIDE_API const char *tide_version(void);
 
 /* TIDE_ENGINE_API_VERSION of the library (it may be newer than the header
  * a program was built with). */
-int tide_engine_api_version(void);
+TIDE_API int tide_engine_api_version(void);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
 #ifndef TIDE_LOG_H
 #define TIDE_LOG_H
 
+#include "tide/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,14 +24,14 @@ enum tide_log_level {
 #endif
 
 /* Prints "tide: <level>: <message>\n" when level <= the current level. */
-void tide_log(enum tide_log_level level, const char *fmt, ...) TIDE_PRINTF(2, 3);
-void tide_log_set_level(enum tide_log_level level);
+TIDE_API void tide_log(enum tide_log_level level, const char *fmt, ...) TIDE_PRINTF(2, 3);
+TIDE_API void tide_log_set_level(enum tide_log_level level);
 /* Redirect messages (already formatted, without the trailing newline) to fn;
  * NULL restores stderr. For tests that assert messages. Not thread-safe
  * against concurrent tide_log calls. */
-void tide_log_set_sink(void (*fn)(void *user, enum tide_log_level level, const char *msg),
-                       void *user);
-enum tide_log_level tide_log_get_level(void);
+TIDE_API void tide_log_set_sink(void (*fn)(void *user, enum tide_log_level level, const char *msg),
+                                void *user);
+TIDE_API enum tide_log_level tide_log_get_level(void);
 
 #define tide_error(...) tide_log(TIDE_LOG_ERROR, __VA_ARGS__)
 #define tide_warn(...)  tide_log(TIDE_LOG_WARN, __VA_ARGS__)

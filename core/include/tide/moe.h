@@ -9,6 +9,8 @@
 #ifndef TIDE_MOE_H
 #define TIDE_MOE_H
 
+#include "tide/api.h"
+
 #include <stdint.h>
 
 #include "tide/backend.h"
@@ -35,15 +37,16 @@ struct tide_moe_shape {
 
 /* Declare the shape; once, before any other call. Returns TIDE_OK,
  * TIDE_E_INVAL (bad or repeated declaration) or TIDE_E_NOMEM. */
-int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *shape);
+TIDE_API int tide_moe_declare(struct tide_moe *moe, const struct tide_moe_shape *shape);
 
 /* Register expert e of MoE layer `layer` (0-based among MoE layers). The views
  * (and their scale views) must stay valid until the model closes. They are
  * bf16, or of the declared block-quantized format. Returns TIDE_OK, TIDE_E_INVAL
  * (index out of range, shape mismatch: the tensor name is logged) or a
  * backend error. */
-int tide_moe_register_expert(struct tide_moe *moe, int layer, int e, const struct tide_view *gate,
-                             const struct tide_view *up, const struct tide_view *down);
+TIDE_API int tide_moe_register_expert(struct tide_moe *moe, int layer, int e,
+                                      const struct tide_view *gate, const struct tide_view *up,
+                                      const struct tide_view *down);
 
 /* Run the routed experts of one MoE layer for n tokens.
  *   x:   bf16 [n, hidden] on the device backend (the normalised input);
@@ -51,8 +54,9 @@ int tide_moe_register_expert(struct tide_moe *moe, int layer, int e, const struc
  *   y:   f32 [n, hidden] on the device backend, overwritten with
  *        sum_j w[t,j] * expert_{ids[t,j]}(x[t]).
  * Returns TIDE_OK or a negative status (logged). */
-int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *x,
-                     const int32_t *ids, const float *w, int64_t n, const struct tide_tensor *y);
+TIDE_API int tide_moe_forward(struct tide_moe *moe, int layer, const struct tide_tensor *x,
+                              const int32_t *ids, const float *w, int64_t n,
+                              const struct tide_tensor *y);
 
 #ifdef __cplusplus
 }

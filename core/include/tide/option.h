@@ -7,6 +7,8 @@
 #ifndef TIDE_OPTION_H
 #define TIDE_OPTION_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -40,15 +42,16 @@ struct tide_opts;
 /* Typed getters. The name must be in the section's table and of the matching
  * type; otherwise the getter logs an error (a programming bug) and returns
  * 0 / false / "". Strings are owned by the config. */
-int64_t tide_opts_int(const struct tide_opts *o, const char *name);
-double tide_opts_float(const struct tide_opts *o, const char *name);
-bool tide_opts_bool(const struct tide_opts *o, const char *name);
-const char *tide_opts_str(const struct tide_opts *o, const char *name); /* STRING and ENUM */
-uint64_t tide_opts_size(const struct tide_opts *o, const char *name);
+TIDE_API int64_t tide_opts_int(const struct tide_opts *o, const char *name);
+TIDE_API double tide_opts_float(const struct tide_opts *o, const char *name);
+TIDE_API bool tide_opts_bool(const struct tide_opts *o, const char *name);
+TIDE_API const char *tide_opts_str(const struct tide_opts *o,
+                                   const char *name); /* STRING and ENUM */
+TIDE_API uint64_t tide_opts_size(const struct tide_opts *o, const char *name);
 /* Section name ("generation", "backend-cpu-onednn", ...). */
-const char *tide_opts_section(const struct tide_opts *o);
+TIDE_API const char *tide_opts_section(const struct tide_opts *o);
 /* Where the value came from: "default", "FILE:LINE" or "--set". */
-const char *tide_opts_origin(const struct tide_opts *o, const char *name);
+TIDE_API const char *tide_opts_origin(const struct tide_opts *o, const char *name);
 
 /* A standalone section built from an option table, for a plugin's unit tests
  * (out of tree too) and tools: values start at the table's defaults, then
@@ -57,16 +60,16 @@ const char *tide_opts_origin(const struct tide_opts *o, const char *name);
  * tide_opts_destroy); on failure *out is NULL and the reason is logged.
  * Returns TIDE_OK, TIDE_E_CONFIG (unknown key, bad value), TIDE_E_INVAL (a
  * default of the table does not parse) or TIDE_E_NOMEM. Thread-safe. */
-int tide_opts_create(const char *section, const struct tide_option *table, const char *const *sets,
-                     int n_sets, struct tide_opts **out);
+TIDE_API int tide_opts_create(const char *section, const struct tide_option *table,
+                              const char *const *sets, int n_sets, struct tide_opts **out);
 /* Free a section from tide_opts_create. NULL, and sections that belong to a
  * configuration (those a plugin is handed), are left alone. */
-void tide_opts_destroy(struct tide_opts *o);
+TIDE_API void tide_opts_destroy(struct tide_opts *o);
 
 /* Parse a size such as "12GiB", "512 MiB", "1.5GB", "4096" into bytes.
  * IEC units (KiB..TiB) are powers of 1024, SI (KB..TB) powers of 1000.
  * Returns TIDE_OK or TIDE_E_INVAL (overflow, junk, negative). */
-int tide_parse_size(const char *text, uint64_t *out);
+TIDE_API int tide_parse_size(const char *text, uint64_t *out);
 
 #ifdef __cplusplus
 }

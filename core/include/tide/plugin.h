@@ -18,6 +18,8 @@
 #ifndef TIDE_PLUGIN_H
 #define TIDE_PLUGIN_H
 
+#include "tide/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,7 +42,7 @@ enum tide_plugin_kind {
 };
 
 /* Returns "model", "backend", "policy", "decoder" or "unknown". */
-const char *tide_plugin_kind_str(int kind);
+TIDE_API const char *tide_plugin_kind_str(int kind);
 
 struct tide_plugin_desc {
     uint32_t struct_size; /* sizeof(struct tide_plugin_desc) the plugin was built with */

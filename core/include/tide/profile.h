@@ -21,6 +21,8 @@
 #ifndef TIDE_PROFILE_H
 #define TIDE_PROFILE_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,19 +68,19 @@ static inline uint64_t tide_expert_bytes(uint32_t hidden, uint32_t inter)
 /* Load and validate a profile INI into *out. Every problem is logged as
  * "FILE:LINE: ..." (unknown keys with a suggestion); returns TIDE_OK,
  * TIDE_E_NOTFOUND / TIDE_E_IO (cannot open) or TIDE_E_FORMAT. */
-int tide_profile_load(const char *path, struct tide_profile *out);
+TIDE_API int tide_profile_load(const char *path, struct tide_profile *out);
 
 /* Write p as a profile INI to path (via path.tmp, renamed), refusing an
  * existing file unless overwrite. header is written first as comment lines
  * (may be NULL); notes[i], when given, is the source comment put above key
  * i of the order name, h2d_gbps, d2h_gbps, latency_us, overlap, hidden,
  * inter, dense_us, dense_us_per_token, device, host. */
-int tide_profile_save(const struct tide_profile *p, const char *path, bool overwrite,
-                      const char *header, const char *const notes[11]);
+TIDE_API int tide_profile_save(const struct tide_profile *p, const char *path, bool overwrite,
+                               const char *header, const char *const notes[11]);
 
 /* Time of one expert at `rows` on a curve, for the curve's own expert
  * shape: microseconds, 0 for rows <= 0. */
-double tide_profile_curve_us(const struct tide_profile_curve *c, double rows);
+TIDE_API double tide_profile_curve_us(const struct tide_profile_curve *c, double rows);
 
 /* A profile bound to one expert shape, with per-row tables for speed. */
 struct tide_cost {
@@ -100,15 +102,15 @@ struct tide_cost {
  * expert's bf16 bytes, i.e. its FLOPs (exact for FLOP-bound times,
  * approximate for launch overheads), while copies always move the expert's
  * real bytes in its format. max_rows sizes the tables (larger rows are computed). */
-int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
-                   uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows);
+TIDE_API int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
+                            uint32_t inter, bool allow_scale, const char *what, uint32_t max_rows);
 /* The same for experts in weight format qfmt (tide/quant.h, default block):
  * a profile measured for another format is refused unless allow_scale. */
-int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
-                       uint32_t inter, int qfmt, bool allow_scale, const char *what,
-                       uint32_t max_rows);
+TIDE_API int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
+                                uint32_t inter, int qfmt, bool allow_scale, const char *what,
+                                uint32_t max_rows);
 /* Free the tables of c. NULL and zeroed structs are fine. */
-void tide_cost_free(struct tide_cost *c);
+TIDE_API void tide_cost_free(struct tide_cost *c);
 
 /* Modelled microseconds of one expert with `rows` rows on the device (the
  * profile's curve, scaled to c's expert). Thread-safe (read-only). */
@@ -127,7 +129,7 @@ static inline double tide_cost_host(const struct tide_cost *c, uint32_t rows)
 
 /* The policy ABI's view of c (struct tide_policy_costs, tide/policy.h):
  * plain numbers, the tables pointing into c (so c must outlive it). */
-void tide_cost_policy_costs(const struct tide_cost *c, struct tide_policy_costs *out);
+TIDE_API void tide_cost_policy_costs(const struct tide_cost *c, struct tide_policy_costs *out);
 
 /* What placement produced in one MoE layer for one forward. */
 struct tide_layer_work {
@@ -148,12 +150,12 @@ struct tide_layer_streams {
     double act_up;   /* A_up */
 };
 /* Split one layer-forward's work into the terms above (for bounds and plots). */
-void tide_cost_streams(const struct tide_cost *c, const struct tide_layer_work *w,
-                       struct tide_layer_streams *s);
+TIDE_API void tide_cost_streams(const struct tide_cost *c, const struct tide_layer_work *w,
+                                struct tide_layer_streams *s);
 
 /* Modelled microseconds of one MoE layer for one forward: the serial or the
  * overlapped form above, by the profile's overlap. */
-double tide_cost_layer_us(const struct tide_cost *c, const struct tide_layer_work *w);
+TIDE_API double tide_cost_layer_us(const struct tide_cost *c, const struct tide_layer_work *w);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef TIDE_SAFETENSORS_H
 #define TIDE_SAFETENSORS_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +36,7 @@ struct tide_st; /* an opened checkpoint: one file, or a directory of shards */
  * Returns TIDE_OK, TIDE_E_NOTFOUND (no such file, directory or shard),
  * TIDE_E_IO (open/mmap failed), TIDE_E_FORMAT (malformed header, truncated
  * file, unsupported dtype, overlapping tensors, ...), TIDE_E_NOMEM. */
-int tide_st_open(const char *path, struct tide_st **out);
+TIDE_API int tide_st_open(const char *path, struct tide_st **out);
 
 /* How tide_st_open_flags holds the files (llama.cpp's --no-mmap and --mlock). */
 enum tide_st_flags {
@@ -50,30 +52,30 @@ enum tide_st_flags {
 
 /* tide_st_open with flags (enum tide_st_flags, or 0: map the files). Same
  * return codes; TIDE_E_IO also when reading a file fails. */
-int tide_st_open_flags(const char *path, unsigned flags, struct tide_st **out);
+TIDE_API int tide_st_open_flags(const char *path, unsigned flags, struct tide_st **out);
 
 /* Unmap and free everything; every view from st becomes invalid. NULL is a no-op. */
-void tide_st_close(struct tide_st *st);
+TIDE_API void tide_st_close(struct tide_st *st);
 
 /* Number of tensors, over all shards. */
-int tide_st_count(const struct tide_st *st);
+TIDE_API int tide_st_count(const struct tide_st *st);
 
 /* The i-th tensor, 0 <= i < tide_st_count, or NULL when i is out of range.
  * Order: shard by shard (shards sorted by file name), within a shard by data
  * offset, which is the order that reads the files sequentially. view->name is
  * set. The view is owned by st. */
-const struct tide_view *tide_st_at(const struct tide_st *st, int i);
+TIDE_API const struct tide_view *tide_st_at(const struct tide_st *st, int i);
 
 /* The tensor called NAME, or NULL when there is none (nothing is logged).
  * O(log n). The view is owned by st. */
-const struct tide_view *tide_st_find(const struct tide_st *st, const char *name);
+TIDE_API const struct tide_view *tide_st_find(const struct tide_st *st, const char *name);
 
 /* Path of the file that holds tensor NAME (for messages), or NULL when there is
  * none. Owned by st. */
-const char *tide_st_file_of(const struct tide_st *st, const char *name);
+TIDE_API const char *tide_st_file_of(const struct tide_st *st, const char *name);
 
 /* Path that st was opened with (file or directory). Owned by st. */
-const char *tide_st_path(const struct tide_st *st);
+TIDE_API const char *tide_st_path(const struct tide_st *st);
 
 /* Get tensor NAME and check its dtype and shape. DTYPE TIDE_DTYPE_INVALID
  * accepts any dtype; a dimension of -1 in SHAPE accepts any extent (SHAPE may
@@ -83,11 +85,11 @@ const char *tide_st_path(const struct tide_st *st);
  * Returns TIDE_OK and sets *out (owned by st; OUT may be NULL), TIDE_E_NOTFOUND,
  * TIDE_E_FORMAT (wrong dtype or shape) or TIDE_E_INVAL (NDIM outside
  * 0..TIDE_MAX_DIMS). */
-int tide_st_expect(const struct tide_st *st, const char *name, enum tide_dtype dtype, int ndim,
-                   const int64_t *shape, const struct tide_view **out);
+TIDE_API int tide_st_expect(const struct tide_st *st, const char *name, enum tide_dtype dtype,
+                            int ndim, const int64_t *shape, const struct tide_view **out);
 
 /* Sum of the byte sizes of every tensor. */
-uint64_t tide_st_data_bytes(const struct tide_st *st);
+TIDE_API uint64_t tide_st_data_bytes(const struct tide_st *st);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef TIDE_SAFETENSORS_WRITE_H
 #define TIDE_SAFETENSORS_WRITE_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,28 +30,28 @@ struct tide_st_writer; /* a safetensors file being written */
  * there). Refuses, with TIDE_E_INVAL, when PATH exists and OVERWRITE is false.
  * On success *out is owned by the caller until tide_st_writer_finish or
  * tide_st_writer_abort. Returns TIDE_OK, TIDE_E_INVAL, TIDE_E_IO, TIDE_E_NOMEM. */
-int tide_st_writer_create(const char *path, bool overwrite, struct tide_st_writer **out);
+TIDE_API int tide_st_writer_create(const char *path, bool overwrite, struct tide_st_writer **out);
 
 /* Declare the next tensor: NDIM in 0..TIDE_MAX_DIMS, every dimension >= 0,
  * a name not yet declared (and not "__metadata__"). Only before the first
  * tide_st_writer_write. Returns TIDE_OK, TIDE_E_INVAL, TIDE_E_NOMEM. */
-int tide_st_writer_add(struct tide_st_writer *w, const char *name, enum tide_dtype dtype, int ndim,
-                       const int64_t *shape);
+TIDE_API int tide_st_writer_add(struct tide_st_writer *w, const char *name, enum tide_dtype dtype,
+                                int ndim, const int64_t *shape);
 
 /* Append BYTES bytes of tensor data, in declaration order, in chunks of any
  * size. The first call writes the header, after which no tensor may be added.
  * Writing more than was declared is refused. Returns TIDE_OK, TIDE_E_INVAL,
  * TIDE_E_IO, TIDE_E_NOMEM. After an error, w must still be aborted. */
-int tide_st_writer_write(struct tide_st_writer *w, const void *data, size_t bytes);
+TIDE_API int tide_st_writer_write(struct tide_st_writer *w, const void *data, size_t bytes);
 
 /* Check that every declared byte was written, flush, fsync, and rename
  * PATH.tmp onto PATH. Always frees w; on failure the temporary file is removed
  * and PATH is untouched. Returns TIDE_OK, TIDE_E_INVAL (data missing, or PATH
  * appeared meanwhile and overwrite is false), TIDE_E_IO. */
-int tide_st_writer_finish(struct tide_st_writer *w);
+TIDE_API int tide_st_writer_finish(struct tide_st_writer *w);
 
 /* Give up: close and remove PATH.tmp, free w. PATH is untouched. NULL is a no-op. */
-void tide_st_writer_abort(struct tide_st_writer *w);
+TIDE_API void tide_st_writer_abort(struct tide_st_writer *w);
 
 #ifdef __cplusplus
 }

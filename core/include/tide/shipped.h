@@ -3,6 +3,8 @@
 #ifndef TIDE_SHIPPED_H
 #define TIDE_SHIPPED_H
 
+#include "tide/api.h"
+
 #include <stddef.h>
 
 /* path names a file relative to the source tree ("bench/prompts/prompts.txt",
@@ -13,6 +15,6 @@
  * its build tree, in the source tree, then at the configured prefix. Writes the path to use into
  * buf and returns TIDE_OK, or TIDE_E_NOTFOUND, logged as "WHAT = PATH: ..." with every place
  * searched (what: the key or flag that named it). */
-int tide_shipped_path(const char *path, const char *what, char *buf, size_t len);
+TIDE_API int tide_shipped_path(const char *path, const char *what, char *buf, size_t len);
 
 #endif

@@ -22,6 +22,8 @@
 #ifndef TIDE_SOLVER_H
 #define TIDE_SOLVER_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,12 +48,13 @@ struct tide_solver_ws {
     size_t cap_keys;
 };
 /* Free the scratch and zero *ws (it can be used again). NULL is a no-op. */
-void tide_solver_ws_free(struct tide_solver_ws *ws);
+TIDE_API void tide_solver_ws_free(struct tide_solver_ws *ws);
 
 /* Rank the n experts by count (descending, ties to the lower id) and write
  * the ids of the first min(k, active) experts with count > 0 into out[k].
  * Returns how many, or TIDE_E_NOMEM. O(n + max count) (counting sort). */
-int tide_rank_top(const uint32_t *counts, int n, int k, int32_t *out, struct tide_solver_ws *ws);
+TIDE_API int tide_rank_top(const uint32_t *counts, int n, int k, int32_t *out,
+                           struct tide_solver_ws *ws);
 
 /* The refresh of one layer: target = tide_rank_top(counts, budget); promote
  * the target experts that are not resident, in target order, into free slots
@@ -59,8 +62,9 @@ int tide_rank_top(const uint32_t *counts, int n, int k, int32_t *out, struct tid
  * resident outside the target in ascending id order (only as many residents
  * are demoted as needed). promote[] and evict[] need room for budget
  * entries. Returns the number of promotions (>= 0) or TIDE_E_NOMEM. */
-int tide_tide_refresh(const uint32_t *counts, const uint8_t *resident, int n_resident, int n,
-                      int budget, int32_t *promote, int32_t *evict, struct tide_solver_ws *ws);
+TIDE_API int tide_tide_refresh(const uint32_t *counts, const uint8_t *resident, int n_resident,
+                               int n, int budget, int32_t *promote, int32_t *evict,
+                               struct tide_solver_ws *ws);
 
 /* One forward of one MoE layer, with its routing counts in sparse form. */
 struct tide_solver_fwd {
@@ -96,10 +100,10 @@ struct tide_eval {
  * first_block_every_step), whatever the length of the block. Adds into
  * *out (zero it first). Returns TIDE_OK, TIDE_E_INVAL (budget or interval
  * out of range, more residents than the budget) or TIDE_E_NOMEM. */
-int tide_solver_eval_tide(const struct tide_solver_fwd *fwd, size_t n_fwd, int n_experts,
-                          int budget, uint8_t *resident, const struct tide_tide_rule *rule,
-                          const struct tide_cost *cost, struct tide_eval *out,
-                          struct tide_solver_ws *ws);
+TIDE_API int tide_solver_eval_tide(const struct tide_solver_fwd *fwd, size_t n_fwd, int n_experts,
+                                   int budget, uint8_t *resident, const struct tide_tide_rule *rule,
+                                   const struct tide_cost *cost, struct tide_eval *out,
+                                   struct tide_solver_ws *ws);
 
 /* Pick intervals. cost[l * n_int + i] is the modelled time of layer l under
  * intervals[i]. Writes the index of the interval minimising the sum over
@@ -107,8 +111,9 @@ int tide_solver_eval_tide(const struct tide_solver_fwd *fwd, size_t n_fwd, int n
  * minimising that layer alone (layer_idx[n_layers], total in *layer_us).
  * Ties go to the longer interval (fewer refreshes). Returns TIDE_OK or
  * TIDE_E_INVAL (no layer or no interval). */
-int tide_solver_intervals(const double *cost, int n_layers, int n_int, const int *intervals,
-                          int *global_idx, double *global_us, int *layer_idx, double *layer_us);
+TIDE_API int tide_solver_intervals(const double *cost, int n_layers, int n_int,
+                                   const int *intervals, int *global_idx, double *global_us,
+                                   int *layer_idx, double *layer_us);
 
 /* Share a memory total among layers. cost[l * n_b + j] is the modelled time
  * of layer l with budgets[j] experts (budgets ascending). Every layer starts
@@ -117,8 +122,8 @@ int tide_solver_intervals(const double *cost, int n_layers, int n_int, const int
  * result is optimal when every layer's cost is convex in the budget.
  * Writes idx[n_layers] and the total modelled time. Returns TIDE_OK,
  * TIDE_E_INVAL (bad grid) or TIDE_E_BUDGET (total < n_layers * budgets[0]). */
-int tide_solver_budgets(const double *cost, int n_layers, int n_b, const int *budgets,
-                        int64_t total, int *idx, double *total_us);
+TIDE_API int tide_solver_budgets(const double *cost, int n_layers, int n_b, const int *budgets,
+                                 int64_t total, int *idx, double *total_us);
 
 #ifdef __cplusplus
 }

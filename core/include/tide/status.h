@@ -6,6 +6,8 @@
 #ifndef TIDE_STATUS_H
 #define TIDE_STATUS_H
 
+#include "tide/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,7 +31,7 @@ enum tide_status {
 };
 
 /* Short English text for a status code; never NULL, static storage. */
-const char *tide_status_str(int status);
+TIDE_API const char *tide_status_str(int status);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
 #ifndef TIDE_TENSOR_H
 #define TIDE_TENSOR_H
 
+#include "tide/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,10 +31,10 @@ enum tide_dtype {
 #define TIDE_MAX_DIMS 4
 
 /* Bytes per element, 0 for TIDE_DTYPE_INVALID. */
-size_t tide_dtype_size(enum tide_dtype t);
+TIDE_API size_t tide_dtype_size(enum tide_dtype t);
 /* Safetensors spelling: "F32", "F16", "BF16", "I64", "I32", "I8", "U8",
  * "F8_E4M3"; "?" if invalid. */
-const char *tide_dtype_name(enum tide_dtype t);
+TIDE_API const char *tide_dtype_name(enum tide_dtype t);
 
 struct tide_view {
     const void *data; /* first element; not owned */
@@ -86,7 +88,7 @@ static inline float tide_round_bf16(float f)
 }
 
 /* IEEE half -> f32 (for F16 checkpoints). */
-float tide_f16_to_f32(uint16_t h);
+TIDE_API float tide_f16_to_f32(uint16_t h);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@
 #ifndef TIDE_TOKENIZER_H
 #define TIDE_TOKENIZER_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,40 +49,40 @@ struct tide_tokenizer;
  * logged as a warning. On success *out owns the tokenizer (free it with
  * tide_tokenizer_free). Returns TIDE_OK, TIDE_E_NOTFOUND (no such file),
  * TIDE_E_IO, TIDE_E_FORMAT (malformed or unsupported), TIDE_E_NOMEM. */
-int tide_tokenizer_load(const char *path, struct tide_tokenizer **out);
+TIDE_API int tide_tokenizer_load(const char *path, struct tide_tokenizer **out);
 
 /* Release a tokenizer. NULL is a no-op. */
-void tide_tokenizer_free(struct tide_tokenizer *t);
+TIDE_API void tide_tokenizer_free(struct tide_tokenizer *t);
 
 /* Encode len bytes of text (any bytes; NUL allowed). On success *ids is a
  * malloc'd array of *n ids (never NULL, even when *n is 0) that the caller
  * frees. Returns TIDE_OK, TIDE_E_NOMEM, or TIDE_E_FORMAT when the vocabulary
  * lacks the token for a byte the text holds (logged). */
-int tide_tokenizer_encode(const struct tide_tokenizer *t, const char *text, size_t len,
-                          int32_t **ids, size_t *n);
+TIDE_API int tide_tokenizer_encode(const struct tide_tokenizer *t, const char *text, size_t len,
+                                   int32_t **ids, size_t *n);
 
 /* Decode n ids into bytes. Special and other added tokens are rendered as
  * their text. On success *text is malloc'd, NUL-terminated, *len bytes long
  * (not counting the NUL), and the caller frees it. Returns TIDE_OK,
  * TIDE_E_NOMEM, or TIDE_E_RANGE for an id with no token (logged). */
-int tide_tokenizer_decode(const struct tide_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                          size_t *len);
+TIDE_API int tide_tokenizer_decode(const struct tide_tokenizer *t, const int32_t *ids, size_t n,
+                                   char **text, size_t *len);
 
 /* The id of an exact token string: an added token's content, or else a vocab
  * piece as written in tokenizer.json (byte-level form, e.g. "Ġthe").
  * Returns -1 when there is none (or token is NULL). */
-int32_t tide_tokenizer_id(const struct tide_tokenizer *t, const char *token);
+TIDE_API int32_t tide_tokenizer_id(const struct tide_tokenizer *t, const char *token);
 
 /* The token string of an id: an added token's content, or else the vocab
  * piece in byte-level form. NULL when the id has no token. The string belongs
  * to the tokenizer. */
-const char *tide_tokenizer_piece(const struct tide_tokenizer *t, int32_t id);
+TIDE_API const char *tide_tokenizer_piece(const struct tide_tokenizer *t, int32_t id);
 
 /* Largest id + 1 (ids below it may be unused). */
-int32_t tide_tokenizer_size(const struct tide_tokenizer *t);
+TIDE_API int32_t tide_tokenizer_size(const struct tide_tokenizer *t);
 
 /* True when id is an added token marked "special": true. */
-bool tide_tokenizer_is_special(const struct tide_tokenizer *t, int32_t id);
+TIDE_API bool tide_tokenizer_is_special(const struct tide_tokenizer *t, int32_t id);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
 #ifndef TIDE_TOKENIZER_TRAIN_H
 #define TIDE_TOKENIZER_TRAIN_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -23,9 +25,9 @@ extern "C" {
  * (left id, right id). The file is written to a temporary name and renamed;
  * an existing path is refused unless overwrite. Returns TIDE_OK,
  * TIDE_E_INVAL (bad argument, existing file), TIDE_E_IO, TIDE_E_NOMEM. */
-int tide_tokenizer_train(const char *corpus, size_t len, int vocab_target,
-                         const char *const *specials, int n_specials, const char *path,
-                         bool overwrite);
+TIDE_API int tide_tokenizer_train(const char *corpus, size_t len, int vocab_target,
+                                  const char *const *specials, int n_specials, const char *path,
+                                  bool overwrite);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef TIDE_TRACE_H
 #define TIDE_TRACE_H
 
+#include "tide/api.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -114,16 +116,17 @@ struct tide_trace_reader;
  * header, naming the file. Returns TIDE_OK with *out (free it with
  * tide_trace_reader_close), TIDE_E_NOTFOUND, TIDE_E_IO, TIDE_E_FORMAT or
  * TIDE_E_NOMEM. One reader per thread. */
-int tide_trace_reader_open(const char *path, struct tide_trace_reader **out);
+TIDE_API int tide_trace_reader_open(const char *path, struct tide_trace_reader **out);
 /* The trace's header; valid (strings included) until the reader is closed. */
-const struct tide_trace_header *tide_trace_reader_header(const struct tide_trace_reader *r);
+TIDE_API const struct tide_trace_header *
+tide_trace_reader_header(const struct tide_trace_reader *r);
 /* Read the next record: returns 1 with *rec filled, 0 at the end, or a
  * negative status (a truncated or malformed record: logged with its offset). */
-int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record *rec);
+TIDE_API int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record *rec);
 /* Back to the first record. */
-void tide_trace_reader_rewind(struct tide_trace_reader *r);
+TIDE_API void tide_trace_reader_rewind(struct tide_trace_reader *r);
 /* Unmap the file and free the reader. NULL is a no-op. */
-void tide_trace_reader_close(struct tide_trace_reader *r);
+TIDE_API void tide_trace_reader_close(struct tide_trace_reader *r);
 
 #ifdef __cplusplus
 }
