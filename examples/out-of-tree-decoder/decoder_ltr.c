@@ -386,12 +386,10 @@ static int ltr_finish(struct tide_decoder_seq *q, struct tide_decoder_result *ou
         rc = TIDE_E_INVAL;
     } else if (out) {
         const struct tide_decoder *d = q->d;
-        out->n =
-            dc_output_len(q->canvas, q->P, d->p.gen_length, q->decided, &d->tok, &out->stopped);
-        memcpy(out->ids, q->canvas + q->P, sizeof *out->ids * (size_t)out->n);
-        out->steps = q->steps;
-        out->blocks = q->blocks;
-        out->edits = 0;
+        bool stopped;
+        const int64_t n =
+            dc_output_len(q->canvas, q->P, d->p.gen_length, q->decided, &d->tok, &stopped);
+        dc_result_set(out, q->canvas, q->P, n, stopped, q->steps, q->blocks, 0);
     }
     free(q->canvas);
     free(q->mpos);

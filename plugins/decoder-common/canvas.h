@@ -67,4 +67,16 @@ static inline int64_t dc_output_len(const int32_t *canvas, int64_t P, int64_t G,
     return e >= 0 ? e + 1 - P : hi - P;
 }
 
+/* finish()'s result: the n output tokens canvas[P, P + n) and the counters. */
+static inline void dc_result_set(struct tide_decoder_result *out, const int32_t *canvas, int64_t P,
+                                 int64_t n, bool stopped, int64_t steps, int blocks, int64_t edits)
+{
+    memcpy(out->ids, canvas + P, sizeof *out->ids * (size_t)n);
+    out->n = n;
+    out->steps = steps;
+    out->blocks = blocks;
+    out->stopped = stopped;
+    out->edits = edits;
+}
+
 #endif

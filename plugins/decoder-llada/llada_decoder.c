@@ -435,12 +435,9 @@ static int lld_finish(struct tide_decoder_seq *q, struct tide_decoder_result *ou
         /* L12: the output is canvas[P, P + G), cut after the first EOS/stop
          * token. */
         const struct tide_decoder *d = q->d;
-        out->n = dc_output_len(q->canvas, q->P, d->p.gen_length, q->end, &d->tok, &q->stopped);
-        memcpy(out->ids, q->canvas + q->P, sizeof *out->ids * (size_t)out->n);
-        out->steps = q->steps;
-        out->blocks = q->blocks;
-        out->stopped = q->stopped;
-        out->edits = 0;
+        const int64_t n =
+            dc_output_len(q->canvas, q->P, d->p.gen_length, q->end, &d->tok, &q->stopped);
+        dc_result_set(out, q->canvas, q->P, n, q->stopped, q->steps, q->blocks, 0);
     }
     free(q->canvas);
     free(q->uncond);

@@ -331,12 +331,7 @@ static int l2d_finish(struct tide_decoder_seq *q, struct tide_decoder_result *ou
     if (out && !q->c.finished) {
         rc = TIDE_E_INVAL;
     } else if (out) {
-        memcpy(out->ids, q->c.ids + q->c.P, sizeof *out->ids * (size_t)q->n_out);
-        out->n = q->n_out;
-        out->steps = q->steps;
-        out->blocks = q->blocks;
-        out->stopped = q->stopped;
-        out->edits = 0;
+        dc_result_set(out, q->c.ids, q->c.P, q->n_out, q->stopped, q->steps, q->blocks, 0);
     }
     dc_canvas_free(&q->c);
     free(q->logits);

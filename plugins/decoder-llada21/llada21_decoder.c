@@ -471,12 +471,9 @@ static int l21_finish(struct tide_decoder_seq *q, struct tide_decoder_result *ou
         rc = TIDE_E_INVAL;
     } else if (out) {
         const struct tide_decoder *d = q->d;
-        out->n = dc_output_len(q->c.ids, q->c.P, d->p.gen_length, q->end, &d->tok, &q->stopped);
-        memcpy(out->ids, q->c.ids + q->c.P, sizeof *out->ids * (size_t)out->n);
-        out->steps = q->steps;
-        out->blocks = q->blocks;
-        out->stopped = q->stopped;
-        out->edits = q->edits;
+        const int64_t n =
+            dc_output_len(q->c.ids, q->c.P, d->p.gen_length, q->end, &d->tok, &q->stopped);
+        dc_result_set(out, q->c.ids, q->c.P, n, q->stopped, q->steps, q->blocks, q->edits);
     }
     dc_canvas_free(&q->c);
     free(q->logits);
