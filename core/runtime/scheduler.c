@@ -47,8 +47,12 @@ static int sc_admit(struct sched *c, int *what)
     c->running[s] = true;
     c->order[s] = c->next_order++;
     c->n_running++;
-    if (c->lead < 0)
+    if (c->lead < 0) {
+        /* The batch is empty (else a lead runs): s leads from its start,
+         * even after one that ended at its admission. */
         c->lead = s;
+        c->lead_left = false;
+    }
     const int r = c->ops->resume(c->ops->user, s, true, c->lead == s, TIDE_OK);
     if (r < 0) {
         sc_after(c, s, 0);
