@@ -62,7 +62,7 @@ static void bp_pause(void)
 }
 
 /* One step of a wait: a pause, and every BP_SPINS of them a yield. */
-static void bp_wait_step(int spins)
+static void bp_wait_step(unsigned spins)
 {
     if (spins % BP_SPINS == BP_SPINS - 1)
         sched_yield();
@@ -92,7 +92,7 @@ static void *bp_main(void *arg)
     uint32_t seen = w.seen;
     for (;;) {
         uint32_t g;
-        int spins = 0;
+        unsigned spins = 0; /* unsigned: a long hot wait wraps, harmlessly */
         while ((g = atomic_load_explicit(&bp.gen, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&bp.stop, memory_order_relaxed))
                 return NULL;
@@ -153,7 +153,7 @@ void dnnl_bk_par(int nt, void (*fn)(void *ctx, int tid, int nt), void *ctx)
     if (atomic_load(&bp.sleepers) > 0)
         bp_futex_wake_all(&bp.gen);
     fn(ctx, 0, nt);
-    for (int spins = 0; atomic_load_explicit(&bp.pending, memory_order_acquire) > 0; spins++)
+    for (unsigned spins = 0; atomic_load_explicit(&bp.pending, memory_order_acquire) > 0; spins++)
         bp_wait_step(spins);
     pthread_mutex_unlock(&bp.run);
 }
