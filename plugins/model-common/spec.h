@@ -8,6 +8,7 @@
 
 #include "tide/quant.h"
 #include "tide/safetensors.h"
+#include "tide/tensor.h"
 
 #define MC_NAME_MAX 128
 
@@ -84,6 +85,67 @@ static inline int mc_spec_expert_q(const char *prefix, int j, int64_t I, int64_t
         tide_qmat_scale_shape(block, rows, cols, shape);
     }
     return 2;
+}
+
+/* A MoE layer's tensors after its attention, in checkpoint order: the
+ * router (n_experts x H) at "<prefix>.mlp.gate.weight", its f32 expert bias
+ * under "<prefix>.<bias_name>" (NULL: none), the routed experts, then the
+ * shared expert's SwiGLU under "<prefix>.<shared_part>" (shared_I 0: none). */
+struct mc_moe_spec {
+    int n_experts;
+    int64_t H, I; /* hidden size, a routed expert's width */
+    int qfmt;     /* the routed experts' format (enum tide_qfmt) and block */
+    const int *block;
+    const char *bias_name;
+    const char *shared_part;
+    int64_t shared_I;
+};
+
+/* Where the routed experts start among the block's tensors. */
+static inline int mc_moe_first_expert(const struct mc_moe_spec *m)
+{
+    return 1 + (m->bias_name ? 1 : 0);
+}
+
+/* The block's tensor count. */
+static inline int mc_moe_tensors(const struct mc_moe_spec *m)
+{
+    return mc_moe_first_expert(m) + mc_expert_tensors(m->qfmt) * m->n_experts +
+           (m->shared_I ? 3 : 0);
+}
+
+/* The block's j-th tensor (0 <= j < mc_moe_tensors): name, dtype, shape. */
+static inline int mc_spec_moe(const char *prefix, int j, const struct mc_moe_spec *m, char *name,
+                              size_t len, enum tide_dtype *dt, int64_t shape[TIDE_MAX_DIMS])
+{
+    *dt = TIDE_DTYPE_BF16;
+    if (j == 0) {
+        snprintf(name, len, "%s.mlp.gate.weight", prefix);
+        return mc_spec2(shape, m->n_experts, m->H);
+    }
+    j -= 1;
+    if (m->bias_name) {
+        if (j == 0) {
+            snprintf(name, len, "%s.%s", prefix, m->bias_name);
+            *dt = TIDE_DTYPE_F32;
+            return mc_spec1(shape, m->n_experts);
+        }
+        j--;
+    }
+    const int per = mc_expert_tensors(m->qfmt);
+    if (j < per * m->n_experts)
+        return mc_spec_expert_q(prefix, j, m->I, m->H, m->qfmt, m->block, name, len, dt, shape);
+    j -= per * m->n_experts;
+    return mc_spec_swiglu(prefix, m->shared_part, j, m->shared_I, m->H, name, len, shape);
+}
+
+/* Bytes of a tensor of dtype dt and shape[nd]. */
+static inline uint64_t mc_spec_bytes(enum tide_dtype dt, const int64_t *shape, int nd)
+{
+    uint64_t b = tide_dtype_size(dt);
+    for (int d = 0; d < nd; d++)
+        b *= (uint64_t)shape[d];
+    return b;
 }
 
 #endif

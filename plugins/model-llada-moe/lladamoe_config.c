@@ -110,8 +110,25 @@ static void rd_layer_freq(struct mc_cfg_reader *r, struct lmoe_cfg *c)
     }
 }
 
+/* A MoE layer's block: router gate, its bias (a buffer of the MoE block),
+ * the routed experts, the shared expert (on the decoder layer). */
+static struct mc_moe_spec moe_spec(const struct lmoe_cfg *c)
+{
+    return (struct mc_moe_spec){
+        .n_experts = c->n_experts,
+        .H = c->hidden,
+        .I = c->moe_inter,
+        .qfmt = c->quant.fmt,
+        .block = c->quant.block,
+        .bias_name = c->expert_bias ? "mlp.expert_bias" : NULL,
+        .shared_part = "shared_expert",
+        .shared_I = c->shared_inter,
+    };
+}
+
 void lmoe_cfg_finish(struct lmoe_cfg *c)
 {
+    const struct mc_moe_spec m = moe_spec(c);
     c->n_moe = 0;
     int at = 1; /* the embeddings come first */
     for (int l = 0; l < c->n_layers; l++) {
@@ -119,8 +136,7 @@ void lmoe_cfg_finish(struct lmoe_cfg *c)
         at += 6 + (c->qk_norm ? 2 : 0);
         if (c->moe[l]) {
             c->n_moe++;
-            at += 1 + (c->expert_bias ? 1 : 0) + mc_expert_tensors(c->quant.fmt) * c->n_experts +
-                  (c->shared_inter ? 3 : 0);
+            at += mc_moe_tensors(&m);
         } else {
             at += 3;
         }
@@ -360,27 +376,8 @@ static int layer_spec(const struct lmoe_cfg *c, int l, int j, char *name, size_t
     if (!c->moe[l]) {
         return mc_spec_swiglu(p, "mlp", j, c->dense_inter, H, name, len, shape);
     }
-    if (j == 0) {
-        snprintf(name, len, "%s.mlp.gate.weight", p);
-        return mc_spec2(shape, c->n_experts, H);
-    }
-    j--;
-    if (c->expert_bias) {
-        if (j == 0) {
-            /* a float32 buffer of LLaDAMoESparseMoeBlock */
-            snprintf(name, len, "%s.mlp.expert_bias", p);
-            *dt = TIDE_DTYPE_F32;
-            return mc_spec1(shape, c->n_experts);
-        }
-        j--;
-    }
-    const int per = mc_expert_tensors(c->quant.fmt);
-    if (j < per * c->n_experts)
-        return mc_spec_expert_q(p, j, c->moe_inter, H, c->quant.fmt, c->quant.block, name, len, dt,
-                                shape);
-    j -= per * c->n_experts;
-    /* the shared expert hangs off the decoder layer, not the MoE block */
-    return mc_spec_swiglu(p, "shared_expert", j, c->shared_inter, H, name, len, shape);
+    const struct mc_moe_spec m = moe_spec(c);
+    return mc_spec_moe(p, j, &m, name, len, dt, shape);
 }
 
 int lmoe_tensor_spec(const struct lmoe_cfg *c, int i, char name[LMOE_NAME_MAX], enum tide_dtype *dt,
@@ -410,7 +407,8 @@ bool lmoe_tensor_is_routed(const struct lmoe_cfg *c, int i)
     int l = layer_of(c, i);
     if (!c->moe[l])
         return false;
-    const int e0 = c->first[l] + (c->qk_norm ? 8 : 6) + 1 + (c->expert_bias ? 1 : 0);
+    const struct mc_moe_spec m = moe_spec(c);
+    const int e0 = c->first[l] + (c->qk_norm ? 8 : 6) + mc_moe_first_expert(&m);
     return i >= e0 && i < e0 + mc_expert_tensors(c->quant.fmt) * c->n_experts;
 }
 
@@ -427,11 +425,8 @@ uint64_t lmoe_dense_bytes(const struct lmoe_cfg *c)
         char name[LMOE_NAME_MAX];
         enum tide_dtype dt;
         int64_t shape[TIDE_MAX_DIMS];
-        int nd = lmoe_tensor_spec(c, i, name, &dt, shape);
-        uint64_t b = tide_dtype_size(dt);
-        for (int d = 0; d < nd; d++)
-            b *= (uint64_t)shape[d];
-        total += b;
+        const int nd = lmoe_tensor_spec(c, i, name, &dt, shape);
+        total += mc_spec_bytes(dt, shape, nd);
     }
     return total;
 }

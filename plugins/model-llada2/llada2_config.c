@@ -242,14 +242,29 @@ enum {
     SLOT_LAYER_FIXED, /* count of the slots above */
 };
 
+/* A MoE layer's block: router gate, its bias, the routed experts, the
+ * shared experts (n_shared of them fused into one SwiGLU). */
+static struct mc_moe_spec moe_spec(const struct llada2_cfg *c)
+{
+    return (struct mc_moe_spec){
+        .n_experts = c->n_experts,
+        .H = c->hidden,
+        .I = c->moe_inter,
+        .qfmt = c->quant.fmt,
+        .block = c->quant.block,
+        .bias_name = c->expert_bias ? "mlp.gate.expert_bias" : NULL,
+        .shared_part = "mlp.shared_experts",
+        .shared_I = (int64_t)c->moe_inter * c->n_shared,
+    };
+}
+
 static int layer_tensor_count(const struct llada2_cfg *c, int layer)
 {
     int n = SLOT_LAYER_FIXED - (c->qk_norm ? 0 : 2);
     if (layer < c->first_dense)
         return n + 3;
-    /* router gate, its bias, the routed experts, the shared expert */
-    return n + 1 + (c->expert_bias ? 1 : 0) + mc_expert_tensors(c->quant.fmt) * c->n_experts +
-           (c->n_shared ? 3 : 0);
+    const struct mc_moe_spec m = moe_spec(c);
+    return n + mc_moe_tensors(&m);
 }
 
 int llada2_tensor_count(const struct llada2_cfg *c)
@@ -298,26 +313,8 @@ static int layer_spec(const struct llada2_cfg *c, int l, int j, char *name, size
     if (l < c->first_dense) {
         return mc_spec_swiglu(p, "mlp", j, c->inter, H, name, len, shape);
     }
-    if (j == 0) {
-        snprintf(name, len, "%s.mlp.gate.weight", p);
-        return mc_spec2(shape, c->n_experts, H);
-    }
-    j--;
-    if (c->expert_bias) {
-        if (j == 0) {
-            snprintf(name, len, "%s.mlp.gate.expert_bias", p);
-            *dt = TIDE_DTYPE_F32;
-            return mc_spec1(shape, c->n_experts);
-        }
-        j--;
-    }
-    const int per = mc_expert_tensors(c->quant.fmt);
-    if (j < per * c->n_experts)
-        return mc_spec_expert_q(p, j, c->moe_inter, H, c->quant.fmt, c->quant.block, name, len, dt,
-                                shape);
-    j -= per * c->n_experts;
-    const int64_t Is = (int64_t)c->moe_inter * c->n_shared;
-    return mc_spec_swiglu(p, "mlp.shared_experts", j, Is, H, name, len, shape);
+    const struct mc_moe_spec m = moe_spec(c);
+    return mc_spec_moe(p, j, &m, name, len, dt, shape);
 }
 
 int llada2_tensor_spec(const struct llada2_cfg *c, int i, char name[LLADA2_NAME_MAX],
@@ -352,11 +349,8 @@ static uint64_t tensor_bytes(const struct llada2_cfg *c, int i)
     char name[LLADA2_NAME_MAX];
     enum tide_dtype dt;
     int64_t shape[TIDE_MAX_DIMS];
-    int nd = llada2_tensor_spec(c, i, name, &dt, shape);
-    uint64_t b = tide_dtype_size(dt);
-    for (int d = 0; d < nd; d++)
-        b *= (uint64_t)shape[d];
-    return b;
+    const int nd = llada2_tensor_spec(c, i, name, &dt, shape);
+    return mc_spec_bytes(dt, shape, nd);
 }
 
 uint64_t llada2_dense_bytes(const struct llada2_cfg *c)
@@ -365,7 +359,8 @@ uint64_t llada2_dense_bytes(const struct llada2_cfg *c)
      * walked: a MoE layer's experts follow its gate (and bias). */
     const int n = llada2_tensor_count(c), nd = layer_tensor_count(c, 0);
     const int nm = layer_tensor_count(c, c->first_dense);
-    const int first_expert = (c->qk_norm ? 6 : 4) + 1 + (c->expert_bias ? 1 : 0);
+    const struct mc_moe_spec m = moe_spec(c);
+    const int first_expert = (c->qk_norm ? 6 : 4) + mc_moe_first_expert(&m);
     uint64_t total = 0;
     int i = 0;
     for (; i < 1 + c->first_dense * nd; i++)
