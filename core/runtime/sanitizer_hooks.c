@@ -17,9 +17,11 @@
 #endif
 
 #ifdef TIDE_HAVE_ASAN
-/* Called by the sanitizer runtime at start-up. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
+/* Called by the sanitizer runtime at start-up, which finds it by its
+ * dynamic symbol: exported although core objects are hidden by default
+ * (tide/api.h), or the runtime never sees the suppressions. */
+__attribute__((visibility("default"), used)) const char *__lsan_default_suppressions(void);
+__attribute__((visibility("default"), used)) const char *__lsan_default_suppressions(void)
 {
     return "leak:_dlerror_run\n"
            "leak:_dl_map_object_deps\n"
