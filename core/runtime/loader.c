@@ -75,10 +75,11 @@ static const char ld_anchor;
 int tide_plugin_default_dirs(char **dirs, int max)
 {
     int n = 0;
-    char exe[PATH_MAX];
+    char exe[PATH_MAX], exe_file[PATH_MAX] = "";
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
         exe[len] = 0;
+        memcpy(exe_file, exe, (size_t)len + 1);
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
@@ -94,10 +95,12 @@ int tide_plugin_default_dirs(char **dirs, int max)
         }
     }
     /* <libdir>/tide/plugins next to this libtide: an install moved to another
-     * prefix (cmake --install --prefix), or a program embedding libtide. */
+     * prefix (cmake --install --prefix), or a program embedding libtide.
+     * Not when the core is the program's own (tide links its objects). */
     Dl_info info;
     char lib[PATH_MAX];
-    if (dladdr(&ld_anchor, &info) && info.dli_fname && realpath(info.dli_fname, lib)) {
+    if (dladdr(&ld_anchor, &info) && info.dli_fname && realpath(info.dli_fname, lib) &&
+        strcmp(lib, exe_file) != 0) {
         char *slash = strrchr(lib, '/');
         if (slash) {
             *slash = 0;
