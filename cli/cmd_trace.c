@@ -154,8 +154,15 @@ static int trace_info(const char *path, int max_d)
            "expert)\n",
            h->n_layers, h->n_experts, h->top_k, h->hidden, h->inter,
            (double)h->expert_bytes / 1048576.0);
-    printf("generation: block %u, at most %u steps, threshold %g\n", h->block_length, h->steps,
-           h->threshold);
+    /* A decoder without a bound on steps (decoder-llada21 by default) leaves
+     * block_length in the header; a longer block shows it was no bound. */
+    if (t->max_block_steps > h->steps)
+        printf("generation: block %u, open-ended steps (the header's %u is no bound: a block "
+               "ran %u), threshold %g\n",
+               h->block_length, h->steps, t->max_block_steps, h->threshold);
+    else
+        printf("generation: block %u, at most %u steps, threshold %g\n", h->block_length, h->steps,
+               h->threshold);
     printf("prompts %llu, blocks %llu, denoising steps %llu (%.2f per block), tokens generated "
            "%llu (up to gen_length per prompt, as tide run counts them)\n",
            (unsigned long long)t->prompts, (unsigned long long)t->blocks,

@@ -1,7 +1,7 @@
 /* decoder-llada21: LLaDA2.1's generate() (modeling_llada2_moe.py of the
  * LLaDA2.1 release; dllm keeps a copy as
  * dllm/pipelines/llada21/models/modeling_llada21_moe.py), rule by rule.
- * docs/decoding.md lists every rule (E1..E18) with the line it follows; the
+ * docs/decoding.md lists every rule (E1-E14) with the line it follows; the
  * names appear below.
  *
  * The canvas is the prompt followed by masks, in whole blocks (E2). Decoding
@@ -20,9 +20,11 @@
  *
  * Departures (docs/decoding.md): the KV cache (recompute = true runs the
  * official windows); draws use TIDE's seeded RNG, only at the positions a
- * step decides on; max_block_steps bounds a block whose loop would never end
- * (the mask token keeps winning); stop_tokens and mask_in_argmax = false are
- * options, off by default. */
+ * step decides on; a greedy block whose state (its canvas and post-step
+ * count) repeats ends there, since the official loop would repeat it
+ * forever, and max_block_steps is a safety bound far above any block seen
+ * to end; stop_tokens and mask_in_argmax = false are options, off by
+ * default. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,11 @@
 #include "tide/status.h"
 
 #define L21_NAME "decoder-llada21"
+
+/* max_block_steps = 0: a safety bound, 7 x the longest block seen to end
+ * (14,146 steps: block_length 32, threshold 0.5, editing_threshold 0, a
+ * tiny checkpoint favouring the mask token; docs/decoding.md). */
+#define L21_SAFETY_STEPS 100000
 
 /* The named modes ([generation] mode). Each sets the two thresholds when
  * the configuration leaves them at their defaults; docs/decoding.md cites
@@ -62,7 +69,9 @@ struct tide_decoder {
     double editing_threshold;
     int max_post_steps;
     int num_to_transfer;
-    int max_block_steps; /* the bound on steps per block (departure 3) */
+    int max_block_steps; /* the safety bound on steps per block (departure 3) */
+    bool bound_set;      /* max_block_steps was set, not the default */
+    bool end_on_repeat;  /* departure 3: a repeated state ends a greedy block */
     char mode[16];
 };
 
@@ -80,10 +89,15 @@ static const struct tide_option l21_options[] = {
      "are above threshold (the official num_to_transfer)",
      NULL, "[1,100000]"},
     {"max_block_steps", TIDE_OPT_INT, "0",
-     "most steps of one block (the official loop has no bound and would not end when the mask "
-     "token keeps winning); 0 = 2 x block_length + max_post_steps. A block that reaches it "
-     "ends, with a warning",
+     "safety bound on the steps of one block (the official loop has none); 0 = 100000, far "
+     "above any block seen to end. A greedy block whose state repeats ends before it (the "
+     "official loop would never end); a block that reaches it ends, with a warning",
      NULL, "[0,]"},
+    {"end_on_repeat", TIDE_OPT_BOOL, "true",
+     "end a block at temperature 0 when a step starts from a state (the block's canvas and its "
+     "post-step count) an earlier step had: the official loop would repeat those steps forever. "
+     "false follows it up to max_block_steps",
+     NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -169,8 +183,9 @@ static int l21_create(const struct tide_decoder_args *a, struct tide_decoder **o
         l21_destroy(d);
         return rc;
     }
-    d->max_block_steps =
-        mbs > 0 ? (int)(mbs < 1000000 ? mbs : 1000000) : 2 * d->p.block + d->max_post_steps;
+    d->bound_set = mbs > 0;
+    d->end_on_repeat = a->opts ? tide_opts_bool(a->opts, "end_on_repeat") : true;
+    d->max_block_steps = mbs > 0 ? (int)(mbs < 1000000 ? mbs : 1000000) : L21_SAFETY_STEPS;
     if (strcmp(tide_opts_origin(a->gen, "steps"), "default") ||
         strcmp(tide_opts_origin(a->gen, "minimal_topk"), "default"))
         tide_info("decoder llada21: [generation] steps and minimal_topk have no effect (the "
@@ -184,10 +199,20 @@ static int l21_create(const struct tide_decoder_args *a, struct tide_decoder **o
 }
 
 /* E2: the prompt plus gen_length, rounded up to whole blocks (dc_blocks_ctx);
- * steps are open-ended, bounded by max_block_steps. */
+ * steps are open-ended. max_forwards counts max_block_steps per block; the
+ * default safety bound is no planning figure, so max_steps is then 0 (no
+ * bound known: placement policies and traces take the steps blocks run). */
 static int l21_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder_plan *out)
 {
-    return dc_blocks_plan(&d->p, d->max_ctx, P, d->max_block_steps, 0, TIDE_STEPS_UNUSED, out);
+    struct tide_decoder_plan pl = {.size = sizeof pl};
+    const int rc =
+        dc_blocks_plan(&d->p, d->max_ctx, P, d->max_block_steps, 0, TIDE_STEPS_UNUSED, &pl);
+    if (rc != TIDE_OK)
+        return rc;
+    if (!d->bound_set)
+        pl.max_steps = 0;
+    dc_plan_out(out, &pl);
+    return TIDE_OK;
 }
 
 /* A position of the block, with what this step predicts for it. */
@@ -223,9 +248,16 @@ struct tide_decoder_seq {
     int post;   /* its steps that found no mask (E4) */
     int n_mask; /* masks at the posted step's start */
     int n_rows; /* the posted step's decided positions */
-    bool over;  /* the block's steps are over (E4, E10, max_block_steps) */
-    bool stop;  /* E13 */
-    bool warned;
+    bool over;  /* the block's steps are over (E4, E10, a repeat, max_block_steps) */
+    /* Departure 3: the block's states at its steps' starts (greedy only):
+     * n_seen canvases of L ids, each with its post count and hash. */
+    int32_t *seen;
+    int *seen_post;
+    uint64_t *seen_hash;
+    int n_seen, cap_seen;
+    int *slot; /* [n_slot] open addressing over the states: index + 1, 0 = empty */
+    int n_slot;
+    bool stop; /* E13 */
     int64_t end;
     int64_t steps, edits; /* result */
     int blocks;
@@ -306,6 +338,69 @@ static void l21_block_end(struct tide_decoder_seq *q)
                         dc_output_len(q->c.ids, q->c.P, d->p.gen_length, cwe, &d->tok, &st));
 }
 
+/* Departure 3: the block's state at the start of step q->s is its canvas
+ * and its post count (E4). At temperature 0 the step is a function of that
+ * state (the blocks before it are final), so a state seen at an earlier step
+ * means the official loop runs the same steps again, forever. Records the
+ * state and returns the earlier step that had it, -1 when none did, or
+ * TIDE_E_NOMEM. */
+static uint64_t l21_state_hash(const int32_t *block, int L, int post)
+{
+    uint64_t hv = 0xcbf29ce484222325ull ^ (uint64_t)(uint32_t)post;
+    for (int i = 0; i < L; i++)
+        hv = (hv ^ (uint64_t)(uint32_t)block[i]) * 0x100000001b3ull;
+    return hv ^ hv >> 29;
+}
+
+/* Index state k (of hash hv) in the open-addressed table of n_slot. */
+static void l21_slot_put(int *slot, int n_slot, uint64_t hv, int k)
+{
+    size_t i = (size_t)hv & (size_t)(n_slot - 1);
+    while (slot[i])
+        i = (i + 1) & (size_t)(n_slot - 1);
+    slot[i] = k + 1;
+}
+
+static int l21_repeat(struct tide_decoder_seq *q, const int32_t *block, int L)
+{
+    const uint64_t hv = l21_state_hash(block, L, q->post);
+    const size_t row = sizeof *block * (size_t)L;
+    for (size_t i = (size_t)hv & (size_t)(q->n_slot - 1); q->n_slot && q->slot[i];
+         i = (i + 1) & (size_t)(q->n_slot - 1)) {
+        const int k = q->slot[i] - 1;
+        if (q->seen_hash[k] == hv && q->seen_post[k] == q->post &&
+            !memcmp(q->seen + (size_t)k * (size_t)L, block, row))
+            return k;
+    }
+    if (q->n_seen == q->cap_seen) {
+        const int cap = q->cap_seen ? 2 * q->cap_seen : 64;
+        int32_t *seen = realloc(q->seen, row * (size_t)cap);
+        if (seen)
+            q->seen = seen;
+        int *post = realloc(q->seen_post, sizeof *post * (size_t)cap);
+        if (post)
+            q->seen_post = post;
+        uint64_t *hash = realloc(q->seen_hash, sizeof *hash * (size_t)cap);
+        if (hash)
+            q->seen_hash = hash;
+        /* At most half full: twice the states' room. */
+        int *slot = seen && post && hash ? calloc(2 * (size_t)cap, sizeof *slot) : NULL;
+        if (!slot)
+            return TIDE_E_NOMEM;
+        free(q->slot);
+        q->slot = slot;
+        q->n_slot = 2 * cap;
+        q->cap_seen = cap;
+        for (int k = 0; k < q->n_seen; k++)
+            l21_slot_put(q->slot, q->n_slot, q->seen_hash[k], k);
+    }
+    memcpy(q->seen + (size_t)q->n_seen * (size_t)L, block, row);
+    q->seen_post[q->n_seen] = q->post;
+    q->seen_hash[q->n_seen] = hv;
+    l21_slot_put(q->slot, q->n_slot, hv, q->n_seen++);
+    return -1;
+}
+
 static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
 {
     const struct tide_decoder *d = q->d;
@@ -322,6 +417,9 @@ static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
             q->over = false;
             q->s = 0;
             q->post = 0;
+            q->n_seen = 0;
+            if (q->slot)
+                memset(q->slot, 0, sizeof *q->slot * (size_t)q->n_slot);
         }
         if (!q->over) {
             /* E4: the masks at the step's start; none left counts a post
@@ -331,16 +429,30 @@ static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
                 n_mask += c->ids[b0 + i] == d->tok.mask;
             if (!n_mask)
                 q->post++;
+            const int seen = q->post > d->max_post_steps || !q->sp.greedy || !d->end_on_repeat
+                                 ? -1
+                                 : l21_repeat(q, c->ids + b0, L);
+            if (seen < -1)
+                return seen;
             if (q->post > d->max_post_steps) {
                 q->over = true;
+            } else if (seen >= 0) {
+                tide_warn("decoder llada21: block %lld ends at step %d, whose state (the block's "
+                          "canvas, %d masks, and %d post steps) step %d had: the official loop "
+                          "would repeat steps %d..%d forever (the mask token keeps winning; "
+                          "generation.mask_in_argmax = false leaves it out)",
+                          (long long)c->b, q->s, n_mask, q->post, seen, seen, q->s - 1);
+                q->over = true;
             } else if (q->s >= d->max_block_steps) {
-                if (!q->warned)
-                    tide_warn("decoder llada21: block %lld reached max_block_steps = %d with %d "
-                              "masks left (the official loop would not end here: the mask "
-                              "token keeps winning; generation.mask_in_argmax = false leaves it "
-                              "out)",
-                              (long long)c->b, d->max_block_steps, n_mask);
-                q->warned = true;
+                tide_warn("decoder llada21: block %lld reached max_block_steps = %d with %d "
+                          "masks left and ends there. This is a safety bound, far above the "
+                          "longest block seen to end (14146 steps); the official loop has no "
+                          "bound and might still end: raise [decoder-llada21] max_block_steps "
+                          "to follow it further%s",
+                          (long long)c->b, d->max_block_steps, n_mask,
+                          q->sp.greedy ? ""
+                                       : " (at temperature > 0 a repeated state proves nothing, "
+                                         "so only this bound applies)");
                 q->over = true;
             } else {
                 int rc = h->step_begin(h->user, (int)(c->b - c->first), q->s);
@@ -486,6 +598,10 @@ static int l21_finish(struct tide_decoder_seq *q, struct tide_decoder_result *ou
     free(q->span);
     free(q->commit);
     free(q->row);
+    free(q->seen);
+    free(q->seen_post);
+    free(q->seen_hash);
+    free(q->slot);
     free(q);
     return rc;
 }
@@ -495,13 +611,14 @@ static void l21_describe(const struct tide_decoder *d, char *buf, size_t len)
     const struct dc_params *p = &d->p;
     snprintf(buf, len,
              "mode=%s gen_length=%lld block_length=%d threshold=%g editing_threshold=%g "
-             "max_post_steps=%d num_to_transfer=%d max_block_steps=%d temperature=%g top_k=%d "
+             "max_post_steps=%d num_to_transfer=%d max_block_steps=%d end_on_repeat=%s "
+             "temperature=%g top_k=%d "
              "top_p=%g seed=%llu eos_early_stop=%s mask_in_argmax=%s recompute=%s",
              d->mode[0] ? d->mode : "none", (long long)p->gen_length, p->block, p->threshold,
              d->editing_threshold, d->max_post_steps, d->num_to_transfer, d->max_block_steps,
-             p->temperature, p->top_k, p->top_p, (unsigned long long)p->seed,
-             p->eos_early_stop ? "true" : "false", p->mask_in_argmax ? "true" : "false",
-             p->recompute ? "true" : "false");
+             d->end_on_repeat ? "true" : "false", p->temperature, p->top_k, p->top_p,
+             (unsigned long long)p->seed, p->eos_early_stop ? "true" : "false",
+             p->mask_in_argmax ? "true" : "false", p->recompute ? "true" : "false");
 }
 
 static const struct tide_decoder_ops l21_ops = {

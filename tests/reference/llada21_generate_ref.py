@@ -51,9 +51,18 @@ TIDE's departures, implemented here identically so that tide's runs are
 checked decision for decision: draws use llada2_ref.Rng, one per decided
 position in position order (the masks and the editable positions), where
 torch draws for all L; mask_in_argmax False leaves the mask token out of E6;
-stop_ids end generation as EOS does (E13, E14); max_block_steps (default
-2L + max_post_steps) ends a block whose loop would not end, which the
-official code never bounds.
+stop_ids end generation as EOS does (E13, E14). The official code never
+bounds a block's steps; tide (departure 3) ends a block
+  - at temperature 0, at a step whose state (the block's canvas and its
+    post-step count, E4) an earlier step of the block had: a step is then a
+    function of that state, so the official loop would repeat the steps in
+    between forever;
+  - at max_block_steps steps, a safety bound (default 100000) far above
+    any block seen to end.
+end_on_repeat=False leaves the repeat check out (the bound stays).
+official=True runs the official loop alone (no repeat check, no bound), up
+to official_limit steps per block, after which the block is recorded as
+unended in stats and generation stops.
 """
 import os
 import sys
@@ -67,15 +76,20 @@ import llada2_ref as R  # noqa: E402
 def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_threshold=0.9,
              max_post_steps=16, num_to_transfer=1, temperature=0.0, top_k=0, top_p=1.0, seed=0,
              eos_early_stop=False, mask_in_argmax=True, stop_ids=(), recompute=False,
-             runner=None, model=None, max_block_steps=0, stats=None, trace=None):
+             runner=None, model=None, max_block_steps=0, stats=None, trace=None,
+             official=False, official_limit=100000, end_on_repeat=True):
     """LLaDA2.1's generate(); returns the output ids (a list).
 
     ids: an object with mask_id and eos_id. runner: see the module
     docstring (default: llada2_ref's cached or recompute runner on model).
     stats receives steps (the official forward count), blocks, forwards
     (this runner's: steps + prefill + K/V passes, or steps with recompute),
-    edits, steps_per_block (a list), masks_chosen. trace receives one dict
-    per step: block, step, n_mask (at its start), committed, edited."""
+    edits, steps_per_block (a list), masks_chosen, repeats (a list of
+    (block, step, earlier step) where a repeated state ended a block),
+    capped (blocks ended by max_block_steps), unended (official: the block
+    that passed official_limit, or None). trace receives one dict per step:
+    block, step, n_mask (at its start), committed, edited, state (the
+    block's canvas as bytes and its post count, at the step's start)."""
     L = block_length
     if L < 1 or gen_length < 1 or num_to_transfer < 1:
         raise R.RefError("block_length, gen_length and num_to_transfer must be >= 1")
@@ -88,7 +102,9 @@ def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_t
     canvas[:P] = prompt                                     # 1334
     if runner is None:
         runner = R.RecomputeRunner(model, L) if recompute else R.CachedRunner(model, L)
-    cap = max_block_steps if max_block_steps > 0 else 2 * L + max_post_steps
+    cap = max_block_steps if max_block_steps > 0 else 100000
+    if official:
+        cap = official_limit
     skip = None if mask_in_argmax else mask_id
     # 1214-1218: temperature 0 samples nothing and filters nothing.
     greedy = not temperature > 0
@@ -99,11 +115,13 @@ def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_t
     runner.prefill(canvas, first * L)
     n_steps = blocks = edits = masks_chosen = 0
     per_block = []
+    repeats, capped, unended = [], [], None
     for b in range(first, nb):                              # 1341
         lo, end = b * L, (b + 1) * L
         n_prompt = min(P - lo, L) if lo < P else 0          # 1362-1366
         post = 0                                            # 1351
         s = 0
+        seen = {}                                           # TIDE: states at step starts
         while True:                                         # 1352
             old = canvas[lo:end].copy()                     # 1353
             active = old == mask_id                         # 1354
@@ -111,7 +129,17 @@ def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_t
                 post += 1
             if post > max_post_steps:                       # 1357
                 break
+            if not official and greedy and end_on_repeat:   # TIDE: a repeated state
+                key = (old.tobytes(), post)
+                if key in seen:
+                    repeats.append((b, s, seen[key]))
+                    break
+                seen[key] = s
             if s >= cap:                                    # TIDE's bound
+                if official:
+                    unended = b
+                else:
+                    capped.append(b)
                 break
             logits = runner.block_logits(canvas, b)         # 1368-1375
             n_steps += 1
@@ -143,12 +171,15 @@ def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_t
             edits += int(edit.sum())
             if trace is not None:
                 trace.append({"block": b, "step": s, "n_mask": int(active.sum()),
-                              "committed": int(transfer.sum()), "edited": int(edit.sum())})
+                              "committed": int(transfer.sum()), "edited": int(edit.sum()),
+                              "state": (old.tobytes(), post)})
             s += 1
             if active.sum() == 0 and not edit.any():        # 1416
                 break
         per_block.append(s)
         blocks += 1
+        if unended is not None:
+            break
         stop = False
         if eos_early_stop:                                  # 1420-1425
             gen = canvas[P:end]
@@ -165,5 +196,6 @@ def generate(ids, prompt, gen_length, block_length=32, threshold=0.95, editing_t
             break
     if stats is not None:
         stats.update(steps=n_steps, blocks=blocks, forwards=forwards, edits=edits,
-                     steps_per_block=per_block, masks_chosen=masks_chosen)
+                     steps_per_block=per_block, masks_chosen=masks_chosen, repeats=repeats,
+                     capped=capped, unended=unended)
     return out

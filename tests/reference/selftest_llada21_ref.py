@@ -162,16 +162,61 @@ def main():
     out, st, sc = gen(eos, [], 8, L=4, max_post_steps=0, eos_early_stop=True)
     check(out == [1, 2, EOS] and st["blocks"] == 1 and sc.kv == 0,
           "eos_early_stop: stop after the block, no K/V pass")
-    # A mask left before the EOS: no early stop (the loop only ends a block
-    # without masks, so this needs max_block_steps).
+    # A mask left before the EOS: no early stop. The official loop never
+    # ends that block (the mask keeps winning): step 2 starts from step 1's
+    # state.
     def held(c, b, k, i, t):
         if b == 0:
             return row(MASK, 0.99) if i == 0 else row([1, 2, EOS, 3][i], 0.99)
         return row(4, 0.99)
-    out, st, _ = gen(held, [], 8, L=4, max_post_steps=0, eos_early_stop=True,
-                     max_block_steps=3)
-    check(st["blocks"] == 2 and st["steps_per_block"][0] == 3,
-          "a mask before EOS: no early stop; max_block_steps 3 ends the block")
+    out, st, _ = gen(held, [], 8, L=4, max_post_steps=0, eos_early_stop=True)
+    check(st["blocks"] == 2 and st["steps_per_block"][0] == 2 and st["repeats"] == [(0, 2, 1)],
+          "a mask before EOS: no early stop; the repeated state ends the block at step 2 (%s)"
+          % st["repeats"])
+    _, st, _ = gen(held, [], 8, L=4, max_post_steps=0, eos_early_stop=True, official=True,
+                   official_limit=200)
+    check(st["unended"] == 0 and st["steps_per_block"] == [200],
+          "the official loop on it: block 0 has not ended after 200 steps")
+
+    print("departure 3: repeated states and the safety bound")
+    # A cycle of two states: position 1 toggles 1 <-> 2 by edits while
+    # position 0 stays masked. States: step 0 all masks, 1 [M 1 3 3],
+    # 2 [M 2 3 3], 3 [M 1 3 3] = step 1's.
+    def toggle(c, b, k, i, t):
+        if i == 0:
+            return row(MASK, 0.99)
+        if i == 1:
+            return row({MASK: 1, 1: 2, 2: 1}[int(t)], 0.99)
+        return row(3, 0.99)
+    _, st, _ = gen(toggle, [], 4, L=4, max_post_steps=0)
+    check(st["steps_per_block"] == [3] and st["repeats"] == [(0, 3, 1)],
+          "a two-state cycle ends at step 3, the state of step 1 (%s, %s)"
+          % (st["steps_per_block"], st["repeats"]))
+
+    # A block that ends, after more steps than 2 L + max_post_steps (the old
+    # bound, 8 here) and never repeats a state: positions 1..3 count in
+    # base 6 (ids 1..6) by edits while position 0 stays masked until step 100.
+    def digits(n):
+        return [1 + (n // 36) % 6, 1 + (n // 6) % 6, 1 + n % 6]
+    def count(c, b, k, i, t):
+        if i == 0:
+            return row(5 if k >= 100 else MASK, 0.99)
+        return row(digits(k + 1)[i - 1], 0.99)
+    out, st, _ = gen(count, [], 4, L=4, max_post_steps=0)
+    check(st["steps_per_block"] == [101] and not st["repeats"] and not st["capped"] and
+          out[0] == 5, "no repeat: the block follows the official loop to its end at 101 "
+          "steps (%s)" % st["steps_per_block"])
+    out2, st2, _ = gen(count, [], 4, L=4, max_post_steps=0, official=True)
+    check(out2 == out and st2["steps_per_block"] == [101] and st2["unended"] is None,
+          "the official loop: the same ids and steps")
+    _, st, _ = gen(count, [], 4, L=4, max_post_steps=0, max_block_steps=30)
+    check(st["steps_per_block"] == [30] and st["capped"] == [0],
+          "max_block_steps = 30 ends it at 30 steps")
+    # At temperature > 0 a repeated state proves nothing: only the bound.
+    _, st, _ = gen(held, [], 8, L=4, max_post_steps=0, temperature=1.0, top_k=1,
+                   max_block_steps=5)
+    check(st["steps_per_block"][0] == 5 and st["capped"] == [0] and not st["repeats"],
+          "temperature 1: no repeat check, the bound ends the block at 5 steps")
 
     print("E6 sampling")
     # At temperature 0 top_k / top_p are not applied: the probability is

@@ -20,6 +20,14 @@ Parts (one ctest test each):
             quality, a checkpoint favouring the mask token (the mask token
             wins edits and commits; max_block_steps bounds the loop), and the
             refusals (cfg_scale, an unknown mode, editing_threshold range)
+  bound     departure 3 on checkpoints favouring the mask token, block
+            lengths 8 and 32: a block that ends after more steps than
+            2 L + max_post_steps (the old bound) follows the official loop to
+            its end; a greedy block whose state repeats ends at the repeat,
+            with a warning naming the steps, as the reference decides; with
+            end_on_repeat = false the same block runs on, and its states
+            from the repeat on are those of the earlier step's on, the
+            official loop's cycle
   kv        the KV-cached path equals recompute = true: the same ids and the
             same logits hash, for each threshold pair (the backend's own
             kernels, which give a row the same bits whatever the row count)
@@ -108,11 +116,14 @@ def ref_kw(gen, dec, special):
         elif k == "stop_tokens":
             kw["stop_ids"] = [special.stop_id]
     for k, v in dec.items():
-        kw[k] = float(v) if k == "editing_threshold" else int(v)
+        if k == "end_on_repeat":
+            kw[k] = v == "true"
+        else:
+            kw[k] = float(v) if k == "editing_threshold" else int(v)
     return kw
 
 
-def compare(name, model, prompt, G, gen, dec, kw_over=None):
+def compare(name, model, prompt, G, gen, dec, kw_over=None, trace=None):
     """Run tide and replay the reference; check ids, blocks, steps per
     block, forwards and edits. Returns (ids, tide stats, reference stats)."""
     gen = dict(gen, gen_length=G)
@@ -124,7 +135,7 @@ def compare(name, model, prompt, G, gen, dec, kw_over=None):
     kw.pop("recompute", None)
     kw.update(kw_over or {})
     try:
-        want = R21.generate(special, prompt, G, L, runner=rep, stats=rst, **kw)
+        want = R21.generate(special, prompt, G, L, runner=rep, stats=rst, trace=trace, **kw)
     except R.RefError as e:
         check(False, "%s: reference replay: %s" % (name, e))
         return ids, st, rst
@@ -289,6 +300,74 @@ def part_more(base, eos, special, prompts, plain):
           "mode on a decoder without modes is refused")
 
 
+def part_bound(base, special, prompts, plain):
+    global L
+    print("departure 3: a block ends at a repeated state or the safety bound, otherwise "
+          "follows the official loop")
+    cand = TD.candidates(plain, 0)
+    made = {}
+
+    def ckpt(ci, fac):
+        if (ci, fac) not in made:
+            made[(ci, fac)] = os.path.join(TMP, "mask%d_%s" % (ci, fac))
+            TD.favour(base, made[(ci, fac)], special.mask_id, cand[ci], fac)
+        return made[(ci, fac)]
+
+    # (candidate, factor, block length, prompt length): the first cases that
+    # show each behaviour on the tiny checkpoint of seed 7 come first; the
+    # rest keep the search going should kernels change the bits.
+    combos = [(3, 1.05, 32, 33), (3, 1.02, 8, 5), (2, 1.1, 8, 5), (3, 1.1, 8, 33),
+              (2, 1.05, 8, 5), (3, 1.05, 8, 33), (1, 1.1, 32, 5), (2, 1.02, 8, 5)]
+    long_end = repeat = None
+    try:
+        for ci, fac, lb, plen in combos:
+            if long_end and repeat:
+                break
+            if ci >= len(cand):
+                continue
+            L = lb
+            name = "mask x%s (token %d), L %d, P %d, 0.5/0.0" % (fac, cand[ci], lb, plen)
+            ids, st, rst = compare(name, ckpt(ci, fac), prompts[plen], 64, {"threshold": 0.5},
+                                   {"editing_threshold": 0.0})
+            old = 2 * lb + 16
+            cut = {r[0] for r in rst["repeats"]} | set(rst["capped"])
+            ended = [n for j, n in enumerate(rst["steps_per_block"])
+                     if n > old and plen // lb + j not in cut]
+            said = re.findall(r"block (\d+) ends at step (\d+), whose state .*? step (\d+) had",
+                              st["stderr"])
+            check(sorted((int(b), int(s), int(k)) for b, s, k in said) ==
+                  sorted(rst["repeats"]) and not rst["capped"],
+                  "%s: tide's repeat warnings %s are the reference's %s" % (
+                      name, said, rst["repeats"]))
+            if ended and not long_end:
+                long_end = (name, max(ended), old)
+            if rst["repeats"] and not repeat:
+                repeat = (ci, fac, lb, plen, rst["repeats"][0], name)
+        if check(long_end is not None, "a block that ends after more steps than 2 L + 16: %s"
+                 % (long_end,)):
+            print("    %s: a block of %d steps, past the old bound %d, as the official loop"
+                  % long_end)
+        if check(repeat is not None, "a block whose state repeats"):
+            ci, fac, lb, plen, (b, s, k), name = repeat
+            L = lb
+            cap = s + 2 * (s - k) + 2
+            trace = []
+            ids, st, rst = compare(name + ", end_on_repeat = false, max_block_steps %d" % cap,
+                                   ckpt(ci, fac), prompts[plen], 64, {"threshold": 0.5},
+                                   {"editing_threshold": 0.0, "end_on_repeat": "false",
+                                    "max_block_steps": cap}, trace=trace)
+            states = [t["state"] for t in trace if t["block"] == b]
+            period = s - k
+            cyc = len(states) == cap and all(states[k + t] == states[k + t + period]
+                                            for t in range(cap - k - period))
+            check(cyc and b in rst["capped"] and "reached max_block_steps" in st["stderr"],
+                  "block %d without the repeat check: %d steps to the bound, its states from "
+                  "step %d on repeat with period %d (the official loop's cycle)"
+                  % (b, len(states), k, period))
+    finally:
+        L = 32
+
+
 def part_kv(base, prompts):
     print("E12: the KV-cached path equals recompute = true (ids and logits hash)")
     own = ["--set", "backend-cpu-onednn.gemm=own", "--logits-hash"]
@@ -308,7 +387,7 @@ def part_kv(base, prompts):
 
 def main():
     global TIDE, TMP
-    parts = ("official", "more", "kv")
+    parts = ("official", "more", "bound", "kv")
     if len(sys.argv) < 2 or any(a not in parts for a in sys.argv[2:]):
         print(__doc__)
         return 2
@@ -321,6 +400,8 @@ def main():
             part_official(base, eos, prompts)
         if "more" in want:
             part_more(base, eos, special, prompts, plain)
+        if "bound" in want:
+            part_bound(base, special, prompts, plain)
         if "kv" in want:
             part_kv(base, prompts)
     finally:
