@@ -27,9 +27,9 @@ static const struct tide_option llada2_options[] = {
     {"decoder", TIDE_OPT_ENUM, "auto",
      "the release's decoding loop (LLaDA2.0 and 2.1 checkpoints are otherwise identical): "
      "llada2 = LLaDA2.0's generate(), llada21 = LLaDA2.1's (token editing); auto = llada21 when "
-     "the remote-code modeling file beside the checkpoint (config.json auto_map, else "
-     "modeling_llada2_moe.py) has editing_threshold, else llada2. [generation] decoder = auto "
-     "follows it",
+     "the generate() of the class config.json auto_map names (in its remote-code file beside "
+     "the checkpoint; else modeling_llada2_moe.py's) takes a parameter editing_threshold, else "
+     "llada2. [generation] decoder = auto follows it",
      "auto|llada2|llada21", NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
