@@ -1,5 +1,5 @@
 /* `tide serve`: an OpenAI-compatible HTTP server. The model is loaded once;
- * one worker serves the requests in arrival order (serve_queue.c), the
+ * one worker decodes the requests as a continuous batch (serve_queue.c), the
  * HTTP side is libmicrohttpd (serve_http.c), the engine is reached through
  * serve_engine.c only. */
 #include <arpa/inet.h>
@@ -26,8 +26,11 @@ static void serve_usage(FILE *f)
 {
     fprintf(f,
             "usage: tide serve [-c FILE] [--set section.key=value ...] [--host ADDR] [--port N]\n\n"
-            "Loads the model once and answers OpenAI-style HTTP requests, one generation at a\n"
-            "time in arrival order (docs/serving.md):\n\n"
+            "Loads the model once and answers OpenAI-style HTTP requests (docs/serving.md).\n"
+            "One worker decodes up to [serve] max_batch prompts together, a continuous batch:\n"
+            "waiting requests join between forwards while fewer run, in arrival order (or\n"
+            "shortest planned work first: [serve] schedule); each answer is the one the\n"
+            "request gets alone.\n\n"
             "  POST /v1/completions        prompt (text, token ids, or a batch of them)\n"
             "  POST /v1/chat/completions   messages (system, user, assistant), in the model's\n"
             "                              chat template\n"
@@ -39,23 +42,23 @@ static void serve_usage(FILE *f)
             "Requests take max_tokens, temperature, top_p, top_k, seed, stop and stream\n"
             "(server-sent events, one chunk per committed block, then [DONE]), and the\n"
             "block-diffusion fields block_length, steps and threshold; each answer carries\n"
-            "usage and a \"tide\" object (steps, forwards, hit rate, promotions, GB moved,\n"
-            "seconds). Unset fields take the [generation] values.\n\n"
+            "usage, the seed used (a random one when the request has none, unless [serve]\n"
+            "default_seed is set) and a \"tide\" object (steps, forwards, hit rate,\n"
+            "promotions, GB moved, seconds). Other unset fields take the [generation] values.\n\n"
             "  -c, --config FILE   configuration; [serve] holds the server's options\n"
-            "                      (host, port, max_queue, max_batch, max_body, api_key,\n"
-            "                      model_name, max_connections, read_timeout,\n"
-            "                      shutdown_timeout;\n"
-            "                      `tide config doc`)\n"
+            "                      (host, port, max_queue, max_batch, schedule, max_body,\n"
+            "                      api_key, model_name, max_connections, read_timeout,\n"
+            "                      shutdown_timeout, default_seed; `tide config doc`)\n"
             "      --set S.K=V     override one option (may repeat)\n"
             "      --host ADDR     listen address (default 127.0.0.1: this machine only);\n"
             "                      same as --set serve.host=ADDR\n"
             "      --port N        TCP port (default 8080; 0 = any free port, logged)\n\n"
             "Security: without [serve] api_key (or the TIDE_API_KEY environment variable)\n"
             "anyone who can reach the address may use the model; requests never name files.\n"
-            "SIGINT or SIGTERM stops accepting, lets the running request finish (at most\n"
-            "[serve] shutdown_timeout seconds, or until a second signal), answers waiting ones\n"
-            "with 503, writes [output] metrics, and exits 0 (while the model loads, it exits\n"
-            "130 at once).\n\n"
+            "SIGINT or SIGTERM stops accepting, answers waiting requests with 503, lets the\n"
+            "running ones finish (at most [serve] shutdown_timeout seconds, or until a second\n"
+            "signal), closes the connections once their answers are out, writes [output]\n"
+            "metrics, and exits 0 (while the model loads, it exits 130 at once).\n\n"
             "example:\n"
             "  tide serve -c config/llada2-tiny.ini --port 8080 &\n"
             "  curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \\\n"
@@ -216,6 +219,7 @@ int cmd_serve(int argc, char **argv)
         .max_connections = st.max_connections,
         .read_timeout = st.read_timeout,
         .max_queue = st.max_queue,
+        .default_seed = st.default_seed,
         .queue = q,
         .metrics = m,
         .info = info,
@@ -232,8 +236,8 @@ int cmd_serve(int argc, char **argv)
     int sig;
     while (!(sig = serve_next_signal(-1)))
         ;
-    tide_info("serve: %s: no new requests; finishing the running one (at most %g s; a second "
-              "signal cancels it)",
+    tide_info("serve: %s: no new requests; finishing the running ones (at most %g s; a second "
+              "signal cancels them)",
               sig == SIGINT ? "SIGINT" : "SIGTERM", st.shutdown_timeout);
     serve_http_quiesce(h);
     serve_queue_close(q);

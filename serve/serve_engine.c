@@ -35,6 +35,8 @@ struct serve_engine {
     bool whole_blocks; /* gen_length in whole blocks: max_tokens is rounded up, then cut */
     bool shared_steps; /* [generation] steps counts every block's: scaled by the blocks */
     int block_steps;   /* steps per block as configured */
+    /* Why the decoder refuses top_k, top_p ("": it takes them; se_probe). */
+    char no_top_k[512], no_top_p[512];
 };
 
 /* An option of the engine's configuration ("" or 0 when it has none: a
@@ -70,8 +72,61 @@ static void se_settings(struct serve_engine *s, struct serve_settings *st)
         .max_batch = (int)se_int(s, "serve.max_batch"),
         .shutdown_timeout = se_float(s, "serve.shutdown_timeout"),
         .read_timeout = se_float(s, "serve.read_timeout"),
+        .default_seed = se_int(s, "serve.default_seed"),
         .shortest = !strcmp(se_str(s, "serve.schedule"), "shortest"),
     };
+}
+
+static void se_swallow(void *user, enum tide_log_level level, const char *msg)
+{
+    (void)user, (void)level, (void)msg;
+}
+
+/* Does the decoder take top_k and top_p? Plan a one-token prompt with each
+ * set: a decoder that refuses one says why, and requests that set it are
+ * refused with that reason, naming the field, before they reach the engine
+ * (where the refusal would be a logged error: a client could fill the log).
+ * The probe's own log lines are not shown; the server is not serving yet. */
+static void se_probe(struct serve_engine *s)
+{
+    const int32_t id = 0;
+    struct tide_request r;
+    tide_request_init(&r);
+    r.prompt_ids = &id;
+    r.n_prompt_ids = 1;
+    r.chat = 0;
+    r.gen_length = s->info.block_length;
+    struct tide_request_plan plan = {.size = sizeof plan};
+    tide_log_set_sink(se_swallow, NULL);
+    if (tide_engine_plan(s->e, &r, &plan) == TIDE_OK) { /* else nothing to learn */
+        r.top_k = 2;
+        if (tide_engine_plan(s->e, &r, &plan) != TIDE_OK)
+            snprintf(s->no_top_k, sizeof s->no_top_k, "%s", tide_engine_error(s->e));
+        r.top_k = -1;
+        r.top_p = 0.5;
+        if (tide_engine_plan(s->e, &r, &plan) != TIDE_OK)
+            snprintf(s->no_top_p, sizeof s->no_top_p, "%s", tide_engine_error(s->e));
+    }
+    tide_log_set_sink(NULL, NULL);
+}
+
+/* A request's top_k or top_p that the decoder does not take (se_probe):
+ * 400 naming it, logged at info level (a client's mistake, not the
+ * server's). */
+static int se_check_sampling(struct serve_engine *s, const struct serve_gen *g, bool log,
+                             struct serve_error *err)
+{
+    const char *field = g->top_k > 0 && *s->no_top_k                    ? "top_k"
+                        : g->top_p >= 0 && g->top_p < 1 && *s->no_top_p ? "top_p"
+                                                                        : NULL;
+    if (!field)
+        return TIDE_OK;
+    serve_error_set(err, 400, "invalid_request_error", NULL, field,
+                    "'%s' is not supported by the decoder %s: %s", field, s->ei.decoder,
+                    !strcmp(field, "top_k") ? s->no_top_k : s->no_top_p);
+    if (log)
+        tide_info("serve: refused a request: %s", err->message);
+    return TIDE_E_UNSUPPORTED;
 }
 
 /* The end-of-text ids and their text. */
@@ -144,6 +199,7 @@ int serve_engine_open(const char *const *configs, int n_configs, const char *con
     s->whole_blocks = s->ei.gen_multiple == L && L > 1;
     s->shared_steps = s->ei.steps_scope == 1;
     s->block_steps = s->ei.nominal_steps;
+    se_probe(s);
     tide_debug("serve: decoder %s: %s; steps %s", s->ei.decoder,
                s->whole_blocks ? "gen_length in whole blocks" : "any gen_length",
                s->shared_steps ? "shared among the blocks" : "per block");
@@ -301,8 +357,8 @@ static int se_on_block(void *user, const struct tide_block_event *ev)
 
 /* Prompt tokens, checked against the model for gen_length tokens to
  * generate: an error names the field. */
-static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t gen, int32_t **ids,
-                      size_t *n, struct serve_error *err)
+static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t asked, int64_t gen,
+                      int32_t **ids, size_t *n, struct serve_error *err)
 {
     const int L = s->info.block_length;
     if (g->block_length > 0 && g->block_length != L) {
@@ -352,11 +408,18 @@ static int se_prepare(struct serve_engine *s, const struct serve_gen *g, int64_t
         return TIDE_E_RANGE;
     }
     if (need > max_ctx) {
+        /* The max_tokens asked for (or configured); a decoder of whole
+         * blocks generates more, which the message says apart. */
+        char whole[96] = "";
+        if (gen != asked)
+            snprintf(whole, sizeof whole, ", generated as %lld in whole blocks", (long long)gen);
         serve_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
                         g->max_tokens > 0 ? "max_tokens" : what,
-                        "the %s (%lld tokens) plus max_tokens (%lld), in blocks of %d, needs "
+                        "the %s (%lld tokens) plus max_tokens (%lld%s%s), in blocks of %d, needs "
                         "%lld positions, beyond the model's context of %lld",
-                        what, (long long)P, (long long)gen, L, (long long)need, (long long)max_ctx);
+                        what, (long long)P, (long long)asked,
+                        g->max_tokens > 0 ? "" : ", [generation] gen_length", whole, L,
+                        (long long)need, (long long)max_ctx);
         return TIDE_E_RANGE;
     }
     return TIDE_OK;
@@ -370,8 +433,9 @@ struct se_req {
     int32_t *ids;
 };
 
-/* Check g and build its request. On failure *err says why. */
-static int se_begin(struct serve_engine *s, const struct serve_gen *g, struct se_req *q,
+/* Check g and build its request. On failure *err says why (logged with
+ * log, when it is a refusal that the engine would have logged). */
+static int se_begin(struct serve_engine *s, const struct serve_gen *g, struct se_req *q, bool log,
                     struct serve_error *err)
 {
     memset(q, 0, sizeof *q);
@@ -384,7 +448,9 @@ static int se_begin(struct serve_engine *s, const struct serve_gen *g, struct se
     const int64_t per_block = g->steps > 0 ? g->steps : s->block_steps;
     const int64_t steps = s->shared_steps ? per_block * ((gen + L - 1) / L) : g->steps;
     size_t n = 0;
-    int rc = se_prepare(s, g, gen, &q->ids, &n, err);
+    int rc = se_check_sampling(s, g, log, err);
+    if (rc == TIDE_OK)
+        rc = se_prepare(s, g, q->x.max_tokens, gen, &q->ids, &n, err);
     if (rc != TIDE_OK) {
         free(q->ids);
         q->ids = NULL;
@@ -439,8 +505,10 @@ static int se_end(struct serve_engine *s, struct se_req *q, int rc, struct tide_
     if (rc != TIDE_OK) {
         const int http =
             rc == TIDE_E_CONFIG || rc == TIDE_E_RANGE || rc == TIDE_E_UNSUPPORTED ? 400 : 500;
-        serve_error_set(err, http, http == 400 ? "invalid_request_error" : "server_error", NULL,
-                        NULL, "generation failed: %s", why && *why ? why : tide_status_str(rc));
+        /* A refusal is the request's fault: the engine's reason alone. */
+        serve_error_set(
+            err, http, http == 400 ? "invalid_request_error" : "server_error", NULL, NULL, "%s%s",
+            http == 400 ? "" : "generation failed: ", why && *why ? why : tide_status_str(rc));
         free(x.ids);
         free(x.text);
         tide_result_free(res);
@@ -483,7 +551,7 @@ int serve_engine_generate(struct serve_engine *s, const struct serve_gen *g,
 {
     memset(out, 0, sizeof *out);
     struct se_req q;
-    int rc = se_begin(s, g, &q, err);
+    int rc = se_begin(s, g, &q, true, err);
     if (rc != TIDE_OK)
         return rc;
     struct tide_result *res = NULL;
@@ -513,7 +581,7 @@ static const struct tide_request *sb_next(void *user, bool idle)
             return NULL;
         struct serve_error err = {0};
         struct se_breq *x = calloc(1, sizeof *x);
-        int rc = x ? se_begin(b->s, g, &x->q, &err) : TIDE_E_NOMEM;
+        int rc = x ? se_begin(b->s, g, &x->q, true, &err) : TIDE_E_NOMEM;
         if (rc == TIDE_OK) {
             x->g = g;
             return &x->q.r;
@@ -564,7 +632,7 @@ int serve_engine_work(struct serve_engine *s, const struct serve_gen *g, int64_t
     *work = 0;
     struct serve_error err = {0};
     struct se_req q;
-    int rc = se_begin(s, g, &q, &err);
+    int rc = se_begin(s, g, &q, false, &err);
     if (rc != TIDE_OK)
         return rc;
     struct tide_request_plan plan = {.size = sizeof plan};

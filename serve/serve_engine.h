@@ -40,7 +40,8 @@ struct serve_settings {
     int max_batch; /* prompts decoded together */
     bool shortest; /* [serve] schedule = shortest: least planned work first */
     double shutdown_timeout;
-    double read_timeout; /* seconds a client may take to send a request's headers, or its body */
+    double read_timeout;  /* seconds a client may take to send a request's headers, or its body */
+    int64_t default_seed; /* the seed of requests that give none; -1: a random one each */
 };
 
 /* Open: plugins, configuration (the files in order, then "section.key=value" overrides),
@@ -113,8 +114,8 @@ void serve_result_free(struct serve_result *r);
 /* Generate. Returns TIDE_OK with *out filled (also when a callback stopped
  * it: out->stopped), or a status with *err set: 400 for a request the model
  * cannot take (prompt or max_tokens beyond the context, block_length other
- * than the engine's, chat without a template; naming the field), 500
- * otherwise. */
+ * than the engine's, chat without a template, top_k or top_p where the
+ * decoder takes none; naming the field), 500 otherwise. */
 int serve_engine_generate(struct serve_engine *e, const struct serve_gen *g,
                           struct serve_result *out, struct serve_error *err);
 

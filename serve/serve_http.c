@@ -60,6 +60,8 @@ struct serve_http {
 /* What one request gathers between calls of the access handler. */
 struct sh_req {
     const struct sh_route *route;
+    char *model; /* GET /v1/models/NAME: NAME */
+    bool http11; /* the client speaks HTTP/1.1: it takes interim (1xx) answers */
     char *body;
     size_t len, cap;
     bool too_large;
@@ -212,7 +214,7 @@ static int sh_fd(struct MHD_Connection *c)
 /* Queue a job, wait for it (watching the client), and answer: a whole body,
  * or a stream of server-sent events. */
 static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c, const char *label,
-                                  struct serve_job *j)
+                                  const struct sh_req *r, struct serve_job *j)
 {
     struct serve_error err;
     if (!j) {
@@ -237,7 +239,7 @@ static enum MHD_Result sh_run_job(struct serve_http *h, struct MHD_Connection *c
         return sh_error(h, c, label, &err, NULL, NULL);
     }
     const int fd = sh_fd(c);
-    const int w = serve_job_wait(h->a.queue, j, fd);
+    const int w = serve_job_wait(h->a.queue, j, fd, r->http11);
     if (w < 0) {
         serve_job_release(h->a.queue, j);
         serve_metrics_request(h->a.metrics, label, 499); /* client closed the request */
@@ -291,9 +293,9 @@ static enum MHD_Result sh_generate(struct serve_http *h, struct MHD_Connection *
     struct serve_error err;
     if (!serve_req_parse(ep, r->body ? r->body : "", r->len, sh_limits(h, &lim), &req, &err))
         return sh_error(h, c, label, &err, NULL, NULL);
-    struct serve_job *j = serve_job_generate(&req);
+    struct serve_job *j = serve_job_generate(&req, h->a.default_seed);
     serve_req_free(&req);
-    return sh_run_job(h, c, label, j);
+    return sh_run_job(h, c, label, r, j);
 }
 
 static enum MHD_Result sh_completions(struct serve_http *h, struct MHD_Connection *c,
@@ -320,7 +322,7 @@ static enum MHD_Result sh_tokens(struct serve_http *h, struct MHD_Connection *c,
         return sh_error(h, c, label, &err, NULL, NULL);
     struct serve_job *j = serve_job_tokens(detok, &t);
     serve_tok_req_free(&t);
-    return sh_run_job(h, c, label, j);
+    return sh_run_job(h, c, label, r, j);
 }
 
 static enum MHD_Result sh_tokenize(struct serve_http *h, struct MHD_Connection *c, struct sh_req *r)
@@ -494,8 +496,13 @@ static void *sh_watchdog(void *arg)
         ts.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&h->wake, &h->mu, &ts);
         const double now = sh_now();
+        /* Shutting down: an idle connection is closed at once (its answer,
+         * a stream's last event too, is out), so that the drain need not
+         * wait for its client to leave. */
+        const bool closing = atomic_load(&h->closing);
         for (struct sh_conn *k = h->conns; k && !h->stop; k = k->next) {
-            if (k->fd < 0 || k->phase == SH_BUSY || k->phase == SH_TIMED_OUT || now < k->deadline)
+            if (k->fd < 0 || k->phase == SH_BUSY || k->phase == SH_TIMED_OUT ||
+                (now < k->deadline && !(closing && k->phase == SH_IDLE)))
                 continue;
             if (k->phase != SH_IDLE) {
                 if (send(k->fd, h->timeout_answer, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
@@ -548,13 +555,15 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
         if (!(r = calloc(1, sizeof *r)))
             return MHD_NO;
         *con_cls = r;
+        r->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         const char *allow = NULL;
         const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         const char *prefix = "/v1/models/";
         if (get && !strncmp(url, prefix, strlen(prefix)) && url[strlen(prefix)]) {
             if (!sh_authorized(h, c))
                 goto unauthorized;
-            return sh_model_one(h, c, url + strlen(prefix));
+            /* Answered once the request is in (below), as every GET is. */
+            return (r->model = strdup(url + strlen(prefix))) ? MHD_YES : MHD_NO;
         }
         r->route = sh_route(url, method, &err, &allow);
         if (!r->route)
@@ -575,10 +584,10 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
                             cl, (unsigned long long)h->a.max_body);
             return sh_error(h, c, r->route->label, &err, NULL, NULL);
         }
-        if (!strcmp(r->route->method, "GET"))
-            return r->route->fn(h, c, r);
+        /* Every answer waits for the request's end, a GET's too: an answer
+         * queued before it makes libmicrohttpd close the connection. */
         sh_phase(h, c, SH_BODY, true, r->route->label);
-        return MHD_YES; /* the body follows */
+        return MHD_YES; /* the body, if any, follows */
     }
     if (*upload_size) {
         const size_t n = *upload_size;
@@ -607,6 +616,8 @@ static enum MHD_Result sh_access(void *cls, struct MHD_Connection *c, const char
         sh_phase(h, c, SH_BODY, false, NULL);
         return MHD_YES;
     }
+    if (r->model)
+        return sh_model_one(h, c, r->model);
     if (r->too_large) {
         serve_error_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
                         "the request body is over %llu bytes ([serve] max_body)",
@@ -628,6 +639,7 @@ static void sh_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct sh_req *r = *con_cls;
     if (r) {
         free(r->body);
+        free(r->model);
         free(r);
         *con_cls = NULL;
     }

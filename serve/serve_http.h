@@ -30,6 +30,7 @@ struct serve_http_args {
     int max_connections;
     double read_timeout; /* seconds for a request's headers, and then for its body: else 408 */
     int max_queue;
+    int64_t default_seed; /* [serve] default_seed: the seed of requests without one; < 0: random */
     struct serve_queue *queue;
     struct serve_metrics *metrics;
     const struct serve_engine_info *info;
@@ -43,7 +44,9 @@ struct serve_http;
 int serve_http_start(const struct serve_http_args *a, struct serve_http **out);
 /* The port listened on. */
 int serve_http_port(const struct serve_http *h);
-/* Stop accepting connections; requests on open connections get 503. */
+/* Stop accepting connections; requests on open connections get 503, and
+ * connections close once their answer (a stream, cancelled or not) is out;
+ * idle keep-alive connections are closed. */
 void serve_http_quiesce(struct serve_http *h);
 /* Wait (at most timeout seconds) until the open connections have closed:
  * after serve_http_quiesce every answer closes its connection, so this lets

@@ -714,14 +714,14 @@ char *serve_utf8_clean(const char *text, size_t len, bool final, size_t *out_len
         int q = utf8_seq(s + i, len - i);
         if (q == 0 && !final)
             break; /* incomplete at the end: a later token may complete it */
-        if (q > 0) {
+        if (q > 0 && s[i]) {
             memcpy(out + k, s + i, (size_t)q);
             k += (size_t)q;
             i += (size_t)q;
-        } else {
+        } else { /* invalid bytes, or a NUL (q == 1) */
             memcpy(out + k, "\xef\xbf\xbd", 3);
             k += 3;
-            i += q == 0 ? len - i : (size_t)-q;
+            i += q > 0 ? 1 : q == 0 ? len - i : (size_t)-q;
         }
     }
     out[k] = 0;
@@ -756,10 +756,12 @@ size_t serve_stop_holdback(const char *text, size_t len, char *const *stop, int 
 
 /* ---- response bodies ---------------------------------------------------- */
 
-/* A JSON string of UTF-8 text (cleaned again if a caller passed bad bytes). */
+/* A JSON string of UTF-8 text, cleaned again (serve_utf8_clean) if a caller
+ * passed bad bytes or a NUL: JSON could carry it as \u0000, but a client
+ * could not send it back (most parsers refuse it, as ours does). */
 static json_t *jstr(const char *s, size_t len)
 {
-    json_t *v = json_stringn(s, len);
+    json_t *v = memchr(s, 0, len) ? NULL : json_stringn(s, len);
     if (v)
         return v;
     size_t n;
@@ -822,22 +824,26 @@ static json_t *tide_json(const struct serve_usage *u)
 /* The members every answer starts with, and its (empty) "choices" array in
  * *choices (owned by the object). NULL when out of memory. */
 static json_t *head(enum serve_endpoint ep, const char *id, int64_t created, const char *model,
-                    bool chunk, json_t **choices)
+                    int64_t seed, bool chunk, json_t **choices)
 {
     const char *obj = ep == SERVE_EP_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                           : "text_completion";
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", id, "object", obj, "created",
                           (json_int_t)created, "model", model, "choices");
+    if (o && seed >= 0 && json_object_set_new(o, "seed", json_integer((json_int_t)seed)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
     *choices = o ? json_object_get(o, "choices") : NULL;
     return o;
 }
 
 char *serve_response_json(enum serve_endpoint ep, const char *id, int64_t created,
-                          const char *model, const struct serve_choice *choices, int n,
-                          const struct serve_usage *usage)
+                          const char *model, int64_t seed, const struct serve_choice *choices,
+                          int n, const struct serve_usage *usage)
 {
     json_t *arr;
-    json_t *o = head(ep, id, created, model, false, &arr);
+    json_t *o = head(ep, id, created, model, seed, false, &arr);
     if (!o)
         return NULL;
     for (int i = 0; i < n; i++) {
@@ -863,12 +869,12 @@ char *serve_response_json(enum serve_endpoint ep, const char *id, int64_t create
 }
 
 char *serve_chunk_sse(enum serve_endpoint ep, const char *id, int64_t created, const char *model,
-                      int index, const char *delta, size_t len, bool role,
+                      int64_t seed, int index, const char *delta, size_t len, bool role,
                       const char *finish_reason, int block, int64_t steps,
                       const struct serve_usage *usage)
 {
     json_t *arr;
-    json_t *o = head(ep, id, created, model, true, &arr);
+    json_t *o = head(ep, id, created, model, seed, true, &arr);
     if (!o)
         return NULL;
     if (usage) {

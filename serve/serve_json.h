@@ -127,9 +127,11 @@ char *serve_error_json(const struct serve_error *err);
 /* ---- text helpers ------------------------------------------------------- */
 
 /* Copy text[0..len) to a malloc'd NUL-terminated string, replacing every
- * invalid UTF-8 sequence with U+FFFD. When final is false, an incomplete
- * sequence at the very end is left out (a later token may complete it).
- * *out_len gets the length. Returns NULL when out of memory. */
+ * invalid UTF-8 sequence, and every NUL byte, with U+FFFD (a client could
+ * not send a NUL back: JSON parsers refuse \u0000, ours included; other
+ * control characters are escaped in JSON and taken back as they are). When final is false, an
+ * incomplete sequence at the very end is left out (a later token may complete it). *out_len gets
+ * the length. Returns NULL when out of memory. */
 char *serve_utf8_clean(const char *text, size_t len, bool final, size_t *out_len);
 
 /* The earliest occurrence of any stop string in text[0..len): its offset,
@@ -163,18 +165,18 @@ struct serve_choice {
 };
 
 /* A whole answer: a text_completion or a chat.completion object with the
- * choices, usage and tide objects. malloc'd, caller frees; NULL on NOMEM. */
+ * choices, usage and tide objects, and "seed" (the sampling seed used; left
+ * out when negative). malloc'd, caller frees; NULL on NOMEM. */
 char *serve_response_json(enum serve_endpoint ep, const char *id, int64_t created,
-                          const char *model, const struct serve_choice *choices, int n,
-                          const struct serve_usage *usage);
+                          const char *model, int64_t seed, const struct serve_choice *choices,
+                          int n, const struct serve_usage *usage);
 
-/* One server-sent event "data: {...}\n\n" of a stream: a chunk with text
- * delta[0..len) for choice index, with finish_reason (NULL while going on),
- * role (chat: the first chunk), block (>= 0: a "tide" member naming the
- * block and steps so far) and usage (non-NULL: the final usage chunk, no
- * choices). malloc'd, caller frees. */
+/* One server-sent event "data: {...}\n\n" of a stream: a chunk with "seed"
+ * (as serve_response_json's), text delta[0..len) for choice index, with finish_reason (NULL while
+ * going on), role (chat: the first chunk), block (>= 0: a "tide" member naming the block and steps
+ * so far) and usage (non-NULL: the final usage chunk, no choices). malloc'd, caller frees. */
 char *serve_chunk_sse(enum serve_endpoint ep, const char *id, int64_t created, const char *model,
-                      int index, const char *delta, size_t len, bool role,
+                      int64_t seed, int index, const char *delta, size_t len, bool role,
                       const char *finish_reason, int block, int64_t steps,
                       const struct serve_usage *usage);
 

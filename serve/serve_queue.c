@@ -84,6 +84,29 @@ static double sq_now(void)
 
 /* ---- jobs --------------------------------------------------------------- */
 
+/* n random bytes: the kernel's, else (getrandom failed) a process-wide
+ * counter mixed with the clock, so that no two calls repeat. */
+static void sq_random(unsigned char *out, size_t n)
+{
+    if (getrandom(out, n, 0) == (ssize_t)n)
+        return;
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
+                 atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 8 == 0) { /* splitmix64 */
+            x += 0x9e3779b97f4a7c15u;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+            x ^= z ^ (z >> 31);
+        }
+        out[i] = (unsigned char)(x >> (8 * (i % 8)));
+    }
+}
+
 static struct serve_job *sq_job_new(enum job_kind kind)
 {
     struct serve_job *j = calloc(1, sizeof *j);
@@ -94,12 +117,8 @@ static struct serve_job *sq_job_new(enum job_kind kind)
     j->work = -1;
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancel, JOB_LIVE);
-    unsigned char r[12] = {0};
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        static atomic_uint counter;
-        const unsigned c = atomic_fetch_add(&counter, 1) + 1;
-        memcpy(r, &c, sizeof c);
-    }
+    unsigned char r[12];
+    sq_random(r, sizeof r);
     int k = snprintf(j->id, sizeof j->id, "%s", "cmpl-");
     for (size_t i = 0; i < sizeof r; i++)
         k += snprintf(j->id + k, sizeof j->id - (size_t)k, "%02x", r[i]);
@@ -107,13 +126,21 @@ static struct serve_job *sq_job_new(enum job_kind kind)
     return j;
 }
 
-struct serve_job *serve_job_generate(struct serve_req *req)
+struct serve_job *serve_job_generate(struct serve_req *req, int64_t default_seed)
 {
     struct serve_job *j = sq_job_new(JOB_GENERATE);
     if (!j)
         return NULL;
     j->req = *req;
     memset(req, 0, sizeof *req);
+    if (j->req.seed < 0 && default_seed >= 0) {
+        j->req.seed = default_seed;
+    } else if (j->req.seed < 0) {
+        /* Below 2^53, so that every JSON client reads it back exactly. */
+        uint64_t x;
+        sq_random((unsigned char *)&x, sizeof x);
+        j->req.seed = (int64_t)(x & ((UINT64_C(1) << 53) - 1));
+    }
     if (j->req.ep == SERVE_EP_CHAT) { /* "chatcmpl-..." */
         memmove(j->id + 4, j->id, strlen(j->id) + 1);
         memcpy(j->id, "chat", 4);
@@ -216,19 +243,34 @@ static void sq_start(struct serve_queue *q, struct serve_job *j)
 
 /* ---- the connection's side ---------------------------------------------- */
 
-/* Has the client closed its end? (A pipelined next request is not that.) */
-static bool sq_peer_gone(int fd)
+/* Is the client gone? A client that closed its sending side only (a
+ * half-close: shutdown(SHUT_WR) after its request, as HTTP/1.0 tools do)
+ * still reads its answer, and TCP tells it apart from a closed socket only
+ * once something is written: a closed socket answers with a reset, which
+ * poll reports as POLLHUP or POLLERR. So an end of input alone is not a
+ * disconnect. With *probe (the client speaks HTTP/1.1, which must skip
+ * interim answers) one "100 Continue" is written at the end of input to
+ * find out; *probe is then cleared. A pipelined next request is not an end
+ * of input. */
+static bool sq_peer_gone(int fd, bool *probe)
 {
     if (fd < 0)
         return false;
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    struct pollfd p = {.fd = fd, .events = POLLIN};
     if (poll(&p, 1, 0) <= 0)
         return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
         return true;
     char c;
     const ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (r < 0)
+        return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (r > 0 || !probe || !*probe)
+        return false;
+    *probe = false;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+           errno != EWOULDBLOCK && errno != EINTR;
 }
 
 static void sq_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds)
@@ -241,8 +283,9 @@ static void sq_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd)
+int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd, bool interim)
 {
+    bool probe = interim;
     pthread_mutex_lock(&q->mu);
     for (;;) {
         if (j->started || j->state == JOB_DONE) {
@@ -251,7 +294,7 @@ int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd)
             return r;
         }
         sq_timedwait(&j->cv, &q->mu, SQ_POLL_MS / 1000.0);
-        if (!j->started && j->state != JOB_DONE && sq_peer_gone(fd)) {
+        if (!j->started && j->state != JOB_DONE && sq_peer_gone(fd, &probe)) {
             atomic_store(&j->cancel, JOB_GONE);
             pthread_mutex_unlock(&q->mu);
             return -1;
@@ -283,7 +326,7 @@ ssize_t serve_job_read(struct serve_queue *q, struct serve_job *j, int fd, char 
             return 0;
         }
         sq_timedwait(&j->cv, &q->mu, SQ_POLL_MS / 1000.0);
-        if (j->off == j->len && j->state != JOB_DONE && sq_peer_gone(fd)) {
+        if (j->off == j->len && j->state != JOB_DONE && sq_peer_gone(fd, NULL)) {
             atomic_store(&j->cancel, JOB_GONE);
             pthread_mutex_unlock(&q->mu);
             return -1;
@@ -405,9 +448,10 @@ static void sq_stream_delta(struct sq_gen *g, const char *text, size_t upto, con
     if (upto < g->emitted)
         upto = g->emitted;
     sq_emit(g->q, g->j,
-            serve_chunk_sse(j->req.ep, j->id, j->created, g->q->model, g->index, text + g->emitted,
-                            upto - g->emitted, j->req.ep == SERVE_EP_CHAT && !g->role_sent, finish,
-                            block, steps, NULL));
+            serve_chunk_sse(j->req.ep, j->id, j->created, g->q->model, j->req.seed, g->index,
+                            text + g->emitted, upto - g->emitted,
+                            j->req.ep == SERVE_EP_CHAT && !g->role_sent, finish, block, steps,
+                            NULL));
     g->role_sent = true;
     g->emitted = upto;
 }
@@ -536,13 +580,13 @@ static void sq_job_finish(struct serve_queue *q, struct serve_job *j)
     } else if (r->stream) {
         if (r->include_usage)
             sq_emit(q, j,
-                    serve_chunk_sse(r->ep, j->id, j->created, q->model, 0, "", 0, false, NULL, -1,
-                                    0, &total));
+                    serve_chunk_sse(r->ep, j->id, j->created, q->model, r->seed, 0, "", 0, false,
+                                    NULL, -1, 0, &total));
         sq_emit(q, j, strdup("data: [DONE]\n\n"));
     } else {
-        sq_answer(
-            j, 200,
-            serve_response_json(r->ep, j->id, j->created, q->model, choices, r->n_prompts, &total));
+        sq_answer(j, 200,
+                  serve_response_json(r->ep, j->id, j->created, q->model, r->seed, choices,
+                                      r->n_prompts, &total));
     }
     struct serve_offload layers[256];
     const int n = serve_engine_layer_stats(q->e, layers, 256);

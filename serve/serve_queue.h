@@ -47,8 +47,10 @@ void serve_queue_shutdown(struct serve_queue *q, double timeout);
 void serve_queue_load(struct serve_queue *q, int *queued, int *running);
 
 /* New jobs (NULL when out of memory). A generation takes over *req (it is
- * zeroed); a tokenizer job takes over *t. */
-struct serve_job *serve_job_generate(struct serve_req *req);
+ * zeroed); one without a seed takes default_seed ([serve] default_seed),
+ * or when that is negative a random one, drawn for it (its answer reports
+ * it). A tokenizer job takes over *t. */
+struct serve_job *serve_job_generate(struct serve_req *req, int64_t default_seed);
 struct serve_job *serve_job_tokens(bool detokenize, struct serve_tok_req *t);
 
 enum serve_submit {
@@ -63,8 +65,10 @@ enum serve_submit serve_queue_submit(struct serve_queue *q, struct serve_job *j,
 /* Wait until the answer's headers can be sent: returns 1 when a stream has
  * started (read it with serve_job_read), 0 when the job is done (take the
  * answer with serve_job_answer), -1 when the client at fd went away (the
- * job is cancelled). */
-int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd);
+ * job is cancelled). A client that only closed its sending side is not
+ * gone; with interim (it speaks HTTP/1.1) a "100 Continue" may be written
+ * to fd to tell the two apart. */
+int serve_job_wait(struct serve_queue *q, struct serve_job *j, int fd, bool interim);
 
 /* A finished job's answer: HTTP status and body (owned by the job). */
 void serve_job_answer(struct serve_queue *q, struct serve_job *j, int *status, const char **body);

@@ -223,6 +223,10 @@ static const struct tide_option serve_options[] = {
      "on SIGINT/SIGTERM, seconds the running requests may take to finish before they are "
      "cancelled",
      NULL, "[0,]"},
+    {"default_seed", TIDE_OPT_INT, "-1",
+     "sampling seed of requests that give none: -1 = a random one drawn for each request; N = "
+     "always N (repeatable answers); every answer reports its seed",
+     NULL, "[-1,]"},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -47,7 +47,7 @@ static void fz_check_req(const struct serve_req *r, const struct serve_limits *l
     const struct serve_choice c = {r->prompts[0].text ? r->prompts[0].text : "", r->prompts[0].len,
                                    "stop"};
     const struct serve_usage u = {0};
-    char *js = serve_response_json(r->ep, "cmpl-fuzz", 0, "m", &c, 1, &u);
+    char *js = serve_response_json(r->ep, "cmpl-fuzz", 0, "m", -1, &c, 1, &u);
     FZ_ASSERT(js);
     json_t *o = json_loads(js, 0, NULL);
     FZ_ASSERT(o);

@@ -15,17 +15,18 @@ import urllib.request
 
 
 class Server:
-    """A `tide serve` on a free port of 127.0.0.1 with the tiny synthetic
-    model (config/llada2-tiny.ini), generated in a temporary folder."""
+    """A `tide serve` on a free port of 127.0.0.1 with a tiny synthetic
+    model (config/CONFIG.ini, default llada2-tiny; its [model] create preset
+    CREATE), generated in a temporary folder."""
 
-    def __init__(self, sets=(), env=None, tmp=None):
+    def __init__(self, sets=(), env=None, tmp=None, config="llada2-tiny", create="tiny"):
         self.tmp = tmp or tempfile.mkdtemp(prefix="tide-serve-")
         os.makedirs(self.tmp, exist_ok=True)
         self.log_path = os.path.join(self.tmp, "serve.log")
         args = [os.environ["TIDE_BIN"], "serve",
-                "-c", os.path.join(os.environ["TIDE_SOURCE_DIR"], "config", "llada2-tiny.ini"),
-                "--set", "model.path=" + os.path.join(self.tmp, "tiny"),
-                "--set", "model.create=tiny",  # generated at this path, not the config's
+                "-c", os.path.join(os.environ["TIDE_SOURCE_DIR"], "config", config + ".ini"),
+                "--set", "model.path=" + os.path.join(self.tmp, create),
+                "--set", "model.create=" + create,  # generated at this path, not the config's
                 "--set", "output.progress=false", "--port", "0"]
         for s in sets:
             args += ["--set", s]

@@ -461,7 +461,7 @@ static void test_responses(void)
                                   .weight_bytes = 1500000000,
                                   .act_bytes = 500000000};
     const struct serve_choice c[2] = {{"hi \xe2\x82\xac", 6, "stop"}, {"bad \xff", 5, "length"}};
-    char *js = serve_response_json(SERVE_EP_COMPLETIONS, "cmpl-1", 123, "m", c, 2, &u);
+    char *js = serve_response_json(SERVE_EP_COMPLETIONS, "cmpl-1", 123, "m", -1, c, 2, &u);
     json_t *o = json_loads(js, 0, NULL);
     CHECK(o != NULL);
     CHECK(!strcmp(json_string_value(json_object_get(o, "object")), "text_completion"));
@@ -483,7 +483,7 @@ static void test_responses(void)
     json_decref(o);
     free(js);
 
-    js = serve_response_json(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", c, 1, &u);
+    js = serve_response_json(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", -1, c, 1, &u);
     o = json_loads(js, 0, NULL);
     json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
     CHECK(!strcmp(json_string_value(json_object_get(msg, "role")), "assistant"));
@@ -491,8 +491,8 @@ static void test_responses(void)
     json_decref(o);
     free(js);
 
-    char *ev =
-        serve_chunk_sse(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", 0, "ab", 2, true, NULL, 0, 4, NULL);
+    char *ev = serve_chunk_sse(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", -1, 0, "ab", 2, true, NULL, 0,
+                               4, NULL);
     CHECK(!strncmp(ev, "data: {", 7) && !strcmp(ev + strlen(ev) - 2, "\n\n"));
     o = json_loads(ev + 6, 0, NULL);
     json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
@@ -502,7 +502,7 @@ static void test_responses(void)
     CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "tide"), "steps")), 4);
     json_decref(o);
     free(ev);
-    ev = serve_chunk_sse(SERVE_EP_COMPLETIONS, "c", 1, "m", 0, "", 0, false, NULL, -1, 0, &u);
+    ev = serve_chunk_sse(SERVE_EP_COMPLETIONS, "c", 1, "m", -1, 0, "", 0, false, NULL, -1, 0, &u);
     o = json_loads(ev + 6, 0, NULL);
     CHECK_EQ_INT(json_array_size(json_object_get(o, "choices")), 0);
     CHECK(json_object_get(o, "usage") && json_object_get(o, "tide"));
@@ -512,6 +512,44 @@ static void test_responses(void)
     js = serve_models_json("llada2-tiny", 5, false);
     CHECK(js && strstr(js, "\"object\":\"list\"") && strstr(js, "\"id\":\"llada2-tiny\""));
     free(js);
+}
+
+/* What the server emits, control characters included, is taken back as an
+ * assistant turn: U+0000 becomes U+FFFD (JSON parsers refuse \u0000), the
+ * others are escaped and come back as they were. Answers carry their seed. */
+static void test_round_trip(void)
+{
+    char text[40];
+    for (int i = 0; i < 32; i++)
+        text[i] = (char)i;
+    memcpy(text + 32, "ok\x7f", 3);
+    const struct serve_choice c = {text, 35, "stop"};
+    const struct serve_usage u = {0};
+    char *js = serve_response_json(SERVE_EP_CHAT, "chatcmpl-1", 1, "m", 42, &c, 1, &u);
+    json_t *o = json_loads(js, 0, NULL);
+    CHECK(o != NULL);
+    CHECK_EQ_INT(json_integer_value(json_object_get(o, "seed")), 42);
+    json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    json_t *body = json_pack("{s:[{s:s,s:s},{s:s,s:O},{s:s,s:s}]}", "messages", "role", "user",
+                             "content", "Hi", "role", "assistant", "content",
+                             json_object_get(msg, "content"), "role", "user", "content", "More");
+    char *back = json_dumps(body, JSON_COMPACT);
+    struct serve_req r;
+    CHECK(parse_ok(SERVE_EP_CHAT, back, &r));
+    CHECK(r.n_prompts == 1 &&
+          memmem(r.prompts[0].text, r.prompts[0].len, "\xef\xbf\xbd\x01\x02", 5) != NULL);
+    serve_req_free(&r);
+    free(back);
+    json_decref(body);
+    json_decref(o);
+    free(js);
+    char *ev =
+        serve_chunk_sse(SERVE_EP_COMPLETIONS, "c", 1, "m", 7, 0, text, 35, false, NULL, 0, 1, NULL);
+    CHECK(ev && !strstr(ev, "\\u0000") && strstr(ev, "\"seed\":7"));
+    free(ev);
+    ev = serve_chunk_sse(SERVE_EP_COMPLETIONS, "c", 1, "m", -1, 0, "a", 1, false, NULL, 0, 1, NULL);
+    CHECK(ev && !strstr(ev, "\"seed\""));
+    free(ev);
 }
 
 static void test_metrics(void)
@@ -579,6 +617,7 @@ int main(void)
     TEST_RUN(test_utf8);
     TEST_RUN(test_stop);
     TEST_RUN(test_responses);
+    TEST_RUN(test_round_trip);
     TEST_RUN(test_metrics);
     serve_chat_free(&llada_chat);
     TEST_DONE();
