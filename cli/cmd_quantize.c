@@ -44,7 +44,8 @@ static void quantize_usage(FILE *f)
                "                        q4 is the same\n"
                "                  fp8   e4m3 values with f32 scales per block (weight_scale_inv),\n"
                "                        as published FP8 checkpoints (~1 byte/weight)\n"
-               "  --block R,C     fp8 block of R rows by C columns per scale (default 128,128)\n"
+               "  --block R,C     fp8 block of R rows by C columns per scale (default 128,128;\n"
+               "                  C a multiple of 32, as backend-cpu-onednn needs)\n"
                "  --dense bf16    dense weights stay bf16 (the only choice for now)\n\n"
                "OUT_DIR is written through a hidden folder beside it and renamed at the end:\n"
                "an error or Ctrl-C leaves no partial output. Progress goes to stderr: a line\n"
@@ -224,7 +225,15 @@ static int qz_write_shard(struct qz *q, const char *file, const char *out_dir, j
                 rc = TIDE_E_NOMEM;
                 break;
             }
-            tide_quantize_bf16(q->fmt, q->block, v->data, v->shape[0], v->shape[1], vals, scales);
+            if (tide_quantize_bf16(q->fmt, q->block, v->data, v->shape[0], v->shape[1], vals,
+                                   scales)) {
+                /* qz_check made sure the format fits: the data is not finite */
+                tide_error("%s: tensor '%s' holds NaN or Inf values: it cannot be quantized "
+                           "(the checkpoint is damaged)",
+                           tide_st_file_of(q->st, v->name), v->name);
+                rc = TIDE_E_FORMAT;
+                break;
+            }
             rc = tide_st_writer_write(w, vals, vb);
             if (!rc)
                 rc = tide_st_writer_write(w, scales, sb);
@@ -283,6 +292,33 @@ static int qz_check(struct qz *q, int *n_expert)
     return TIDE_OK;
 }
 
+static int qz_strcmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The modules (weight names less ".weight") of every 2-D weight that stays
+ * bf16, sorted: a new JSON array (empty when out of memory). */
+static json_t *qz_dense_modules(const struct qz *q)
+{
+    const int n = tide_st_count(q->st);
+    const char **names = malloc(sizeof *names * (size_t)(n + 1));
+    json_t *a = json_array();
+    int k = 0;
+    for (int i = 0; names && i < n; i++) {
+        const struct tide_view *v = tide_st_at(q->st, i);
+        const size_t len = strlen(v->name);
+        if (v->ndim == 2 && len > 7 && !strcmp(v->name + len - 7, ".weight") && !qz_is_expert(q, v))
+            names[k++] = v->name;
+    }
+    if (names)
+        qsort(names, (size_t)k, sizeof *names, qz_strcmp);
+    for (int i = 0; i < k; i++)
+        json_array_append_new(a, json_stringn(names[i], strlen(names[i]) - 7));
+    free(names);
+    return a;
+}
+
 /* config.json with quantization_config added. */
 static int qz_config(const struct qz *q, const char *in, const char *out)
 {
@@ -302,14 +338,15 @@ static int qz_config(const struct qz *q, const char *in, const char *out)
     }
     json_t *qc;
     if (q->fmt == TIDE_QFMT_FP8) {
-        /* Hugging Face's FineGrainedFP8Config: modules_to_not_convert are
-         * matched as substrings of module names; everything but the routed
-         * experts stays bf16. */
-        qc = json_pack("{s:s, s:s, s:s, s:[i,i], s:[s,s,s,s,s,s,s,s,s]}", "quant_method", "fp8",
-                       "fmt", "e4m3", "activation_scheme", "dynamic", "weight_block_size",
-                       q->block[0], q->block[1], "modules_to_not_convert", "attention", "self_attn",
-                       "mlp.gate", "mlp.up_proj", "mlp.down_proj", "shared_expert", "lm_head",
-                       "word_embeddings", "embed_tokens");
+        /* Hugging Face's FineGrainedFP8Config. modules_to_not_convert holds
+         * the full name of every other module with a 2-D weight, as
+         * published FP8 checkpoints write it: transformers 4 matches the
+         * entries as substrings of module names, transformers 5 as whole
+         * names, prefixes or suffixes, and full names mean the same to
+         * both (fragments such as "attention" only to the first). */
+        qc = json_pack("{s:s, s:s, s:s, s:[i,i], s:o}", "quant_method", "fp8", "fmt", "e4m3",
+                       "activation_scheme", "dynamic", "weight_block_size", q->block[0],
+                       q->block[1], "modules_to_not_convert", qz_dense_modules(q));
     } else {
         qc = json_pack("{s:s, s:s, s:[i,i], s:s}", "quant_method", "tide", "format",
                        tide_qfmt_name(q->fmt), "block_size", q->block[0], q->block[1], "modules",
@@ -446,6 +483,17 @@ int cmd_quantize(int argc, char **argv)
                 "tide quantize: --block %s: takes R,C (positive) and only with fp8 "
                 "(q8_0 and q4_0 have blocks of 32 values of a row)\n",
                 block_s);
+        return CLI_EXIT_USAGE;
+    }
+    /* Blocks every shipped backend runs: backend-cpu-onednn decodes fp8 in
+     * 32-value chunks with one scale each, so a block spans a multiple of 32
+     * columns there (dnnl_bk_qfits); backend-cuda takes any block. */
+    if (q.fmt == TIDE_QFMT_FP8 && q.block[1] % TIDE_QK) {
+        fprintf(stderr,
+                "tide quantize: --block %s: backend-cpu-onednn runs fp8 blocks of a multiple of "
+                "%d columns only, not %d (backend-cuda takes any); choose R,C with C a multiple "
+                "of %d, such as the published %d,%d\n",
+                block_s, TIDE_QK, q.block[1], TIDE_QK, TIDE_FP8_BLOCK, TIDE_FP8_BLOCK);
         return CLI_EXIT_USAGE;
     }
     struct stat sb;

@@ -331,19 +331,33 @@ void tide_qview_row_f32(const struct tide_view *v, int64_t r, float *out)
     }
 }
 
-/* q8_0 and q4_0: one row of cols values. */
+/* q8_0 and q4_0 follow GGML's reference quantizers (quantize_row_q8_0_ref
+ * and quantize_row_q4_0_ref, which gguf-py's quants.py reproduces) operation
+ * for operation in f32, so that the bytes are GGML's: the scale d is kept in
+ * f32, the values are multiplied by id = 1/d (not divided by the f16-rounded
+ * scale), q8_0 rounds halves away from zero (roundf) and q4_0 truncates
+ * x*id + 8.5. Only the stored scale is rounded to f16.
+ *
+ * Where GGML's 1/d overflows f32 (a block whose largest magnitude is below
+ * 2^-121 for q8_0, 2^-125 for q4_0: only subnormal-sized weights) its result
+ * is not defined (infinity times the value, cast to an integer); there the
+ * value is divided by d instead, which is what x*id means. */
+static float q_mul_id(float x, float d, float id)
+{
+    return isinf(id) ? x / d : x * id;
+}
+
 static void q_row_q8_0(const uint16_t *src, int64_t cols, int8_t *q, uint16_t *s)
 {
     for (int64_t b = 0; b < cols / TIDE_QK; b++) {
         float amax = 0;
         for (int j = 0; j < TIDE_QK; j++)
             amax = fmaxf(amax, fabsf(tide_bf16_to_f32(src[b * TIDE_QK + j])));
-        const uint16_t d16 = tide_f32_to_f16(amax / 127.0f);
-        const float d = tide_f16_to_f32(d16);
-        s[b] = d16;
+        const float d = amax / 127.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        s[b] = tide_f32_to_f16(d);
         for (int j = 0; j < TIDE_QK; j++) {
-            float x = tide_bf16_to_f32(src[b * TIDE_QK + j]);
-            float qv = d > 0 ? rintf(x / d) : 0.0f;
+            const float qv = roundf(q_mul_id(tide_bf16_to_f32(src[b * TIDE_QK + j]), d, id));
             q[b * TIDE_QK + j] = (int8_t)fmaxf(-127.0f, fminf(127.0f, qv));
         }
     }
@@ -352,25 +366,28 @@ static void q_row_q8_0(const uint16_t *src, int64_t cols, int8_t *q, uint16_t *s
 static void q_row_q4_0(const uint16_t *src, int64_t cols, uint8_t *q, uint16_t *s)
 {
     for (int64_t b = 0; b < cols / TIDE_QK; b++) {
-        /* The value of largest magnitude maps to -8 exactly (GGML's choice:
-         * the extra negative level goes to the extreme). */
-        float amax = 0, vmax = 0;
-        for (int j = 0; j < TIDE_QK; j++) {
-            float x = tide_bf16_to_f32(src[b * TIDE_QK + j]);
+        /* The first value of largest magnitude maps to -8 exactly (the
+         * extra negative level goes to the extreme). Starting from the
+         * block's first value keeps gguf-py's sign of d in an all-zero block
+         * (argmax picks element 0, which may be -0). */
+        float amax = fabsf(tide_bf16_to_f32(src[b * TIDE_QK])),
+              vmax = tide_bf16_to_f32(src[b * TIDE_QK]);
+        for (int j = 1; j < TIDE_QK; j++) {
+            const float x = tide_bf16_to_f32(src[b * TIDE_QK + j]);
             if (fabsf(x) > amax) {
                 amax = fabsf(x);
                 vmax = x;
             }
         }
-        const uint16_t d16 = tide_f32_to_f16(vmax / -8.0f);
-        const float d = tide_f16_to_f32(d16);
-        s[b] = d16;
+        const float d = vmax / -8.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        s[b] = tide_f32_to_f16(d);
         for (int j = 0; j < TIDE_QK / 2; j++) {
             int n[2];
             for (int h = 0; h < 2; h++) {
-                float x = tide_bf16_to_f32(src[b * TIDE_QK + j + h * TIDE_QK / 2]);
-                float qv = d != 0 ? rintf(x / d) + 8.0f : 8.0f;
-                n[h] = (int)fmaxf(0.0f, fminf(15.0f, qv));
+                const float x = tide_bf16_to_f32(src[b * TIDE_QK + j + h * TIDE_QK / 2]);
+                const float t = truncf(q_mul_id(x, d, id) + 8.5f);
+                n[h] = (int)fmaxf(0.0f, fminf(15.0f, t));
             }
             q[b * (TIDE_QK / 2) + j] = (uint8_t)(n[0] | (n[1] << 4));
         }
@@ -404,6 +421,11 @@ int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t
 {
     if (fmt == TIDE_QFMT_NONE || tide_qfmt_fits(fmt, block, rows, cols, NULL, 0))
         return -1;
+    /* A NaN or an infinity has no code in q8_0 or q4_0, and would make
+     * e4m3's NaN code (or a NaN scale) in fp8. */
+    for (int64_t i = 0; i < rows * cols; i++)
+        if ((src[i] & 0x7fffu) >= 0x7f80u)
+            return -2;
     if (fmt == TIDE_QFMT_FP8) {
         q_fp8(block, src, rows, cols, values, scales);
         return 0;

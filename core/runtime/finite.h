@@ -16,7 +16,7 @@
 
 #include "tide/safetensors.h"
 
-/* Scan every BF16, F16 and F32 tensor of st, on up to 8 threads (one per
+/* Scan every BF16, F16, F32 and F8_E4M3 tensor of st, on up to 8 threads (one per
  * CPU). Each tensor that holds a NaN or an Inf is logged (its file, name,
  * counts and the first bad element; at most 10 tensors, then a count).
  * Returns TIDE_OK, TIDE_E_FORMAT or TIDE_E_NOMEM. *bytes_scanned (may be

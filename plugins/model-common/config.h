@@ -142,14 +142,15 @@ struct mc_quant {
     int block[2]; /* rows and columns per scale */
 };
 
-/* An integer in [1, 65536] at index i of JSON array a, or 0 (logged). */
-static inline int mc_rd_block_dim(struct mc_cfg_reader *r, const json_t *a, size_t i)
+/* An integer in [1, 65536] at index i of JSON array a (quantization_config's
+ * `key`), or 0 (logged). */
+static inline int mc_rd_block_dim(struct mc_cfg_reader *r, const char *key, const json_t *a,
+                                  size_t i)
 {
     const json_t *v = json_array_get(a, i);
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65536) {
-        tide_error("%s: quantization_config.weight_block_size[%zu] must be an integer in "
-                   "[1, 65536]",
-                   r->path, i);
+        tide_error("%s: quantization_config.%s[%zu] must be an integer in [1, 65536]", r->path, key,
+                   i);
         r->errors++;
         return 0;
     }
@@ -198,16 +199,23 @@ static inline void mc_rd_quant(struct mc_cfg_reader *r, struct mc_quant *q)
         q->fmt = TIDE_QFMT_FP8;
         tide_qfmt_default_block(q->fmt, q->block);
         if (!b || json_is_null(b)) {
-            tide_info("%s: quantization_config.weight_block_size is missing: using [128, 128]",
-                      r->path);
+            /* Without a block, an fp8 config means one scale per tensor
+             * (the per-tensor form of transformers' FP8 and of vLLM):
+             * refused here, once, rather than read as 128 x 128 blocks
+             * that every scale tensor would then contradict. */
+            tide_error("%s: quantization_config has no weight_block_size: per-tensor fp8 scales "
+                       "are not supported (tide reads block-scaled fp8, weight_block_size "
+                       "[rows, cols])",
+                       r->path);
+            r->errors++;
         } else if (!json_is_array(b) || json_array_size(b) != 2) {
             tide_error("%s: quantization_config.weight_block_size must be an array of two "
                        "integers [rows, cols] (per-tensor fp8 scales are not supported)",
                        r->path);
             r->errors++;
         } else {
-            q->block[0] = mc_rd_block_dim(r, b, 0);
-            q->block[1] = mc_rd_block_dim(r, b, 1);
+            q->block[0] = mc_rd_block_dim(r, "weight_block_size", b, 0);
+            q->block[1] = mc_rd_block_dim(r, "weight_block_size", b, 1);
         }
         return;
     }
@@ -222,6 +230,19 @@ static inline void mc_rd_quant(struct mc_cfg_reader *r, struct mc_quant *q)
         }
         q->fmt = fmt;
         tide_qfmt_default_block(fmt, q->block);
+        /* `tide quantize` writes block_size [1, 32]; q8_0 and q4_0 have no
+         * other block, so anything else is a checkpoint tide cannot read. */
+        const json_t *b = json_object_get(o, "block_size");
+        if (b && !json_is_null(b) &&
+            (!json_is_array(b) || json_array_size(b) != 2 ||
+             json_integer_value(json_array_get(b, 0)) != q->block[0] ||
+             json_integer_value(json_array_get(b, 1)) != q->block[1] ||
+             !json_is_integer(json_array_get(b, 0)) || !json_is_integer(json_array_get(b, 1)))) {
+            tide_error("%s: quantization_config.block_size must be [%d, %d] for %s (one scale "
+                       "per %d values of a row)",
+                       r->path, q->block[0], q->block[1], tide_qfmt_name(fmt), q->block[1]);
+            r->errors++;
+        }
         return;
     }
     tide_error("%s: quantization_config.quant_method \"%s\" is not supported (tide reads "

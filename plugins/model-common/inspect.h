@@ -10,6 +10,7 @@
 
 #include "model-common/spec.h"
 #include "tide/log.h"
+#include "tide/quant.h"
 #include "tide/safetensors.h"
 #include "tide/status.h"
 
@@ -42,11 +43,34 @@ static inline int mc_view_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Compare the checkpoint with the expected tensor list. Returns the number
- * of problems found. O(n log n): the checkpoint tensors that were expected
+/* Whether the scale sv of an fp8 dense weight [d0, d1] (name) is what the
+ * load takes (mc_load_weight_q): F32 [ceil(d0/br), ceil(d1/bc)] for
+ * fp8_block [br, bc]. Prints the mismatch when not. */
+static inline bool mc_check_dense_scale(const struct tide_view *sv, const char *sn,
+                                        const int fp8_block[2], int64_t d0, int64_t d1, FILE *f)
+{
+    int64_t ss[2];
+    tide_qmat_scale_shape(fp8_block, d0, d1, ss);
+    if (sv->dtype == TIDE_DTYPE_F32 && sv->ndim == 2 && sv->shape[0] == ss[0] &&
+        sv->shape[1] == ss[1])
+        return true;
+    fprintf(f, "  mismatch    %s: expected F32 ", sn);
+    mc_print_shape(f, 2, ss);
+    fprintf(f, " (blocks of [%d, %d] over [%lld, %lld]), found %s ", fp8_block[0], fp8_block[1],
+            (long long)d0, (long long)d1, tide_dtype_name(sv->dtype));
+    mc_print_shape(f, sv->ndim, sv->shape);
+    fputc('\n', f);
+    return false;
+}
+
+/* Compare the checkpoint with the expected tensor list. fp8_block: the
+ * block of config.json's fp8 quantization_config, under which a bf16 weight
+ * may be stored as F8_E4M3 with its weight_scale_inv (checked as the load
+ * checks it); NULL when the checkpoint is not fp8. Returns the number of
+ * problems found. O(n log n): the checkpoint tensors that were expected
  * are collected and sorted, and each checkpoint tensor is looked up there. */
 static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
-                                   const struct tide_st *st, FILE *f)
+                                   const struct tide_st *st, const int *fp8_block, FILE *f)
 {
     int problems = 0, missing = 0, n_found = 0, fp8_dense = 0;
     /* room for a scale beside each expected tensor (fp8 dense weights) */
@@ -81,11 +105,13 @@ static inline int mc_check_tensors(const void *ctx, int n, mc_spec_fn spec,
             const size_t len = strlen(name);
             snprintf(sn, sizeof sn, "%.*sweight_scale_inv", (int)(len > 6 ? len - 6 : 0), name);
             const struct tide_view *sv = tide_st_find(st, sn);
-            ok = dt == TIDE_DTYPE_BF16 && v->dtype == TIDE_DTYPE_F8_E4M3 && nd == 2 && sv &&
-                 len > 6 && !strcmp(name + len - 6, "weight");
+            ok = fp8_block && dt == TIDE_DTYPE_BF16 && v->dtype == TIDE_DTYPE_F8_E4M3 && nd == 2 &&
+                 sv && len > 6 && !strcmp(name + len - 6, "weight");
             if (ok) {
                 found[n_found++] = sv;
                 fp8_dense++;
+                if (!mc_check_dense_scale(sv, sn, fp8_block, shape[0], shape[1], f))
+                    problems++;
             }
         }
         if (!ok) {
@@ -164,6 +190,9 @@ struct mc_inspect_sizes {
      * of one expert, which count its parameters */
     const char *format;
     uint64_t eb_bf16;
+    /* appended: config.json's fp8 block, under which dense weights may be
+     * F8_E4M3 with scales (NULL: the checkpoint is not fp8) */
+    const int *fp8_block;
 };
 
 static inline int mc_inspect_rest(FILE *f, const char *dir, const struct mc_inspect_sizes *z,
@@ -192,7 +221,7 @@ static inline int mc_inspect_rest(FILE *f, const char *dir, const struct mc_insp
     }
     fprintf(f, "\ntensors      %d in the checkpoint, %d expected, %s of data\n", tide_st_count(st),
             n_tensors, mc_hbytes(tide_st_data_bytes(st), b1, sizeof b1));
-    int problems = mc_check_tensors(ctx, n_tensors, spec, st, f);
+    int problems = mc_check_tensors(ctx, n_tensors, spec, st, z->fp8_block, f);
     if (!problems)
         fprintf(f, "  all tensors present with the expected dtype and shape\n");
     tide_st_close(st);

@@ -48,6 +48,7 @@ int llada2_inspect(const char *dir, const struct tide_inspect_args *args)
         .active = active,
         .format = tide_qfmt_name(c.quant.fmt),
         .eb_bf16 = eb_bf16,
+        .fp8_block = c.quant.fmt == TIDE_QFMT_FP8 ? c.quant.block : NULL,
     };
     return mc_inspect_rest(f, dir, &z, &c, llada2_tensor_count(&c), spec_of, args->budget);
 }

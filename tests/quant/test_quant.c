@@ -188,6 +188,44 @@ static void test_q4_order(void)
         CHECK_EQ_INT(vals[j], 0 | (9 << 4));
 }
 
+/* The quantizers never write a NaN code: finite inputs at the extremes of
+ * bf16 (its largest value, subnormals, zeros of both signs) give finite fp8
+ * codes and scales, and a NaN or an infinity is refused (-2) in every
+ * format. */
+static void test_no_nan(void)
+{
+    enum { R = 4, C = 64 };
+    const uint16_t extremes[] = {0x7f7f, 0xff7f, 0x0001, 0x8001, 0x0000, 0x8000, 0x007f, 0x3f80};
+    uint16_t src[R * C];
+    for (int i = 0; i < R * C; i++)
+        src[i] = extremes[(i * 7 + i / C) % 8];
+    for (int i = 0; i < C; i++) /* a block of subnormals only */
+        src[i] = (uint16_t)(1 + i % 127) | (i & 1 ? 0x8000 : 0);
+    uint8_t vals[R * C];
+    float sc[R * C];
+    const int blocks[3][2] = {{1, 32}, {2, 32}, {128, 128}};
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ_INT(tide_quantize_bf16(TIDE_QFMT_FP8, blocks[k], src, R, C, vals, sc), 0);
+        for (int i = 0; i < R * C; i++)
+            CHECK((vals[i] & 0x7f) != 0x7f);
+        int64_t ss[2];
+        tide_qmat_scale_shape(blocks[k], R, C, ss);
+        for (int64_t i = 0; i < ss[0] * ss[1]; i++)
+            CHECK(isfinite(sc[i]) && sc[i] > 0);
+    }
+    const uint16_t bad[] = {0x7fc0, 0xffc0, 0x7f80, 0xff80, 0x7f81};
+    for (int fmt = TIDE_QFMT_Q8_0; fmt < TIDE_QFMT_COUNT; fmt++) {
+        int b[2];
+        tide_qfmt_default_block(fmt, b);
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            uint16_t one[R * C];
+            memcpy(one, src, sizeof one);
+            one[R * C - 3] = bad[j];
+            CHECK_EQ_INT(tide_quantize_bf16(fmt, b, one, R, C, vals, sc), -2);
+        }
+    }
+}
+
 int main(void)
 {
     TEST_RUN(test_fp8_codec);
@@ -195,5 +233,6 @@ int main(void)
     TEST_RUN(test_sizes);
     TEST_RUN(test_roundtrip);
     TEST_RUN(test_q4_order);
+    TEST_RUN(test_no_nan);
     TEST_DONE();
 }

@@ -95,8 +95,11 @@ TIDE_API void tide_qview_row_f32(const struct tide_view *v, int64_t r, float *ou
 
 /* Quantize a bf16 [rows, cols] matrix (rows of `cols` values) into values
  * and scales, sized as tide_qmat_value_shape / tide_qmat_scale_shape say
- * (values in the value dtype, scales in the scale dtype). Returns 0, or -1
- * when the format does not fit the shape. */
+ * (values in the value dtype, scales in the scale dtype). q8_0 and q4_0
+ * give the bytes of GGML's reference quantizers (docs/quantization.md says
+ * where they differ); fp8 never gives e4m3's NaN codes. Returns 0, -1 when
+ * the format does not fit the shape, or -2 when src holds a NaN or an
+ * infinity (nothing is written then). */
 TIDE_API int tide_quantize_bf16(int fmt, const int block[2], const uint16_t *src, int64_t rows,
                                 int64_t cols, void *values, void *scales);
 
