@@ -154,7 +154,7 @@ static int trace_info(const char *path, int max_d)
            "expert)\n",
            h->n_layers, h->n_experts, h->top_k, h->hidden, h->inter,
            (double)h->expert_bytes / 1048576.0);
-    /* A decoder without a bound on steps (decoder-llada21 by default) leaves
+    /* A decoder that gives no bound on steps (an open-ended loop) leaves
      * block_length in the header; a longer block shows it was no bound. */
     if (t->max_block_steps > h->steps)
         printf("generation: block %u, open-ended steps (the header's %u is no bound: a block "
