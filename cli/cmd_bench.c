@@ -502,16 +502,6 @@ static int bench_summary(const char *dir, const struct bench_row *rows, int n_ro
     return TIDE_OK;
 }
 
-/* A policy name as given ("tide") or as a plugin name ("policy-tide"). */
-static const char *bench_policy_name(const struct tide_plugin_set *set, const char *name, char *buf,
-                                     size_t len)
-{
-    if (tide_plugins_find(set, name))
-        return name;
-    snprintf(buf, len, "policy-%s", name);
-    return tide_plugins_find(set, buf) ? buf : name;
-}
-
 static int bench_parse_ints(char **items, int n, int n_experts, const char *what, int *out)
 {
     for (int i = 0; i < n; i++) {
@@ -703,13 +693,14 @@ int cmd_bench(int argc, char **argv)
     }
     char names[BENCH_MAX_LIST][64];
     for (int p = 0; p < np; p++) {
-        char buf[64];
-        snprintf(names[p], sizeof names[p], "%s",
-                 bench_policy_name(c.plugins, pol[p], buf, sizeof buf));
-        if (!tide_plugins_get(c.plugins, names[p], TIDE_PLUGIN_POLICY, "[bench] policies")) {
+        /* "tide" or "policy-tide", resolved as everywhere (loader.h). */
+        const struct tide_plugin *pl =
+            tide_plugins_get(c.plugins, pol[p], TIDE_PLUGIN_POLICY, "[bench] policies");
+        if (!pl) {
             rc = TIDE_E_CONFIG;
             goto done;
         }
+        snprintf(names[p], sizeof names[p], "%s", pl->desc->name);
     }
     b.want = b.want_all = calloc((size_t)(b.prompts.n * points), sizeof *b.want);
     rows = calloc((size_t)((np * nb * ni * nt + 1) * points * b.repeats), sizeof *rows);

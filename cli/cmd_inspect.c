@@ -1,7 +1,9 @@
 /* `tide inspect DIR`: what a checkpoint holds and what it needs. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "decode.h"
@@ -77,13 +79,22 @@ int cmd_inspect(int argc, char **argv)
         } else if (a[0] != '-' && !dir) {
             dir = a;
         } else {
-            fprintf(stderr, "tide inspect: unexpected argument '%s'\n\n", a);
+            static const char *const flags[] = {"--budget", "--plugin", "--help", NULL};
+            char hint[128];
+            cli_suggest_flag(a, flags, hint, sizeof hint);
+            fprintf(stderr, "tide inspect: unexpected argument '%s'%s\n\n", a, hint);
             inspect_usage(stderr);
             return CLI_EXIT_USAGE;
         }
     }
     if (!dir) {
         inspect_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        tide_error("tide inspect: %s: %s", dir,
+                   stat(dir, &sb) != 0 ? strerror(errno) : "not a folder (name a checkpoint's)");
         return CLI_EXIT_USAGE;
     }
     int rc = cli_setup(&c);
@@ -97,9 +108,13 @@ int cmd_inspect(int argc, char **argv)
             .size = sizeof ia, .budget = (int)budget, .out = stdout};
         rc = ops->inspect(dir, &ia);
         fflush(stdout);
-        const int drc = inspect_decoder(&c, mp, dir);
-        if (rc == TIDE_OK)
-            rc = drc;
+        /* After a report (whole, or naming wrong tensors), the decoder;
+         * after an error that stopped it, nothing more. */
+        if (rc == TIDE_OK || rc == TIDE_E_FORMAT) {
+            const int drc = inspect_decoder(&c, mp, dir);
+            if (rc == TIDE_OK)
+                rc = drc;
+        }
     }
     cli_teardown(&c);
     return cli_exit_code(rc);

@@ -83,13 +83,31 @@ static bool qz_is_expert(const struct qz *q, const struct tide_view *v)
     return v->ndim == 2 && regexec(&q->expert_re, v->name, 0, NULL, 0) == 0;
 }
 
+/* The unit in which total bytes read well: GB from 1 GB, else MiB or KiB
+ * (a tiny model's 3 MiB is not "0.00 GB"); *div is its size in bytes. */
+static const char *qz_unit(uint64_t total, double *div)
+{
+    if (total >= 1000000000u) {
+        *div = 1e9;
+        return "GB";
+    }
+    if (total >= 1u << 20) {
+        *div = 1 << 20;
+        return "MiB";
+    }
+    *div = 1 << 10;
+    return "KiB";
+}
+
 /* On a terminal, the progress line; elsewhere (a log) a line per tenth;
  * and the final line in both. */
 static void qz_progress(struct qz *q, bool final)
 {
+    double div;
+    const char *unit = qz_unit(q->total_bytes, &div);
     if (q->pg.on && !final) {
-        cli_progress_update(&q->pg, (double)q->done_bytes, "%.2f of %.2f GB read",
-                            (double)q->done_bytes / 1e9, (double)q->total_bytes / 1e9);
+        cli_progress_update(&q->pg, (double)q->done_bytes, "%.2f of %.2f %s read",
+                            (double)q->done_bytes / div, (double)q->total_bytes / div, unit);
         return;
     }
     if (tide_log_get_level() < TIDE_LOG_INFO) /* --quiet */
@@ -103,8 +121,8 @@ static void qz_progress(struct qz *q, bool final)
     char eta[32] = "";
     if (!final && frac > 0.02)
         snprintf(eta, sizeof eta, ", %.0f s left", el / frac - el);
-    fprintf(stderr, "tide quantize: %5.1f%%  %.2f of %.2f GB read, %.1f s%s\n", 100.0 * frac,
-            (double)q->done_bytes / 1e9, (double)q->total_bytes / 1e9, el, eta);
+    fprintf(stderr, "tide quantize: %5.1f%%  %.2f of %.2f %s read, %.1f s%s\n", 100.0 * frac,
+            (double)q->done_bytes / div, (double)q->total_bytes / div, unit, el, eta);
     fflush(stderr);
 }
 
@@ -558,8 +576,10 @@ int cmd_quantize(int argc, char **argv)
             now = tide_st_data_bytes(o);
             tide_st_close(o);
         }
-        printf("%s: %d expert matrices in %s; tensors %.3f GB -> %.3f GB (%.2fx smaller)\n", out,
-               n_expert, tide_qfmt_name(q.fmt), (double)was / 1e9, (double)now / 1e9,
+        double div;
+        const char *unit = qz_unit(was, &div);
+        printf("%s: %d expert matrices in %s; tensors %.3f %s -> %.3f %s (%.2fx smaller)\n", out,
+               n_expert, tide_qfmt_name(q.fmt), (double)was / div, unit, (double)now / div, unit,
                now ? (double)was / (double)now : 0.0);
     }
     regfree(&q.expert_re);

@@ -143,15 +143,16 @@ static int run_on_step(void *user, const struct tide_step_event *ev)
 static int run_on_block(void *user, const struct tide_block_event *ev)
 {
     struct run_state *s = user;
-    if (s->pg.on)
-        cli_progress_clear(&s->pg);
-    else if (s->progress)
+    /* Without the line, a line per block; but not where stdout's streamed
+     * text goes too (2>&1, or a terminal under TIDE_PROGRESS=0): it would
+     * cut the text, which shows the progress there itself. */
+    if (!s->pg.on && s->progress && !(s->stream && s->pg.shared))
         fprintf(stderr, "[block %d/%d] %lld positions decoded, %.1f/s\n", ev->block + 1,
                 ev->n_blocks, (long long)s->committed,
                 ev->seconds > 0 ? (double)s->committed / ev->seconds : 0.0);
     if (s->stream && ev->delta_len) {
-        fwrite(ev->delta, 1, ev->delta_len, stdout);
-        fflush(stdout);
+        /* Never erased by the line, which goes below unfinished text. */
+        cli_progress_text(&s->pg, ev->delta, ev->delta_len);
         s->printed += ev->delta_len;
     }
     return 0;
@@ -269,9 +270,11 @@ int cmd_run(int argc, char **argv)
     st.dump = dump;
     st.stream = tide_opts_bool(oo, "stream") && !print_ids;
     st.progress = tide_opts_bool(oo, "progress") && tide_log_get_level() >= TIDE_LOG_INFO;
-    /* The line decides for itself (terminal, --quiet, TIDE_PROGRESS). */
-    if (tide_opts_bool(oo, "progress"))
-        cli_progress_begin(&st.pg, "tide run", 1);
+    /* The line decides for itself (terminal, --quiet, TIDE_PROGRESS); begun
+     * either way, it keeps log messages off the end of the streamed text. */
+    cli_progress_begin(&st.pg, "tide run", 1);
+    if (!tide_opts_bool(oo, "progress"))
+        cli_progress_off(&st.pg);
     struct tide_request req;
     tide_request_init(&req);
     req.prompt = prompt;

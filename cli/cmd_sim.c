@@ -411,13 +411,11 @@ static int sim_setup(struct sim_cli *s)
             tide_error("--policy %s: an empty item (a stray comma?)", s->policies);
             return TIDE_E_CONFIG;
         }
-        char name[80];
-        snprintf(name, sizeof name, strchr(tok, '-') ? "%s" : "policy-%s", tok);
         if (s->n_pol == (int)(sizeof s->pol / sizeof s->pol[0])) {
             tide_error("--policy: at most %d policies", s->n_pol);
             return TIDE_E_CONFIG;
         }
-        s->pol[s->n_pol] = tide_plugins_get(s->c.plugins, name, TIDE_PLUGIN_POLICY, "--policy");
+        s->pol[s->n_pol] = tide_plugins_get(s->c.plugins, tok, TIDE_PLUGIN_POLICY, "--policy");
         if (!s->pol[s->n_pol++])
             return TIDE_E_CONFIG;
     }

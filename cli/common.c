@@ -74,9 +74,11 @@ int cli_setup(struct cli_ctx *c)
         return rc;
     for (int i = 0; i < c->n_configs; i++) {
         char path[PATH_MAX];
-        if ((rc = tide_shipped_path(c->configs[i], "-c", path, sizeof path)) != TIDE_OK ||
-            (rc = tide_config_load_file(c->cfg, path)) != TIDE_OK)
-            return rc;
+        /* A -c file that is not there is a configuration error (exit 2). */
+        if (tide_shipped_path(c->configs[i], "-c", path, sizeof path) != TIDE_OK)
+            return TIDE_E_CONFIG;
+        if ((rc = tide_config_load_file(c->cfg, path)) != TIDE_OK)
+            return rc == TIDE_E_IO || rc == TIDE_E_NOTFOUND ? TIDE_E_CONFIG : rc;
     }
     int bad = 0;
     for (int i = 0; i < c->n_sets; i++)
@@ -370,8 +372,25 @@ void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size
                 best = *f;
             }
         }
-    if (best && bd <= 1 + (int)strlen(best) / 4)
+    if (best && bd <= 1 + (int)strlen(best) / 4) {
         snprintf(buf, len, "; did you mean '%s'?", best);
-    else
-        snprintf(buf, len, "%s", "");
+        return;
+    }
+    snprintf(buf, len, "%s", "");
+    /* --budget 8: a core option's key given as a flag. */
+    char key[64];
+    const char *k = arg + strspn(arg, "-");
+    const char *eq = strchr(k, '=');
+    const size_t n = eq ? (size_t)(eq - k) : strlen(k);
+    struct tide_config *cfg = n && n < sizeof key ? tide_config_create() : NULL;
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < n; i++)
+        key[i] = k[i] == '-' ? '_' : k[i];
+    key[n] = 0;
+    const char *sec =
+        tide_core_register_sections(cfg) == TIDE_OK ? tide_config_key_section(cfg, key) : NULL;
+    if (sec)
+        snprintf(buf, len, "; did you mean '--set %s.%s=%s'?", sec, key, eq ? eq + 1 : "VALUE");
+    tide_config_destroy(cfg);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "crash.h"
 #include "loader.h"
 #include "tide/log.h"
@@ -48,7 +49,7 @@ static void usage(FILE *f)
                "and decoding loops.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`tide COMMAND --help` describes each command.\n\n"
+    fprintf(f, "\n`tide COMMAND --help` (or `tide help COMMAND`) describes each command.\n\n"
                "common options:\n"
                "  -c, --config FILE           INI configuration (see docs/config.md); repeat\n"
                "                              it to layer files, the later winning\n"
@@ -96,13 +97,30 @@ int main(int argc, char **argv)
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
-        if (!strcmp(argv[i], commands[c].name))
-            return commands[c].run(argc - i, argv + i);
-    if (!strcmp(argv[i], "help")) {
+    /* `tide help CMD` is `tide CMD --help`. */
+    char *help_argv[] = {i + 1 < argc ? argv[i + 1] : NULL, "--help", NULL};
+    const bool help = !strcmp(argv[i], "help");
+    if (help && i + 1 >= argc) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    fprintf(stderr, "tide: unknown command '%s' (see tide --help)\n", argv[i]);
+    const char *name = help ? argv[i + 1] : argv[i];
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
+        if (!strcmp(name, commands[c].name))
+            return help ? commands[c].run(2, help_argv) : commands[c].run(argc - i, argv + i);
+    const char *best = NULL;
+    int bd = 99;
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+        const int d = tide_edit_distance(name, commands[c].name);
+        if (d < bd) {
+            bd = d;
+            best = commands[c].name;
+        }
+    }
+    if (best && bd <= 1 + (int)strlen(best) / 3)
+        fprintf(stderr, "tide: unknown command '%s'; did you mean '%s'? (see tide --help)\n", name,
+                best);
+    else
+        fprintf(stderr, "tide: unknown command '%s' (see tide --help)\n", name);
     return CLI_EXIT_USAGE;
 }

@@ -2,14 +2,30 @@
 #include "progress.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define PROGRESS_CLEAR "\r\033[K"
+/* Below text that does not end its line: ESC D (index) moves down one row
+ * in the same column, scrolling at the bottom, and ESC M moves back up, so
+ * a row exists below without scrolling between ESC 7 (save the cursor) and
+ * ESC 8 (restore it); the line lives on that row and the cursor stays at
+ * the end of the text. */
+#define PROGRESS_BELOW       "\033D\033M\0337\033D\r\033[K"
+#define PROGRESS_BELOW_CLEAR "\0337\033D\r\033[K\0338"
+
+/* Streamed text on the screen stderr shares does not end its line
+ * (cli_progress_text); the log sink, on whichever thread logs, starts its
+ * message on a line of its own and clears it. */
+static atomic_bool progress_midline;
+/* The sink may use escape sequences (a line is being drawn). */
+static atomic_bool progress_escapes;
 
 static double progress_now(void)
 {
@@ -31,14 +47,19 @@ bool cli_progress_wanted(void)
 }
 
 /* Log messages while a line is up: erase it first, in the same write, so a
- * message never lands after the line's text. Touches no state, so a plugin
- * thread may log too; the next update redraws. */
+ * message never lands after the line's text; after streamed text that does
+ * not end its line, the message starts a line of its own. Touches only the
+ * atomics above, so a plugin thread may log too; the next update redraws. */
 static void progress_log_sink(void *user, enum tide_log_level level, const char *msg)
 {
     (void)user;
     static const char *const names[] = {"error", "warning", "info", "debug"};
+    const bool mid = atomic_exchange(&progress_midline, false);
+    const char *lead = atomic_load(&progress_escapes)
+                           ? (mid ? PROGRESS_BELOW_CLEAR "\n" : PROGRESS_CLEAR)
+                           : (mid ? "\n" : "");
     char buf[2200];
-    int n = snprintf(buf, sizeof buf, PROGRESS_CLEAR "tide: %s: %s\n", names[level], msg);
+    int n = snprintf(buf, sizeof buf, "%stide: %s: %s\n", lead, names[level], msg);
     if (n < 0)
         return;
     if ((size_t)n >= sizeof buf) {
@@ -49,11 +70,22 @@ static void progress_log_sink(void *user, enum tide_log_level level, const char 
     (void)w;
 }
 
+/* Whether stdout and stderr reach the same file, pipe or terminal. */
+static bool progress_shared(void)
+{
+    struct stat o, e;
+    return fstat(STDOUT_FILENO, &o) == 0 && fstat(STDERR_FILENO, &e) == 0 && o.st_dev == e.st_dev &&
+           o.st_ino == e.st_ino && o.st_rdev == e.st_rdev;
+}
+
 void cli_progress_begin(struct cli_progress *p, const char *label, double total)
 {
-    *p = (struct cli_progress){.on = cli_progress_wanted(), .label = label, .total = total};
+    *p = (struct cli_progress){
+        .on = cli_progress_wanted(), .shared = progress_shared(), .label = label, .total = total};
     p->t0 = progress_now();
-    if (p->on)
+    atomic_store(&progress_midline, false);
+    atomic_store(&progress_escapes, p->on);
+    if (p->on || p->shared)
         tide_log_set_sink(progress_log_sink, NULL);
 }
 
@@ -112,7 +144,11 @@ void cli_progress_update(struct cli_progress *p, double done, const char *fmt, .
         nh = room > 0 ? room : 0;
     if (nh > (int)sizeof head - 1)
         nh = (int)sizeof head - 1;
-    fprintf(stderr, PROGRESS_CLEAR "%.*s%s", nh, head, tail);
+    p->below = atomic_load(&progress_midline);
+    if (p->below)
+        fprintf(stderr, PROGRESS_BELOW "%.*s%s\0338", nh, head, tail);
+    else
+        fprintf(stderr, PROGRESS_CLEAR "%.*s%s", nh, head, tail);
     fflush(stderr);
     p->drawn = true;
 }
@@ -120,17 +156,40 @@ void cli_progress_update(struct cli_progress *p, double done, const char *fmt, .
 void cli_progress_clear(struct cli_progress *p)
 {
     if (p->on && p->drawn) {
-        fputs(PROGRESS_CLEAR, stderr);
+        fputs(p->below ? PROGRESS_BELOW_CLEAR : PROGRESS_CLEAR, stderr);
         fflush(stderr);
     }
     p->drawn = false;
     p->last = 0;
 }
 
+void cli_progress_off(struct cli_progress *p)
+{
+    cli_progress_clear(p);
+    if (p->on && !p->shared)
+        tide_log_set_sink(NULL, NULL);
+    atomic_store(&progress_escapes, false);
+    p->on = false;
+}
+
+void cli_progress_text(struct cli_progress *p, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    cli_progress_clear(p);
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (p->shared)
+        atomic_store(&progress_midline, text[len - 1] != '\n');
+}
+
 void cli_progress_end(struct cli_progress *p)
 {
     cli_progress_clear(p);
-    if (p->on)
+    if (p->on || p->shared)
         tide_log_set_sink(NULL, NULL);
+    atomic_store(&progress_midline, false);
+    atomic_store(&progress_escapes, false);
     p->on = false;
+    p->shared = false;
 }

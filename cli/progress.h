@@ -16,17 +16,25 @@
  *
  * While a line is up, log messages erase it before they print (a log sink),
  * and the next update draws it again; whoever prints to stdout calls
- * cli_progress_clear first. Single-threaded: update from one thread. */
+ * cli_progress_clear first, or prints through cli_progress_text. Text that
+ * does not end its line (tide run streams blocks) is never erased: the line
+ * is then drawn on the row below it, the cursor staying at the text's end,
+ * and log messages start a line of their own (also when stdout and stderr
+ * share a file or pipe and no line is drawn). Single-threaded: update from
+ * one thread. */
 #ifndef TIDE_CLI_PROGRESS_H
 #define TIDE_CLI_PROGRESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "tide/log.h"
 
 struct cli_progress {
     bool on;           /* drawing (see above) */
     bool drawn;        /* a line is on the terminal now */
+    bool below;        /* it is on the row below unfinished text */
+    bool shared;       /* stdout and stderr reach the same file, pipe or terminal */
     const char *label; /* "tide bench" */
     double total;      /* units of work (prompts, bytes, layers) */
     double done;       /* units finished, as last updated */
@@ -47,6 +55,14 @@ void cli_progress_update(struct cli_progress *p, double done, const char *fmt, .
 
 /* Erase the line (before printing to stdout); the next update redraws. */
 void cli_progress_clear(struct cli_progress *p);
+
+/* Draw no line from now on (progress = false), still keeping log messages
+ * off the end of streamed text. */
+void cli_progress_off(struct cli_progress *p);
+
+/* Write len bytes of text to stdout (flushed), erasing the line first;
+ * text that does not end with a newline keeps the line below it. */
+void cli_progress_text(struct cli_progress *p, const char *text, size_t len);
 
 /* Erase the line and stop: log messages print as usual again. */
 void cli_progress_end(struct cli_progress *p);

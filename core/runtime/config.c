@@ -106,17 +106,23 @@ int tide_edit_distance(const char *a, const char *b)
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63)
         return 99;
-    int prev[64], cur[64];
+    /* Optimal string alignment: two swapped letters ("lur" for "lru") cost
+     * one edit, as a typo does. */
+    int prev2[64] = {0}, prev[64], cur[64];
     for (size_t j = 0; j <= lb; j++)
         prev[j] = (int)j;
     for (size_t i = 1; i <= la; i++) {
         cur[0] = (int)i;
         for (size_t j = 1; j <= lb; j++) {
-            int sub = prev[j - 1] +
-                      (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            const int ai = tolower((unsigned char)a[i - 1]), bj = tolower((unsigned char)b[j - 1]);
+            int sub = prev[j - 1] + (ai != bj);
             int del = prev[j] + 1, ins = cur[j - 1] + 1;
             cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == bj && prev2[j - 2] + 1 < cur[j])
+                cur[j] = prev2[j - 2] + 1;
         }
+        memcpy(prev2, prev, sizeof(int) * (lb + 1));
         memcpy(prev, cur, sizeof(int) * (lb + 1));
     }
     return prev[lb];
@@ -935,6 +941,15 @@ int tide_config_set_value(struct tide_config *cfg, const char *section, const ch
 const struct tide_opts *tide_config_section(const struct tide_config *cfg, const char *name)
 {
     return cfg_find(cfg, name);
+}
+
+const char *tide_config_key_section(const struct tide_config *cfg, const char *key)
+{
+    for (int i = 0; i < cfg->n_sec; i++)
+        for (int k = 0; k < cfg->sec[i].n; k++)
+            if (!strcmp(cfg->sec[i].table[k].name, key))
+                return cfg->sec[i].section;
+    return NULL;
 }
 
 const char *tide_config_path(const struct tide_config *cfg)

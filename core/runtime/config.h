@@ -59,6 +59,10 @@ int tide_config_set_value(struct tide_config *cfg, const char *section, const ch
 /* The resolved options of a section, or NULL when it is not registered. */
 const struct tide_opts *tide_config_section(const struct tide_config *cfg, const char *name);
 
+/* The first section, in registration order (the core's first), with an
+ * option called key, or NULL. Owned by the config. */
+const char *tide_config_key_section(const struct tide_config *cfg, const char *key);
+
 /* The file most recently loaded, or NULL. */
 const char *tide_config_path(const struct tide_config *cfg);
 

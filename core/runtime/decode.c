@@ -26,11 +26,7 @@ bool tide_stop_requested(void)
 /* The decoder plugin called `name`: "decoder-NAME" or NAME itself. */
 static const struct tide_plugin *decode_find(const struct tide_plugin_set *set, const char *name)
 {
-    char full[256];
-    snprintf(full, sizeof full, DECODE_PREFIX "%s", name);
-    const struct tide_plugin *p = tide_plugins_find(set, full);
-    if (!p || p->desc->kind != TIDE_PLUGIN_DECODER)
-        p = tide_plugins_find(set, name);
+    const struct tide_plugin *p = tide_plugins_resolve(set, name, TIDE_PLUGIN_DECODER);
     return p && p->desc->kind == TIDE_PLUGIN_DECODER ? p : NULL;
 }
 

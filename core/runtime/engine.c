@@ -65,7 +65,7 @@ static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
         tide_error("[model] path = %s (%s): %s; download a checkpoint there, or set [model] "
                    "create = tiny to generate a synthetic one",
                    path, tide_opts_origin(mo, "path"), strerror(err));
-        return TIDE_E_NOTFOUND;
+        return TIDE_E_CONFIG; /* the configuration names what is not there */
     }
     if (!engine_may_create(e->cfg)) {
         tide_error("[model] path = %s (%s): %s; [model] create = %s (%s) generates a checkpoint "
@@ -73,7 +73,7 @@ static int engine_model_dir(struct tide_engine *e, const struct tide_opts *mo)
                    "model.create=%s",
                    path, tide_opts_origin(mo, "path"), strerror(err), preset,
                    tide_opts_origin(mo, "create"), preset);
-        return TIDE_E_NOTFOUND;
+        return TIDE_E_CONFIG;
     }
     tide_info("%s does not exist: generating a synthetic '%s' checkpoint there ([model] create)",
               path, preset);

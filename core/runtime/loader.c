@@ -397,6 +397,18 @@ const struct tide_plugin *tide_plugins_find(const struct tide_plugin_set *set, c
     return NULL;
 }
 
+const struct tide_plugin *tide_plugins_resolve(const struct tide_plugin_set *set, const char *name,
+                                               enum tide_plugin_kind kind)
+{
+    const struct tide_plugin *p = tide_plugins_find(set, name);
+    if (p && p->desc->kind == (uint32_t)kind)
+        return p;
+    char full[256];
+    snprintf(full, sizeof full, "%s-%s", tide_plugin_kind_str(kind), name);
+    const struct tide_plugin *q = tide_plugins_find(set, full);
+    return q && q->desc->kind == (uint32_t)kind ? q : p;
+}
+
 const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, const char *name,
                                            enum tide_plugin_kind kind, const char *what)
 {
@@ -406,21 +418,28 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
                    what, name);
         return NULL;
     }
-    const struct tide_plugin *p = tide_plugins_find(set, name);
+    const struct tide_plugin *p = tide_plugins_resolve(set, name, kind);
     if (!p) {
+        /* Against the full names and, for a short name, the short ones. */
+        const char *kn = tide_plugin_kind_str(kind);
+        const size_t kl = strlen(kn);
+        const bool short_name = strncmp(name, kn, kl) || name[kl] != '-';
         const char *best = NULL;
         int bd = 99;
         for (int i = 0; i < set->n; i++) {
+            const char *full = set->items[i].desc->name;
             if (set->items[i].desc->kind != (uint32_t)kind)
                 continue;
-            int d = tide_edit_distance(name, set->items[i].desc->name);
+            const char *cand =
+                short_name && !strncmp(full, kn, kl) && full[kl] == '-' ? full + kl + 1 : full;
+            int d = tide_edit_distance(name, cand);
             if (d < bd) {
                 bd = d;
-                best = set->items[i].desc->name;
+                best = cand;
             }
         }
         char hint[256] = "";
-        if (best && bd <= 4)
+        if (best && bd <= 4 && (bd <= 2 || bd <= (int)strlen(best) / 3))
             snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
         /* A wrong TIDE_PLUGIN_PATH shows here: say where we looked. */
         char dirs[2048] = "";

@@ -289,13 +289,13 @@ model-create)
         >"$work/short.ini"
     run -- run -c "$src/config/llada2-tiny.ini" -c "$work/short.ini" --set "model.path=$work/typo" \
         --ids 1,2,3
-    expect_status 1
+    expect_status 2
     expect_in err "[model] path = $work/typo (--set)" "--set model.create=tiny"
     [ ! -e "$work/typo" ] || fail "a checkpoint was generated at the typo'd path"
     # A later file's path is not the path the file declaring create names.
     printf '[model]\npath = %s/typo2\n' "$work" >"$work/path.ini"
     run -- run -c "$src/config/llada2-tiny.ini" -c "$work/path.ini" -c "$work/short.ini" --ids 1,2,3
-    expect_status 1
+    expect_status 2
     expect_in err "[model] path = $work/typo2 (path.ini:2)" "llada2-tiny.ini:8"
     [ ! -e "$work/typo2" ] || fail "a checkpoint was generated at the other file's path"
     # Asked on the command line: generated there.
