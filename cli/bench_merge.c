@@ -93,10 +93,10 @@ static size_t merge_len(const char *line)
 
 /* The grid's shape, from shard 0's manifest. */
 struct merge_grid {
-    long configs; /* all configurations, over every sweep point */
-    long points;  /* --sweep points (1 without) */
-    long repeats; /* results.csv lines per configuration */
-    bool baseline;
+    long configs;  /* all configurations, over every sweep point */
+    long points;   /* --sweep points (1 without) */
+    long repeats;  /* results.csv lines per configuration */
+    long baseline; /* baselines per sweep point (one per batch size) */
 };
 
 /* The grid of a result folder, from its manifest. */
@@ -107,6 +107,9 @@ static int merge_grid_read(const struct cli_part *p, struct merge_grid *grid)
     *grid = (struct merge_grid){.points = 1, .repeats = 1};
     grid->configs = (long)json_integer_value(json_object_get(g, "configurations"));
     grid->baseline = json_is_true(json_object_get(g, "baseline"));
+    /* Before the baseline ran at every batch size there was one per point. */
+    if (json_is_integer(json_object_get(g, "baselines")))
+        grid->baseline = (long)json_integer_value(json_object_get(g, "baselines"));
     grid->repeats = (long)json_integer_value(json_object_get(g, "repeats"));
     json_array_foreach(json_object_get(g, "sweep"), i, a) grid->points *=
         (long)json_array_size(json_object_get(a, "values"));
@@ -126,7 +129,7 @@ static long merge_entry(const struct merge_grid *g, long e)
 {
     const long per = g->configs / g->points + g->baseline; /* entries per point */
     const long pt = e / per, at = e % per;
-    return g->baseline && !at ? -1 : pt * (g->configs / g->points) + at - g->baseline;
+    return at < g->baseline ? -1 : pt * (g->configs / g->points) + at - g->baseline;
 }
 
 /* Whether shard s holds entry e (every shard runs the baselines). */

@@ -97,6 +97,8 @@ static json_t *bench_grid_json(const struct bench_grid *g)
     if (g->sweep && g->sweep->n)
         json_object_set_new(j, "sweep", cli_sweep_json(g->sweep));
     json_object_set_new(j, "baseline", json_boolean(g->baseline));
+    /* One no-offload baseline per batch size at each sweep point. */
+    json_object_set_new(j, "baselines", json_integer(g->baseline ? g->n_batches : 0));
     json_object_set_new(j, "configurations", json_integer(bench_grid_configs(g)));
     json_object_set_new(j, "prompts", json_integer(g->n_prompts));
     json_object_set_new(j, "prompts_fnv1a64", cli_json_hex64(h));

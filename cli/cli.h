@@ -31,6 +31,8 @@ struct cli_ctx {
     struct tide_plugin_set *plugins;
     struct tide_config *cfg;
     struct cli_costs *costs; /* [policy] profile, loaded by cli_engine_open; owned */
+    bool scale_profile;      /* --scale-profile: fit [policy] profile to the model's experts */
+    bool costs_failed;       /* [policy] profile could not be loaded or fitted (logged) */
 };
 
 /* Handle -c/--config, --set and -q/--quiet (log level warn: no info
@@ -68,9 +70,9 @@ int cli_output_open(const struct tide_opts *output, const char *key, FILE **f, c
 struct tide_engine;
 struct tide_moe_counters;
 /* Open the engine the config names (tide_engine_prepare, then
- * tide_engine_load) with the costs of [policy] profile, when set, handed to
- * its policies (they live in c until cli_teardown, which must come after
- * tide_engine_close). Returns TIDE_OK or a status (logged). */
+ * tide_engine_load) with the costs of [policy] profile, when set, bound to
+ * the model's experts (scaled when c->scale_profile), handed to its policies (they live in c until
+ * cli_teardown, which must come after tide_engine_close). Returns TIDE_OK or a status (logged). */
 int cli_engine_open(struct cli_ctx *c, struct tide_engine **e);
 struct tide_policy_costs;
 /* The costs of [policy] profile (after cli_setup), loaded once into c; *out

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stddef.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdio.h>
@@ -14,10 +15,13 @@
 
 #include "bench_shard.h"
 #include "cli.h"
+#include "decode.h"
 #include "engine.h"
 #include "progress.h"
 #include "sweep.h"
 #include "tide/log.h"
+#include "tide/policy.h"
+#include "tide/quant.h"
 #include "tide/shipped.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
@@ -31,7 +35,8 @@ static void bench_usage(FILE *f)
             "                  [--budgets LIST] [--intervals LIST] [--prompts FILE]\n"
             "                  [--max-prompts N] [--repeats N] [--batch LIST] [--out DIR]\n"
             "                  [--sweep SECTION.KEY=v1,v2,... ...] [--shard K/N]\n"
-            "                  [--baseline DIR] [-q]\n"
+            "                  [--baseline DIR] [--scale-profile] [--warmup N]\n"
+            "                  [-o text|md|json|csv] [-q]\n"
             "       tide bench ... --emit-slurm N [--partition P] [--gres G] [--time T]\n"
             "       tide bench merge DIR... --out DIR\n"
             "       tide bench plot DIR [--out PLOTDIR]\n\n"
@@ -48,11 +53,14 @@ static void bench_usage(FILE *f)
             "in tide sim's singular spelling: --policy, --budget, --interval):\n"
             "  --policies tide,lru,static   plugin names (x means policy-x)\n"
             "  --budgets 8,16,all           experts per MoE layer on the device\n"
-            "  --intervals 1,4,32           policy-tide refresh intervals\n"
+            "  --intervals 1,4,32,auto      policy-tide refresh intervals; auto = its online\n"
+            "                               solver, with [policy-tide] profile (else [policy]\n"
+            "                               profile)\n"
             "  --batch 1,2,4,8              batch sizes: decode the prompts (x repeats) up to N\n"
             "                               at a time, each forward serving every running\n"
             "                               prompt (continuous batching; docs/batching.md);\n"
-            "                               time is then the wall time of the whole set\n"
+            "                               time is then the wall time of the whole set; the\n"
+            "                               no-offload baseline runs at every batch size\n"
             "  --sweep SECTION.KEY=v1,v2    any other key of any section (repeatable): the grid\n"
             "                               is the product, each key a results.csv column;\n"
             "                               the model is reloaded between points unless only\n"
@@ -64,9 +72,23 @@ static void bench_usage(FILE *f)
             "                               summary.csv with the median, min and max of time\n"
             "                               and tok/s per configuration\n"
             "  --max-prompts N, --out DIR\n"
+            "  --scale-profile              accept a [policy] profile measured for another\n"
+            "                               expert shape, scaling its expert times by expert\n"
+            "                               bytes (as tide sim --scale-profile); every policy,\n"
+            "                               policy-tide's interval = auto included, gets it\n"
+            "  --warmup N                   per configuration, N untimed generations of the\n"
+            "                               first prompt before the timed repeats\n"
+            "  -o text|md|json|csv          stdout: the table (a row per repeat, with its sweep\n"
+            "                               point), then a summary (tok/s median [min, max])\n"
+            "                               and the winner per budget, batch and sweep point:\n"
+            "                               its margin over the runner-up, or a tie when their\n"
+            "                               [min, max] ranges overlap (one repeat: within 1%%)\n"
             "  -q, --quiet                  no progress line and no info messages; the\n"
             "                               line (configuration i/n, prompt j/m, ETA)\n"
             "                               shows only when stderr is a terminal\n\n"
+            "Before the first run every grid point is checked (policies start against the\n"
+            "model's shape and costs, profiles and files exist, lists parse); all problems\n"
+            "are listed and nothing runs (exit 2).\n\n"
             "Splitting the sweep over processes or machines (docs/cluster.md):\n"
             "  --shard K/N        run only configurations i with i mod N = K, numbering them\n"
             "                     from 0 in the order above (sweep point, then policy,\n"
@@ -236,7 +258,7 @@ static void bench_print_row(FILE *f, const struct bench_row *r, const struct cli
     const uint64_t rows = r->c.hit_rows + r->c.miss_rows;
     const double hit = rows ? (double)r->c.hit_rows / (double)rows : 0.0;
     char iv[16];
-    snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
+    snprintf(iv, sizeof iv, r->interval < 0 ? "-" : r->interval ? "%d" : "auto", r->interval);
     if (csv)
         fprintf(
             f, "%s,%s,%d,%lld,%lld,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%s,%d,%d",
@@ -250,12 +272,96 @@ static void bench_print_row(FILE *f, const struct bench_row *r, const struct cli
     if (csv) {
         cli_sweep_csv_row(sw, r->point, f);
         fputc('\n', f);
-    } else
-        fprintf(f, "%-16s %8s %6d %5d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s\n",
-                r->policy, iv, r->budget, r->batch, 100.0 * hit, (unsigned long long)r->c.miss_rows,
-                (unsigned long long)r->c.promotions, (double)r->c.weight_bytes / 1e9,
-                (double)r->c.act_bytes / 1e9, (long long)r->tokens, r->seconds,
-                r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0, r->same ? "yes" : "NO");
+    }
+}
+
+/* -o: what stdout shows the table and summary as. */
+enum bench_fmt { BENCH_TEXT, BENCH_MD, BENCH_JSON, BENCH_CSV };
+
+static double bench_tps(const struct bench_row *r)
+{
+    return r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0;
+}
+
+static void bench_interval_str(int interval, char *buf, size_t len)
+{
+    snprintf(buf, len, interval < 0 ? "-" : interval ? "%d" : "auto", interval);
+}
+
+static const char bench_cols[] = "policy,interval,budget,batch,repeat,hit_rate,host_rows,promoted,"
+                                 "weights_gb,acts_gb,tokens,seconds,tokens_per_second,same";
+
+/* The stdout table's header in format fmt. */
+static void bench_out_header(FILE *f, enum bench_fmt fmt, const struct cli_sweep *sw)
+{
+    if (fmt == BENCH_TEXT) {
+        fprintf(f, "%-16s %8s %6s %5s %3s %9s %9s %9s %10s %9s %8s %8s %8s %5s%s\n", "policy",
+                "interval", "budget", "batch", "rep", "hit rate", "host rows", "promoted",
+                "weights GB", "acts GB", "tokens", "time s", "tok/s", "same",
+                sw->n ? "  sweep point" : "");
+    } else if (fmt == BENCH_CSV) {
+        fputs(bench_cols, f);
+        cli_sweep_csv_header(sw, f);
+        fputc('\n', f);
+    } else if (fmt == BENCH_MD) {
+        fputs("| policy | interval | budget | batch | repeat | hit rate | host rows | promoted | "
+              "weights GB | acts GB | tokens | time s | tok/s | same |",
+              f);
+        for (int a = 0; a < sw->n; a++)
+            fprintf(f, " %s |", sw->axis[a].name);
+        fputs("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|", f);
+        for (int a = 0; a < sw->n; a++)
+            fputs("---|", f);
+        fputc('\n', f);
+    }
+}
+
+/* One row of the stdout table (JSON: one object, returned). Every format
+ * names the row's repeat (from 1) and sweep point. */
+static json_t *bench_out_row(FILE *f, enum bench_fmt fmt, const struct bench_row *r,
+                             const struct cli_sweep *sw)
+{
+    const uint64_t rows = r->c.hit_rows + r->c.miss_rows;
+    const double hit = rows ? (double)r->c.hit_rows / (double)rows : 0.0;
+    char iv[16], label[512] = "";
+    bench_interval_str(r->interval, iv, sizeof iv);
+    cli_sweep_label(sw, r->point, label, sizeof label);
+    const char *sep = fmt == BENCH_MD ? " | " : fmt == BENCH_CSV ? "," : " ";
+    if (fmt == BENCH_JSON) {
+        json_t *o = json_pack(
+            "{s:s,s:s,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:b}", "policy", r->policy,
+            "interval", iv, "budget", r->budget, "batch", r->batch, "repeat", r->repeat + 1,
+            "hit_rate", hit, "host_rows", (json_int_t)r->c.miss_rows, "promoted",
+            (json_int_t)r->c.promotions, "weight_bytes", (json_int_t)r->c.weight_bytes, "act_bytes",
+            (json_int_t)r->c.act_bytes, "tokens", (json_int_t)r->tokens, "seconds", r->seconds,
+            "tokens_per_second", bench_tps(r), "same", r->same);
+        json_t *pt = json_object();
+        for (int a = 0; o && pt && a < sw->n; a++)
+            json_object_set_new(pt, sw->axis[a].name,
+                                json_string(cli_sweep_value(sw, r->point, a)));
+        if (o)
+            json_object_set_new(o, "sweep_point", pt);
+        return o;
+    }
+    if (fmt == BENCH_TEXT) {
+        fprintf(
+            f, "%-16s %8s %6d %5d %3d %8.2f%% %9llu %9llu %10.4f %9.4f %8lld %8.2f %8.1f %5s%s%s\n",
+            r->policy, iv, r->budget, r->batch, r->repeat + 1, 100.0 * hit,
+            (unsigned long long)r->c.miss_rows, (unsigned long long)r->c.promotions,
+            (double)r->c.weight_bytes / 1e9, (double)r->c.act_bytes / 1e9, (long long)r->tokens,
+            r->seconds, bench_tps(r), r->same ? "yes" : "NO", sw->n ? "  " : "", label);
+        return NULL;
+    }
+    fprintf(f, "%s%s%s%s%s%d%s%d%s%d%s%.4f%s%llu%s%llu%s%.4f%s%.4f%s%lld%s%.4f%s%.1f%s%s",
+            fmt == BENCH_MD ? "| " : "", r->policy, sep, iv, sep, r->budget, sep, r->batch, sep,
+            r->repeat + 1, sep, hit, sep, (unsigned long long)r->c.miss_rows, sep,
+            (unsigned long long)r->c.promotions, sep, (double)r->c.weight_bytes / 1e9, sep,
+            (double)r->c.act_bytes / 1e9, sep, (long long)r->tokens, sep, r->seconds, sep,
+            bench_tps(r), sep, r->same ? "yes" : "NO");
+    for (int a = 0; a < sw->n; a++)
+        fprintf(f, "%s%s", sep, cli_sweep_value(sw, r->point, a));
+    fputs(fmt == BENCH_MD ? " |\n" : "\n", f);
+    return NULL;
 }
 
 struct bench {
@@ -264,6 +370,7 @@ struct bench {
     struct bench_prompts prompts;
     char prompts_path[PATH_MAX]; /* the file read (cli_shipped_path) */
     int repeats;
+    int warmup; /* --warmup: untimed generations per configuration */
     bool chat;
     uint64_t *want;     /* [n prompts] baseline hash of the generated ids, 0 = none yet (of the
                          * current sweep point: a slice of want_all) */
@@ -402,6 +509,17 @@ static int bench_run_config(struct bench *b, struct bench_row *rr, const char *t
         return TIDE_E_IO;
     }
     int rc = TIDE_OK;
+    /* Untimed: caches, allocators and the policy's history warm up; the
+     * counters restart with each repeat. */
+    for (int w = 0; w < b->warmup && rc == TIDE_OK; w++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        struct tide_gen_result res = {0};
+        if ((rc = tide_engine_encode(b->e, b->prompts.line[0], b->chat, &ids, &n)) == TIDE_OK)
+            rc = tide_engine_generate_ids(b->e, NULL, ids, (int64_t)n, NULL, NULL, &res);
+        free(res.ids);
+        free(ids);
+    }
     for (int rep = 0; rep < b->repeats && rc == TIDE_OK; rep++) {
         struct bench_row *r = &rr[rep];
         if (rep) {
@@ -453,12 +571,30 @@ static int bench_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* median, min, max of v[n] (sorted in place) as ",med,min,max". */
-static void bench_spread(FILE *f, double *v, int n)
+/* Median, least and greatest of a configuration's repeats. */
+struct bench_stat {
+    double med, min, max;
+};
+
+/* The spread of v[n] (sorted in place). */
+static struct bench_stat bench_stat_of(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
-    const double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    fprintf(f, ",%.6f,%.6f,%.6f", med, v[0], v[n - 1]);
+    return (struct bench_stat){
+        .med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), .min = v[0], .max = v[n - 1]};
+}
+
+/* Time and tok/s over the repeats of the configuration starting at r. */
+static void bench_stats(const struct bench_row *r, int repeats, struct bench_stat *sec,
+                        struct bench_stat *tps)
+{
+    double a[1000], b[1000];
+    for (int k = 0; k < repeats; k++) {
+        a[k] = r[k].seconds;
+        b[k] = bench_tps(&r[k]);
+    }
+    *sec = bench_stat_of(a, repeats);
+    *tps = bench_stat_of(b, repeats);
 }
 
 /* summary.csv: one line per configuration (its repeats consecutive rows),
@@ -480,18 +616,14 @@ static int bench_summary(const char *dir, const struct bench_row *rows, int n_ro
     fputc('\n', f);
     if (copy_baseline)
         fprintf(f, "(no offload),-,,1,0,,,,,,\n");
-    double sec[1000], tps[1000];
     for (int i = 0; i + repeats <= n_rows; i += repeats) {
         const struct bench_row *r = &rows[i];
-        for (int k = 0; k < repeats; k++) {
-            sec[k] = r[k].seconds;
-            tps[k] = r[k].seconds > 0 ? (double)r[k].tokens / r[k].seconds : 0.0;
-        }
+        struct bench_stat sec, tps;
+        bench_stats(r, repeats, &sec, &tps);
         char iv[16];
-        snprintf(iv, sizeof iv, r->interval < 0 ? "-" : "%d", r->interval);
-        fprintf(f, "%s,%s,%d,%d,%d", r->policy, iv, r->budget, r->batch, repeats);
-        bench_spread(f, sec, repeats);
-        bench_spread(f, tps, repeats);
+        bench_interval_str(r->interval, iv, sizeof iv);
+        fprintf(f, "%s,%s,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f", r->policy, iv, r->budget,
+                r->batch, repeats, sec.med, sec.min, sec.max, tps.med, tps.min, tps.max);
         cli_sweep_csv_row(sw, r->point, f);
         fputc('\n', f);
     }
@@ -502,12 +634,148 @@ static int bench_summary(const char *dir, const struct bench_row *rows, int n_ro
     return TIDE_OK;
 }
 
+/* One repeat: a tie below this margin (percent), there being no spread. */
+#define BENCH_TIE_PERCENT 1.0
+
+/* The summary on stdout: per configuration tok/s median [min, max], then
+ * per budget, batch size and sweep point the policy of highest median tok/s,
+ * its margin over the runner-up, or a tie (bench_usage states the rule).
+ * JSON adds "summary" and "winners" to doc instead of printing. */
+static void bench_report(FILE *f, enum bench_fmt fmt, const struct bench_row *rows, int n_rows,
+                         int repeats, const struct cli_sweep *sw, json_t *doc)
+{
+    const int n = n_rows / repeats;
+    struct bench_stat *tps = calloc((size_t)(n ? n : 1), sizeof *tps);
+    bool *done = calloc((size_t)(n ? n : 1), sizeof *done);
+    json_t *js = json_array(), *jw = json_array();
+    if (!tps || !done || !js || !jw)
+        goto out;
+    if (fmt == BENCH_TEXT)
+        fprintf(f,
+                "\nsummary: tok/s median [min, max] over %d repeat%s\n%-16s %8s %6s %5s %10s "
+                "%22s%s\n",
+                repeats, repeats == 1 ? "" : "s", "policy", "interval", "budget", "batch", "tok/s",
+                "[min, max]", sw->n ? "  sweep point" : "");
+    else if (fmt == BENCH_MD)
+        fprintf(f, "\n| policy | interval | budget | batch | sweep point | tok/s median | tok/s "
+                   "min | tok/s max |\n|---|---:|---:|---:|---|---:|---:|---:|\n");
+    else if (fmt == BENCH_CSV)
+        fprintf(f, "\npolicy,interval,budget,batch,sweep_point,tokens_per_second_median,"
+                   "tokens_per_second_min,tokens_per_second_max\n");
+    for (int i = 0; i < n; i++) {
+        const struct bench_row *r = &rows[i * repeats];
+        struct bench_stat sec;
+        bench_stats(r, repeats, &sec, &tps[i]);
+        char iv[16], label[512] = "";
+        bench_interval_str(r->interval, iv, sizeof iv);
+        cli_sweep_label(sw, r->point, label, sizeof label);
+        if (fmt == BENCH_TEXT)
+            fprintf(f, "%-16s %8s %6d %5d %10.1f [%9.1f, %9.1f]%s%s\n", r->policy, iv, r->budget,
+                    r->batch, tps[i].med, tps[i].min, tps[i].max, sw->n ? "  " : "", label);
+        else if (fmt == BENCH_MD)
+            fprintf(f, "| %s | %s | %d | %d | %s | %.1f | %.1f | %.1f |\n", r->policy, iv,
+                    r->budget, r->batch, label, tps[i].med, tps[i].min, tps[i].max);
+        else if (fmt == BENCH_CSV)
+            fprintf(f, "%s,%s,%d,%d,%s,%.4f,%.4f,%.4f\n", r->policy, iv, r->budget, r->batch, label,
+                    tps[i].med, tps[i].min, tps[i].max);
+        else
+            json_array_append_new(js, json_pack("{s:s,s:s,s:i,s:i,s:s,s:i,s:f,s:f,s:f}", "policy",
+                                                r->policy, "interval", iv, "budget", r->budget,
+                                                "batch", r->batch, "sweep_point", label, "repeats",
+                                                repeats, "tokens_per_second_median", tps[i].med,
+                                                "tokens_per_second_min", tps[i].min,
+                                                "tokens_per_second_max", tps[i].max));
+    }
+    bool head = false;
+    for (int i = 0; i < n; i++) {
+        const struct bench_row *g = &rows[i * repeats];
+        if (done[i] || !strcmp(g->policy, "(no offload)"))
+            continue;
+        /* The group: the same budget, batch and sweep point; the baseline
+         * is the reference, not a contestant. */
+        int w = -1, ru = -1;
+        for (int j = i; j < n; j++) {
+            const struct bench_row *r = &rows[j * repeats];
+            if (r->budget != g->budget || r->batch != g->batch || r->point != g->point ||
+                !strcmp(r->policy, "(no offload)"))
+                continue;
+            done[j] = true;
+            if (w < 0 || tps[j].med > tps[w].med) {
+                ru = w;
+                w = j;
+            } else if (ru < 0 || tps[j].med > tps[ru].med) {
+                ru = j;
+            }
+        }
+        if (ru < 0)
+            continue; /* one contestant: nothing to win */
+        const struct bench_row *W = &rows[w * repeats], *R = &rows[ru * repeats];
+        const double margin = tps[ru].med > 0 ? 100.0 * (tps[w].med / tps[ru].med - 1.0) : 0.0;
+        const bool tie = repeats > 1 ? tps[w].min <= tps[ru].max : margin < BENCH_TIE_PERCENT;
+        char wn[96], rn[96], label[512] = "";
+        snprintf(wn, sizeof wn,
+                 W->interval < 0 ? "%s"
+                 : W->interval   ? "%s i%d"
+                                 : "%s i auto",
+                 W->policy, W->interval);
+        snprintf(rn, sizeof rn,
+                 R->interval < 0 ? "%s"
+                 : R->interval   ? "%s i%d"
+                                 : "%s i auto",
+                 R->policy, R->interval);
+        cli_sweep_label(sw, g->point, label, sizeof label);
+        if (fmt == BENCH_JSON) {
+            json_array_append_new(jw,
+                                  json_pack("{s:i,s:i,s:s,s:s,s:s,s:f,s:b}", "budget", g->budget,
+                                            "batch", g->batch, "sweep_point", label, "winner", wn,
+                                            "runner_up", rn, "margin_percent", margin, "tie", tie));
+            continue;
+        }
+        if (!head) {
+            fprintf(f,
+                    "\n%swinner per budget, batch and sweep point: highest median tok/s; a tie "
+                    "when %s\n",
+                    fmt == BENCH_MD    ? ""
+                    : fmt == BENCH_CSV ? "# "
+                                       : "",
+                    repeats > 1 ? "its [min, max] over the repeats overlaps the runner-up's"
+                                : "within 1% of the runner-up (one repeat: no spread)");
+            head = true;
+        }
+        fprintf(f, "%sbudget %d, batch %d%s%s: ",
+                fmt == BENCH_MD    ? "- "
+                : fmt == BENCH_CSV ? "# "
+                                   : "",
+                g->budget, g->batch, sw->n ? ", " : "", label);
+        if (tie)
+            fprintf(f, "a tie between %s and %s (%.1f vs %.1f tok/s, %+.1f%%%s)\n", wn, rn,
+                    tps[w].med, tps[ru].med, margin,
+                    repeats > 1 ? ", [min, max] ranges overlap" : "");
+        else
+            fprintf(f, "%s wins, %.1f%% faster than %s (%.1f vs %.1f tok/s)\n", wn, margin, rn,
+                    tps[w].med, tps[ru].med);
+    }
+    if (fmt == BENCH_JSON) {
+        json_object_set(doc, "summary", js);
+        json_object_set(doc, "winners", jw);
+    }
+out:
+    json_decref(js);
+    json_decref(jw);
+    free(tps);
+    free(done);
+}
+
 static int bench_parse_ints(char **items, int n, int n_experts, const char *what, int *out)
 {
     for (int i = 0; i < n; i++) {
         char *end;
         if (!strcmp(items[i], "all")) {
             out[i] = n_experts;
+            continue;
+        }
+        if (!strcmp(what, "intervals") && !strcmp(items[i], "auto")) {
+            out[i] = 0; /* policy-tide's online solver */
             continue;
         }
         const bool budgets = !strcmp(what, "budgets");
@@ -521,7 +789,7 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
             tide_error("[bench] %s: '%s' is not a valid value (%s)", what, items[i],
                        budgets ? range
                        : strcmp(what, "batch")
-                           ? "expected a refresh interval in steps: a number >= 1"
+                           ? "expected a refresh interval in steps: a number >= 1, or auto"
                            : "expected a batch size: a number from 1 to 256");
             return TIDE_E_CONFIG;
         }
@@ -534,6 +802,89 @@ static int bench_parse_ints(char **items, int n, int n_experts, const char *what
         out[i] = (int)v;
     }
     return TIDE_OK;
+}
+
+/* [policy-tide] interval for the next placement (0: auto, whose solver
+ * takes [policy] profile when [policy-tide] names none, as in tide sim). */
+static int bench_set_interval(struct tide_config *cfg, int interval)
+{
+    char v[16];
+    snprintf(v, sizeof v, interval ? "%d" : "auto", interval);
+    int rc = tide_config_set_value(cfg, "policy-tide", "interval", v, "bench");
+    const char *prof = tide_opts_str(tide_config_section(cfg, "policy"), "profile");
+    if (rc == TIDE_OK && !interval && *prof &&
+        !*tide_opts_str(tide_config_section(cfg, "policy-tide"), "profile"))
+        rc = tide_config_set_value(cfg, "policy-tide", "profile", prof, "[policy] profile");
+    return rc;
+}
+
+/* Start every policy of the grid once per sweep point, budget and (for
+ * policy-tide) interval against the model's shape and costs, without
+ * running: a policy that cannot start (no profile, a profile that does not
+ * fit, a bad option) is reported once, with its plugin's own error. Returns
+ * the number of problems found. */
+static int bench_preflight(struct bench *b, const struct cli_sweep *sw, const char (*names)[64],
+                           const bool *usable, int np, const int *budgets, int nb,
+                           const int *intervals, int ni)
+{
+    struct tide_config *cfg = b->c->cfg;
+    const struct tide_moe_shape *sh = tide_moe_get_shape(b->e->moe);
+    struct tide_decoder_plan plan = {.size = sizeof plan};
+    if (!b->e->dec.dec || b->e->dec.ops->plan(b->e->dec.dec, 0, &plan) != TIDE_OK)
+        plan =
+            (struct tide_decoder_plan){.block_length = (int)tide_opts_int(
+                                           tide_config_section(cfg, "generation"), "block_length")};
+    const int fmt = sh->size > offsetof(struct tide_moe_shape, qblock) ? sh->qfmt : 0;
+    int blk[2] = {0, 0};
+    if (fmt)
+        memcpy(blk, sh->qblock, sizeof blk);
+    struct tide_policy_shape shape = {
+        .size = sizeof shape,
+        .n_layers = sh->n_layers,
+        .n_moe_layers = sh->n_layers,
+        .n_experts = sh->n_experts,
+        .top_k = sh->top_k,
+        .expert_bytes = tide_qexpert_bytes(fmt, blk, (uint32_t)sh->hidden, (uint32_t)sh->inter),
+        .block_length = plan.block_length,
+        .max_steps = plan.max_steps,
+        .costs = b->e->costs,
+    };
+    int problems = 0;
+    bool failed[BENCH_MAX_LIST] = {false};
+    for (long pt = 0; pt < cli_sweep_points(sw); pt++) {
+        if (cli_sweep_apply(sw, cfg, pt) != TIDE_OK) {
+            problems++;
+            continue;
+        }
+        for (int p = 0; p < np; p++) {
+            const bool tide = !strcmp(names[p], "policy-tide");
+            const struct tide_plugin *pl = tide_plugins_find(b->c->plugins, names[p]);
+            for (int k = 0; usable[p] && pl && k < nb * (tide ? ni : 1) && !failed[p]; k++) {
+                shape.budget = budgets[k % nb];
+                if (shape.budget >= sh->n_experts)
+                    continue; /* no offload: no policy */
+                if (tide && bench_set_interval(cfg, intervals[k / nb]) != TIDE_OK) {
+                    failed[p] = true;
+                    problems++;
+                    continue;
+                }
+                const struct tide_policy_ops *ops = pl->desc->ops;
+                struct tide_policy *pol = NULL;
+                int rc = ops->create(&shape, tide_config_section(cfg, names[p]), &pol);
+                if (rc != TIDE_OK) {
+                    char label[512] = "";
+                    cli_sweep_label(sw, pt, label, sizeof label);
+                    tide_error("preflight: %s cannot start at budget %d%s%s (%s)", names[p],
+                               shape.budget, sw->n ? ", " : "", label, tide_status_str(rc));
+                    failed[p] = true;
+                    problems++;
+                }
+                if (pol)
+                    ops->destroy(pol);
+            }
+        }
+    }
+    return cli_sweep_apply(sw, cfg, 0) == TIDE_OK ? problems : problems + 1;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -559,12 +910,38 @@ int cmd_bench(int argc, char **argv)
         {"--out", "bench.out="},
     };
     char *owned[16];
-    int n_owned = 0;
+    int n_owned = 0, warmup = 0;
+    enum bench_fmt fmt = BENCH_TEXT;
     struct cli_sweep sw = {0};
     for (int i = 1; i < argc; i++) {
         int r = cli_common_arg(&c, argc, argv, &i);
         if (r == 0 && !strcmp(argv[i], "--sweep") && i + 1 < argc)
             r = cli_sweep_add(&sw, argv[++i]) == TIDE_OK ? 1 : -1;
+        if (r == 0 && !strcmp(argv[i], "--scale-profile")) {
+            c.scale_profile = true;
+            r = 1;
+        }
+        if (r == 0 && !strcmp(argv[i], "--warmup") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            r = *end || v < 0 || v > 1000 ? -1 : 1;
+            warmup = (int)v;
+            if (r < 0)
+                tide_error("--warmup %s: expected a number of generations from 0 to 1000", argv[i]);
+        }
+        if (r == 0 && (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output-format")) &&
+            i + 1 < argc) {
+            static const char *const fmts[] = {"text", "md", "json", "csv"};
+            r = -1;
+            for (int k = 0; k < 4 && r < 0; k++)
+                if (!strcmp(argv[i + 1], fmts[k])) {
+                    fmt = (enum bench_fmt)k;
+                    r = 1;
+                }
+            if (r < 0)
+                tide_error("-o %s: expected text, md, json or csv", argv[i + 1]);
+            i++;
+        }
         if (r == 0)
             r = bench_shard_arg(&sa, argc, argv, &i);
         if (r < 0) {
@@ -594,13 +971,13 @@ int cmd_bench(int argc, char **argv)
             known = true;
         }
         if (!known) {
-            const char *names[sizeof flags / sizeof flags[0] + 8];
+            const char *names[sizeof flags / sizeof flags[0] + 10];
             size_t n = 0;
             for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++)
                 names[n++] = flags[f][0];
             static const char *const more[] = {"--shard",     "--baseline", "--emit-slurm",
                                                "--partition", "--gres",     "--time",
-                                               "--sweep"};
+                                               "--sweep",     "--warmup",   "--scale-profile"};
             for (size_t f = 0; f < sizeof more / sizeof more[0]; f++)
                 names[n++] = more[f];
             names[n] = NULL;
@@ -636,10 +1013,23 @@ int cmd_bench(int argc, char **argv)
     const struct tide_opts *bo = tide_config_section(c.cfg, "bench");
     b.chat = tide_opts_bool(tide_config_section(c.cfg, "generation"), "chat");
     b.repeats = (int)tide_opts_int(bo, "repeats");
-    if ((rc =
-             bench_load_prompts(tide_opts_str(bo, "prompts"), (int)tide_opts_int(bo, "max_prompts"),
-                                &b.prompts, b.prompts_path, sizeof b.prompts_path)) != TIDE_OK ||
-        (rc = cli_engine_open(&c, &b.e)) != TIDE_OK)
+    b.warmup = warmup;
+    /* Preflight: every problem is counted (each logged where found) and
+     * checking goes on, so that one run lists them all before any work. */
+    int problems = 0;
+    problems +=
+        bench_load_prompts(tide_opts_str(bo, "prompts"), (int)tide_opts_int(bo, "max_prompts"),
+                           &b.prompts, b.prompts_path, sizeof b.prompts_path) != TIDE_OK;
+    if ((rc = cli_engine_open(&c, &b.e)) != TIDE_OK && c.costs_failed) {
+        /* [policy] profile is missing or does not fit: the rest can still
+         * be checked without it (cost-aware policies then report it too). */
+        problems++;
+        tide_engine_close(b.e);
+        b.e = NULL;
+        if ((rc = tide_config_set_value(c.cfg, "policy", "profile", "", "bench")) == TIDE_OK)
+            rc = cli_engine_open(&c, &b.e);
+    }
+    if (rc != TIDE_OK)
         goto done;
     const struct tide_moe_shape *sh = tide_moe_get_shape(b.e->moe);
     if (!sh) {
@@ -660,50 +1050,55 @@ int cmd_bench(int argc, char **argv)
     int nb = bench_split(lists[1], bud, BENCH_MAX_LIST, "budgets");
     int ni = bench_split(lists[2], itv, BENCH_MAX_LIST, "intervals");
     int nt = bench_split(lists[3], bat, BENCH_MAX_LIST, "batch");
-    if (np < 0 || nb < 0 || ni < 0 || nt < 0) {
-        rc = TIDE_E_CONFIG;
-        goto done;
-    }
+    problems += (np < 0) + (nb < 0) + (ni < 0) + (nt < 0);
     int budgets[BENCH_MAX_LIST], intervals[BENCH_MAX_LIST], batches[BENCH_MAX_LIST];
-    if (!nt) {
+    if (nt <= 0) {
         batches[0] = 1;
         nt = 1;
-    } else if ((rc = bench_parse_ints(bat, nt, sh->n_experts, "batch", batches)) != TIDE_OK) {
-        goto done;
+    } else if (bench_parse_ints(bat, nt, sh->n_experts, "batch", batches) != TIDE_OK) {
+        problems++;
+        nt = 0;
     }
     for (int t = 0; t < nt; t++) {
         if (batches[t] < 1 || batches[t] > 256) {
             tide_error("[bench] batch: %d is not a batch size from 1 to 256", batches[t]);
-            rc = TIDE_E_CONFIG;
-            goto done;
+            problems++;
         }
     }
-    if (!nb) {
-        if ((rc = tide_engine_config_budget(b.e, &budgets[0])) != TIDE_OK)
-            goto done;
+    if (nb <= 0) {
+        problems += tide_engine_config_budget(b.e, &budgets[0]) != TIDE_OK;
         nb = 1;
-    } else if ((rc = bench_parse_ints(bud, nb, sh->n_experts, "budgets", budgets)) != TIDE_OK) {
-        goto done;
+    } else if (bench_parse_ints(bud, nb, sh->n_experts, "budgets", budgets) != TIDE_OK) {
+        problems++;
+        nb = 0;
     }
-    if (!ni) {
+    if (ni <= 0) {
         intervals[0] = 4;
         ni = 1;
-    } else if ((rc = bench_parse_ints(itv, ni, sh->n_experts, "intervals", intervals)) != TIDE_OK) {
-        goto done;
+    } else if (bench_parse_ints(itv, ni, sh->n_experts, "intervals", intervals) != TIDE_OK) {
+        problems++;
+        ni = 0;
     }
     char names[BENCH_MAX_LIST][64];
+    bool usable[BENCH_MAX_LIST];
+    np = np < 0 ? 0 : np;
     for (int p = 0; p < np; p++) {
         /* "tide" or "policy-tide", resolved as everywhere (loader.h). */
         const struct tide_plugin *pl =
             tide_plugins_get(c.plugins, pol[p], TIDE_PLUGIN_POLICY, "[bench] policies");
-        if (!pl) {
-            rc = TIDE_E_CONFIG;
-            goto done;
-        }
-        snprintf(names[p], sizeof names[p], "%s", pl->desc->name);
+        usable[p] = pl != NULL;
+        snprintf(names[p], sizeof names[p], "%s", pl ? pl->desc->name : pol[p]);
+        problems += !usable[p];
+    }
+    problems += bench_preflight(&b, &sw, names, usable, np, budgets, nb, intervals, ni);
+    if (problems) {
+        tide_error("tide bench: preflight found %d problem%s (above) in the grid; nothing was run",
+                   problems, problems == 1 ? "" : "s");
+        rc = TIDE_E_CONFIG;
+        goto done;
     }
     b.want = b.want_all = calloc((size_t)(b.prompts.n * points), sizeof *b.want);
-    rows = calloc((size_t)((np * nb * ni * nt + 1) * points * b.repeats), sizeof *rows);
+    rows = calloc((size_t)((np * nb * ni * nt + nt) * points * b.repeats), sizeof *rows);
     if (!b.want || !rows) {
         rc = TIDE_E_NOMEM;
         goto done;
@@ -753,13 +1148,17 @@ int cmd_bench(int argc, char **argv)
     bool reopen = false;
     for (int a = 0; a < sw.n; a++)
         reopen |= strncmp(sw.axis[a].section, "policy-", 7) != 0;
-    printf("%-16s %8s %6s %5s %9s %9s %9s %10s %9s %8s %8s %8s %5s\n", "policy", "interval",
-           "budget", "batch", "hit rate", "host rows", "promoted", "weights GB", "acts GB",
-           "tokens", "time s", "tok/s", "same");
+    bench_out_header(stdout, fmt, &sw);
     fflush(stdout);
+    json_t *jdoc = fmt == BENCH_JSON ? json_object() : NULL, *jrows = json_array();
+    if ((fmt == BENCH_JSON && !jdoc) || !jrows) {
+        json_decref(jrows);
+        rc = TIDE_E_NOMEM;
+        goto done;
+    }
     /* The configurations this process runs, in the loop's order below. */
     for (long pt = 0, idx = 0; pt < points; pt++) {
-        b.n_cfg += baseline && !run.baseline_line;
+        b.n_cfg += (baseline && !run.baseline_line) * nt;
         for (int p = 0; p < np; p++)
             for (int k = 0; k < nb * (strcmp(names[p], "policy-tide") ? 1 : ni) * nt; k++)
                 b.n_cfg += cli_shard_mine(&sa.shard, idx++);
@@ -789,8 +1188,9 @@ int cmd_bench(int argc, char **argv)
                 continue;
             bool tide_pol = p >= 0 && !strcmp(names[p], "policy-tide");
             for (int bi = 0; bi < (p < 0 ? 1 : nb) && rc == TIDE_OK; bi++) {
-                for (int k = 0; k < (tide_pol ? ni : 1) * (p < 0 ? 1 : nt) && rc == TIDE_OK; k++) {
-                    const int ii = k / (p < 0 ? 1 : nt), batch = p < 0 ? 1 : batches[k % nt];
+                /* The no-offload baseline runs at every batch size too. */
+                for (int k = 0; k < (tide_pol ? ni : 1) * nt && rc == TIDE_OK; k++) {
+                    const int ii = k / nt, batch = batches[k % nt];
                     if (p >= 0 && !cli_shard_mine(&sa.shard, config++))
                         continue;
                     struct bench_row *r = &rows[n_rows];
@@ -800,13 +1200,8 @@ int cmd_bench(int argc, char **argv)
                     r->budget = budget;
                     r->point = pt;
                     r->interval = tide_pol ? intervals[ii] : -1;
-                    if (tide_pol) {
-                        char v[16];
-                        snprintf(v, sizeof v, "%d", intervals[ii]);
-                        if ((rc = tide_config_set_value(c.cfg, "policy-tide", "interval", v,
-                                                        "bench")) != TIDE_OK)
-                            break;
-                    }
+                    if (tide_pol && (rc = bench_set_interval(c.cfg, intervals[ii])) != TIDE_OK)
+                        break;
                     if ((rc = tide_engine_place(b.e, c.plugins, p < 0 ? names[0] : names[p],
                                                 budget)) != TIDE_OK)
                         break;
@@ -842,8 +1237,11 @@ int cmd_bench(int argc, char **argv)
                         (rc = bench_shard_row(&run, p < 0 ? -1 : config - 1, tag)) != TIDE_OK)
                         break;
                     cli_progress_clear(&b.pg);
-                    for (int q = 0; q < b.repeats; q++)
-                        bench_print_row(stdout, &r[q], NULL);
+                    for (int q = 0; q < b.repeats; q++) {
+                        json_t *o = bench_out_row(stdout, fmt, &r[q], &sw);
+                        if (o)
+                            json_array_append_new(jrows, o);
+                    }
                     fflush(stdout);
                     n_rows += b.repeats;
                 }
@@ -872,6 +1270,19 @@ int cmd_bench(int argc, char **argv)
     int src = bench_summary(b.dir, rows, n_rows, b.repeats, &sw, run.baseline_line != NULL);
     if (rc == TIDE_OK)
         rc = src;
+    if (n_rows) {
+        if (jdoc)
+            json_object_set(jdoc, "rows", jrows);
+        bench_report(stdout, fmt, rows, n_rows, b.repeats, &sw, jdoc);
+        if (jdoc) {
+            json_object_set_new(jdoc, "results", json_string(b.dir));
+            json_dumpf(jdoc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+            fputc('\n', stdout);
+        }
+        fflush(stdout);
+    }
+    json_decref(jdoc);
+    json_decref(jrows);
     /* Bit-identical tokens are guaranteed when one plugin computes both the
      * device and the host experts; across two backends (cuBLAS and oneDNN)
      * float summation orders differ, so a mismatch is reported, not fatal. */

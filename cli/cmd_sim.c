@@ -1178,10 +1178,19 @@ int sim_main(struct sim_cli *s)
                 (rc = sim_layer_budgets(s, s->budget[bi], iv, stdout)) == TIDE_OK) {
                 const struct sim_row *o = sim_find(s, "oracle", s->budget[bi]);
                 sim_print_row(s, &s->rows[s->n_rows - 1], o ? o->c.us : 0);
-                if (best)
+                if (best) {
+                    const double uni = tide_sim_ms_per_step(s->t, &best->c),
+                                 un = tide_sim_ms_per_step(s->t, &s->rows[s->n_rows - 1].c);
                     printf("  uniform budget %d at interval %d: %.3f ms per step; unequal: %.3f\n",
-                           s->budget[bi], iv, tide_sim_ms_per_step(s->t, &best->c),
-                           tide_sim_ms_per_step(s->t, &s->rows[s->n_rows - 1].c));
+                           s->budget[bi], iv, uni, un);
+                    /* The greedy allocation optimises the evaluator's model of each layer
+                     * alone; the replay can disagree. Never present it as a gain then. */
+                    if (un >= uni)
+                        tide_warn("--layer-budgets: the unequal allocation for budget %d "
+                                  "(%.3f ms per step) is not faster than the uniform one "
+                                  "(%.3f ms per step, interval %d); keep the uniform budget",
+                                  s->budget[bi], un, uni, iv);
+                }
             }
         }
     }

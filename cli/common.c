@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,9 @@
 #include "engine.h"
 #include "decode.h"
 #include "tide/log.h"
+#include "tide/moe.h"
 #include "tide/profile.h"
+#include "tide/quant.h"
 #include "tide/shipped.h"
 #include "tide/status.h"
 #include "tide/trace_write.h"
@@ -94,7 +97,12 @@ struct cli_costs {
     struct tide_policy_costs abi;
 };
 
-int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out)
+/* The costs of [policy] profile bound to experts of sh (NULL: the
+ * profile's own expert). With c->scale_profile a profile measured for
+ * another expert is scaled by expert bytes (as tide sim --scale-profile);
+ * without, such a profile is refused here, naming the flag. */
+static int cli_costs_for(struct cli_ctx *c, const struct tide_moe_shape *sh,
+                         const struct tide_policy_costs **out)
 {
     *out = NULL;
     const char *path = tide_opts_str(tide_config_section(c->cfg, "policy"), "profile");
@@ -102,16 +110,43 @@ int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out)
         int rc;
         if (!(c->costs = calloc(1, sizeof *c->costs)))
             return TIDE_E_NOMEM;
-        /* Tables for the profile's own expert shape: the dispatcher refuses
-         * them for a model whose experts differ. Row counts of a step
-         * forward stay far below 1024; beyond, policies extrapolate. */
-        if ((rc = tide_profile_load(path, &c->costs->prof)) != TIDE_OK ||
-            (rc = tide_cost_init(&c->costs->cost, &c->costs->prof, c->costs->prof.hidden,
-                                 c->costs->prof.inter, false, path, 1024)) != TIDE_OK) {
+        struct tide_profile *p = &c->costs->prof;
+        if ((rc = tide_profile_load(path, p)) != TIDE_OK) {
             free(c->costs);
             c->costs = NULL;
+            c->costs_failed = true;
             return rc;
         }
+        /* Row counts of a step forward stay far below 1024; beyond,
+         * policies extrapolate. Without a shape the tables are for the
+         * profile's own expert: the dispatcher refuses them for a model
+         * whose experts differ. */
+        const int fmt = sh && sh->size > offsetof(struct tide_moe_shape, qfmt) ? sh->qfmt : 0;
+        const bool fits = !sh || ((uint32_t)sh->hidden == p->hidden &&
+                                  (uint32_t)sh->inter == p->inter && fmt == p->qfmt);
+        if (!fits && !c->scale_profile) {
+            tide_error("[policy] profile = %s was measured for experts of hidden %u x inter %u "
+                       "(%s), the model's are hidden %d x inter %d (%s): pass --scale-profile "
+                       "to scale its expert times by expert bytes, or measure this model with "
+                       "`tide profile --model DIR`",
+                       path, p->hidden, p->inter, tide_qfmt_name(p->qfmt), sh->hidden, sh->inter,
+                       tide_qfmt_name(fmt));
+            rc = TIDE_E_CONFIG;
+        } else {
+            rc = fits ? tide_cost_init(&c->costs->cost, p, p->hidden, p->inter, false, path, 1024)
+                      : tide_cost_init_fmt(&c->costs->cost, p, (uint32_t)sh->hidden,
+                                           (uint32_t)sh->inter, fmt, true, path, 1024);
+        }
+        if (rc != TIDE_OK) {
+            free(c->costs);
+            c->costs = NULL;
+            c->costs_failed = true;
+            return rc;
+        }
+        if (!fits)
+            tide_warn("profile %s is for hidden %u x inter %u; its expert times are scaled by "
+                      "%.3f for the model's hidden %d x inter %d (--scale-profile)",
+                      p->name, p->hidden, p->inter, c->costs->cost.scale, sh->hidden, sh->inter);
         tide_cost_policy_costs(&c->costs->cost, &c->costs->abi);
     }
     if (c->costs)
@@ -119,17 +154,29 @@ int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out)
     return TIDE_OK;
 }
 
+int cli_policy_costs(struct cli_ctx *c, const struct tide_policy_costs **out)
+{
+    return cli_costs_for(c, NULL, out);
+}
+
 int cli_engine_open(struct cli_ctx *c, struct tide_engine **e)
 {
-    const struct tide_policy_costs *costs;
+    const struct tide_policy_costs *costs = NULL;
     int rc = tide_engine_prepare(c->cfg, c->plugins, e);
     if (rc == TIDE_OK)
-        rc = cli_policy_costs(c, &costs);
+        rc = tide_engine_load_model(*e, c->plugins);
+    /* The model's expert shape is known now: the costs fit it (or scale). */
+    if (rc == TIDE_OK)
+        rc = cli_costs_for(c, (*e)->moe ? tide_moe_get_shape((*e)->moe) : NULL, &costs);
     if (rc != TIDE_OK)
         return rc;
     if (costs)
         tide_engine_set_policy_costs(*e, costs);
-    return tide_engine_load(*e, c->plugins);
+    int budget;
+    if ((rc = tide_engine_config_budget(*e, &budget)) != TIDE_OK)
+        return rc;
+    return tide_engine_place(
+        *e, c->plugins, tide_opts_str(tide_config_section(c->cfg, "policy"), "plugin"), budget);
 }
 
 void cli_teardown(struct cli_ctx *c)

@@ -315,6 +315,18 @@ int tide_engine_place(struct tide_engine *e, const struct tide_plugin_set *set, 
 
 int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
 {
+    int rc = tide_engine_load_model(e, set);
+    if (rc != TIDE_OK)
+        return rc;
+    int budget;
+    if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
+        return rc;
+    return tide_engine_place(e, set, tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
+                             budget);
+}
+
+int tide_engine_load_model(struct tide_engine *e, const struct tide_plugin_set *set)
+{
     const struct tide_opts *bo = tide_config_section(e->cfg, "backend");
     e->dev_pl = engine_pick_device(set, bo);
     e->host_pl =
@@ -376,11 +388,7 @@ int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set)
         tide_info("decoder: %s ([generation] decoder = %s)", e->dec.pl->desc->name, want);
     else
         tide_info("decoder: %s (auto: %s)", e->dec.pl->desc->name, e->dec_why);
-    int budget;
-    if ((rc = tide_engine_config_budget(e, &budget)) != TIDE_OK)
-        return rc;
-    return tide_engine_place(e, set, tide_opts_str(tide_config_section(e->cfg, "policy"), "plugin"),
-                             budget);
+    return TIDE_OK;
 }
 
 int tide_engine_decode_open(const struct tide_engine *e, const struct tide_config *cfg,

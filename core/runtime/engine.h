@@ -69,9 +69,15 @@ int tide_engine_prepare(const struct tide_config *cfg, const struct tide_plugin_
  * experts as [policy] says. */
 int tide_engine_load(struct tide_engine *e, const struct tide_plugin_set *set);
 
+/* Phase 2 without the placement: the backends, dispatcher, model and
+ * decoder, so that the model's expert shape is known (tide_moe_get_shape)
+ * before the policy costs are fixed; then tide_engine_place. */
+int tide_engine_load_model(struct tide_engine *e, const struct tide_plugin_set *set);
+
 /* The machine's modelled costs to hand to every policy placed from now on
  * (the caller loads [policy] profile: the runtime does not read profiles).
- * c must outlive the engine; NULL for none. Call before tide_engine_load. */
+ * c must outlive the engine; NULL for none. Call before tide_engine_load (or
+ * tide_engine_place). */
 void tide_engine_set_policy_costs(struct tide_engine *e, const struct tide_policy_costs *c);
 
 /* Re-place the experts: policy plugin name and budget (experts per MoE layer

@@ -509,6 +509,28 @@ void tide_cost_policy_costs(const struct tide_cost *c, struct tide_policy_costs 
     };
 }
 
+int tide_cost_rebind(struct tide_cost *c, const struct tide_policy_costs *pc)
+{
+    if (!pc || pc->n_rows < 2 || !pc->device_us || !pc->host_us) {
+        tide_error("cost model: malformed policy costs");
+        return TIDE_E_INVAL;
+    }
+    const int last = pc->n_rows - 1;
+    const double ref = tide_profile_curve_us(&c->p.device, last);
+    c->scale = ref > 0 ? pc->device_us[last] / ref : 1.0;
+    c->expert_bytes = pc->expert_bytes;
+    c->promote_us = pc->promote_us;
+    c->down_us_row = pc->act_down_us_row;
+    c->up_us_row = pc->act_up_us_row;
+    for (int r = 0; r < c->n_tab; r++) {
+        c->dev_tab[r] =
+            r < pc->n_rows ? pc->device_us[r] : c->scale * tide_profile_curve_us(&c->p.device, r);
+        c->host_tab[r] =
+            r < pc->n_rows ? pc->host_us[r] : c->scale * tide_profile_curve_us(&c->p.host, r);
+    }
+    return TIDE_OK;
+}
+
 void tide_cost_free(struct tide_cost *c)
 {
     if (!c)

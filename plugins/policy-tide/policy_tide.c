@@ -231,17 +231,29 @@ static int tidep_auto_init(struct tide_policy *p, const struct tide_opts *opts)
     /* The profile's expert: shape and weight format (tide/quant.h). */
     const uint64_t pb =
         tide_qexpert_bytes(p->profile.qfmt, p->profile.qblock, p->profile.hidden, p->profile.inter);
-    if (pb != p->shape.expert_bytes) {
+    /* The core's costs are fit to the model (scaled by expert bytes under
+     * --scale-profile): a profile measured for another expert takes them. */
+    const struct tide_policy_costs *core = TIDE_SHAPE_HAS(&p->shape, costs) ? p->shape.costs : NULL;
+    const bool rebind =
+        pb != p->shape.expert_bytes && core && core->expert_bytes == p->shape.expert_bytes;
+    if (pb != p->shape.expert_bytes && !rebind) {
         tide_error("%s: profile %s was measured for %s experts of %llu bytes (hidden %u x inter "
                    "%u) but the model's experts have %llu bytes; measure one for this model "
-                   "with `tide profile --model DIR` (it takes the model's shape and format)",
+                   "with `tide profile --model DIR` (it takes the model's shape and format), or "
+                   "scale it by expert bytes (tide sim or tide bench --scale-profile)",
                    TIDEP_NAME, path, tide_qfmt_name(p->profile.qfmt), (unsigned long long)pb,
                    p->profile.hidden, p->profile.inter, (unsigned long long)p->shape.expert_bytes);
         return TIDE_E_CONFIG;
     }
     if ((rc = tide_cost_init(&p->cost, &p->profile, p->profile.hidden, p->profile.inter, false,
-                             "the model", 4096)) != TIDE_OK)
+                             "the model", 4096)) != TIDE_OK ||
+        (rebind && (rc = tide_cost_rebind(&p->cost, core)) != TIDE_OK))
         return rc;
+    if (rebind)
+        tide_info("%s: profile %s is for experts of %llu bytes; interval = auto uses the core's "
+                  "costs for the model's %llu-byte experts (scaled by %.3f)",
+                  TIDEP_NAME, path, (unsigned long long)pb,
+                  (unsigned long long)p->shape.expert_bytes, p->cost.scale);
     p->auto_per_layer = !strcmp(tide_opts_str(opts, "auto_scope"), "layer");
     p->auto_window = (int)tide_opts_int(opts, "auto_window");
     p->auto_max = (int)tide_opts_int(opts, "auto_max");

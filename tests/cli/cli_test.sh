@@ -57,6 +57,13 @@ expect_line() {
     grep -qE -- "$2" "$work/$1" || { fail "expected a line of std$1 matching: $2"; show; }
 }
 
+# tiny_model: a tiny synthetic checkpoint and $work/t.ini that runs it quietly.
+tiny_model() {
+    "$tide" --quiet mkmodel "$work/tiny" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+    printf '[model]\npath = %s/tiny\n[generation]\ngen_length = 32\n[output]\nprogress = false\nstream = false\n' \
+        "$work" >"$work/t.ini"
+}
+
 not_in() {
     if grep -qF -- "$2" "$work/$1"; then
         fail "did not expect in std$1: $2"
@@ -474,6 +481,93 @@ sweep)
     expect_status 2
     expect_in err "[policy-lfu] decay = '2': expected a number in [0,1]"
     ;;
+bench-preflight)
+    # Issue 38 item 2: every grid point is checked before the first run and
+    # all problems are listed at once; nothing runs, no folder is written.
+    tiny_model
+    printf 'hello\n' >"$work/prompts.txt"
+    # Two planted problems: policy-cost without a profile, and policy-tide's
+    # interval = auto with a missing profile file, at the second sweep point.
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies lru,cost,tide \
+        --budgets 8 --intervals auto --sweep generation.threshold=0.9,0.5 \
+        --set "policy-tide.profile=$work/missing.ini" --out "$work/pf"
+    expect_status 2
+    expect_in err "policy-cost: needs the machine's modelled costs" "$work/missing.ini" \
+        "preflight: policy-cost cannot start" "preflight: policy-tide cannot start" \
+        "preflight found 2 problems"
+    [ ! -e "$work/pf" ] || fail "preflight wrote $(ls -R "$work/pf")"
+    [ ! -s "$work/out" ] || fail "preflight printed a table: $(cat "$work/out")"
+    # A profile for another expert shape is refused naming --scale-profile.
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies cost --budgets 8 \
+        --set policy.profile=config/profiles/h100-pcie5.ini --out "$work/pf"
+    expect_status 2
+    expect_in err "pass --scale-profile" "preflight found"
+    ;;
+bench-scale)
+    # Issue 38 items 2 and 5: --scale-profile in bench reaches every policy,
+    # policy-tide's interval = auto included (and so in tide sim).
+    tiny_model
+    printf 'hello\n' >"$work/prompts.txt"
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    run -- sim --trace "$work/t.trc" --policies tide,cost --budgets 8 --interval auto \
+        --profile config/profiles/h100-pcie5.ini --scale-profile --no-hindsight
+    expect_status 0
+    expect_line out "^policy-tide +auto +8 "
+    expect_in err "interval = auto uses the core's costs"
+    run -- bench -c "$work/t.ini" --prompts "$work/prompts.txt" --policies tide,cost,hybrid,warm \
+        --budgets 8 --intervals 4,auto --set policy.profile=config/profiles/h100-pcie5.ini \
+        --scale-profile --out "$work/b"
+    expect_status 0
+    expect_line out "^policy-tide +auto +8 "
+    expect_line out "^policy-cost +- +8 "
+    expect_line out "^policy-warm +- +8 "
+    ;;
+bench-tables)
+    # Issue 38 items 7, 8 and 13: rows name their repeat and sweep point, a
+    # summary with median [min, max], the winner with its margin or a tie,
+    # -o md|json|csv, --warmup, and the baseline at every batch size.
+    tiny_model
+    printf 'hello\nworld\n' >"$work/prompts.txt"
+    grid="--prompts $work/prompts.txt --policies lru,lfu --budgets 8 --repeats 2 --sweep generation.threshold=0.9,0.5"
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $grid --warmup 1 --out "$work/t"
+    expect_status 0
+    expect_line out "^policy-lru +- +8 +1 +2 .* generation.threshold=0.5$"
+    expect_line out "^summary: tok/s median \[min, max\] over 2 repeats"
+    expect_line out "^policy-lfu +- +8 +1 +[0-9.]+ \[ *[0-9.]+, +[0-9.]+\]  generation.threshold=0.9$"
+    expect_line out "^budget 8, batch 1, generation.threshold=0.9: (policy-l[rf]u wins, [0-9.]+% faster than policy-l[rf]u|a tie between policy-l[rf]u and policy-l[rf]u)"
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $grid --batch 1,2 -o csv --out "$work/t"
+    expect_status 0
+    expect_line out "^policy,interval,budget,batch,repeat,.*,generation.threshold$"
+    expect_line out "^\(no offload\),-,32,2,1,"
+    expect_line out "^# budget 8, batch 2, generation.threshold=0.5: "
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $grid -o md --out "$work/t"
+    expect_status 0
+    expect_line out "^\| policy-lfu \| - \| 8 \| 1 \| 2 \| "
+    expect_line out "^\| policy \| interval \| budget \| batch \| sweep point \| tok/s median"
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $grid -o json --out "$work/t"
+    expect_status 0
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["rows"]) == 12, d; assert len(d["winners"]) == 2; w=d["winners"][0]; assert "margin_percent" in w and "tie" in w; assert d["rows"][3]["sweep_point"] == {"generation.threshold": "0.9"}' "$work/out" ||
+        fail "-o json: $(cat "$work/out")"
+    run -- bench -c "$work/t.ini" $grid -o yaml --out "$work/t"
+    expect_status 2
+    expect_in err "expected text, md, json or csv"
+    ;;
+layer-budgets-warn)
+    # Issue 38 item 8: --layer-budgets warns when its allocation is not
+    # better than the uniform one.
+    tiny_model
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    run -- sim --trace "$work/t.trc" --policies tide --budgets 2 --intervals 1,2,4 \
+        --profile config/profiles/h100-pcie5.ini --scale-profile --layer-budgets --no-hindsight
+    expect_status 0
+    expect_in err "--layer-budgets: the unequal allocation for budget 2" "keep the uniform budget"
+    ;;
 repeats)
     # --repeats N: a row per repeat, and summary.csv with median, min and max
     # per configuration; shards merge both.
@@ -491,11 +585,13 @@ repeats)
     csv="$work/m/results.csv"
     [ "$(head -n 1 "$csv" | awk -F, '{ print $NF }')" = "repeat" ] || fail "no repeat column: $(head -n 1 "$csv")"
     [ "$(grep -c '^policy-lru,.*,2,[012]$' "$csv")" -eq 3 ] || fail "batch 2: not 3 rows: $(cat "$csv")"
-    [ "$(wc -l <"$csv")" -eq 10 ] || fail "expected 9 rows: $(cat "$csv")"
+    # The no-offload baseline runs at every batch size (issue 38 item 13).
+    [ "$(grep -c '^(no offload),.*,2,[012]$' "$csv")" -eq 3 ] || fail "no batch-2 baseline: $(cat "$csv")"
+    [ "$(wc -l <"$csv")" -eq 13 ] || fail "expected 12 rows: $(cat "$csv")"
     sum="$work/m/summary.csv"
     expect_header="policy,interval,budget,batch,repeats,seconds_median,seconds_min,seconds_max,tokens_per_second_median,tokens_per_second_min,tokens_per_second_max"
     [ "$(head -n 1 "$sum")" = "$expect_header" ] || fail "summary.csv header: $(head -n 1 "$sum")"
-    [ "$(wc -l <"$sum")" -eq 4 ] || fail "expected 3 summary lines: $(cat "$sum")"
+    [ "$(wc -l <"$sum")" -eq 5 ] || fail "expected 4 summary lines: $(cat "$sum")"
     grep -q '^policy-lru,-,4,2,3,' "$sum" || fail "no batch-2 summary: $(cat "$sum")"
     ;;
 config-doc)

@@ -109,6 +109,12 @@ TIDE_API int tide_cost_init(struct tide_cost *c, const struct tide_profile *p, u
 TIDE_API int tide_cost_init_fmt(struct tide_cost *c, const struct tide_profile *p, uint32_t hidden,
                                 uint32_t inter, int qfmt, bool allow_scale, const char *what,
                                 uint32_t max_rows);
+/* Make c (bound by tide_cost_init to some expert) model the expert that pc
+ * was computed for: pc's expert bytes, copy costs and expert-time tables
+ * (e.g. the core's costs, scaled by --scale-profile), with c's curves beyond
+ * pc's tables scaled as pc's last row is. Returns TIDE_OK or TIDE_E_INVAL
+ * (malformed pc, logged). Not thread-safe on c. */
+TIDE_API int tide_cost_rebind(struct tide_cost *c, const struct tide_policy_costs *pc);
 /* Free the tables of c. NULL and zeroed structs are fine. */
 TIDE_API void tide_cost_free(struct tide_cost *c);
 
