@@ -231,7 +231,9 @@ def plot(results: str, out: Optional[str] = None, x: str = "budget", y: str = "t
 def _figure(plt, data, bounds, x, y, facet, title, size):
     facets = sorted(set(data) | set(bounds), key=lambda v: (str(type(v)), v))
     width = SIZES.get(size)
-    ncol = min(2 if size == "column" else 3, len(facets))
+    # A column holds one panel across: two side by side made their titles
+    # and x labels run into each other.
+    ncol = min(1 if size == "column" else 3, len(facets))
     nrow = (len(facets) + ncol - 1) // ncol
     # Panel sizes (inches); the legend's room is added once it is measured.
     if width:
@@ -277,7 +279,11 @@ def _figure(plt, data, bounds, x, y, facet, title, size):
             ax.minorticks_off()
         if facet:
             ax.set_title("%s = %s" % (facet, _fmt(fv)), fontsize=fs["title"])
-        ax.set_xlabel(LABELS.get(x, x) + (" (log2)" if log2 else ""), fontsize=fs["label"])
+        xlabel = LABELS.get(x, x) + (" (log2)" if log2 else "")
+        # Panels a third of a page wide are narrower than the label: one
+        # label under them all.
+        if not (width and ncol > 1):
+            ax.set_xlabel(xlabel, fontsize=fs["label"])
         if k % ncol == 0:
             ax.set_ylabel(LABELS.get(y, y), fontsize=fs["label"])
         ax.grid(True, color="#e4e4e4", linewidth=0.8)
@@ -295,6 +301,8 @@ def _figure(plt, data, bounds, x, y, facet, title, size):
     bound_names = set(BOUNDS.values())
     labels = [lab for lab in labels if lab not in bound_names] + \
         [lab for lab in labels if lab in bound_names]
+    if width and ncol > 1:
+        fig.supxlabel(xlabel, fontsize=fs["label"])
     if title:
         fig.suptitle(title, fontsize=fs["suptitle"])
     _legend(fig, [handles[lab] for lab in labels], labels, fs["legend"], width)
@@ -328,10 +336,16 @@ def _legend(fig, handles, labels, fontsize, width):
         leg.remove()
         ncol -= 1
     lh = bb.height / fig.dpi
-    fig.set_size_inches(W, H + lh + pad)
+    # A shared x label (fig.supxlabel) sits between the panels and the legend.
+    sup = getattr(fig, "_supxlabel", None)
+    sh = sup.get_window_extent(renderer).height / fig.dpi + pad if sup else 0
+    fig.set_size_inches(W, H + lh + pad + sh)
     H2 = fig.get_figheight()
     leg.set_bbox_to_anchor((0.5, pad / 2 / H2), transform=fig.transFigure)
-    fig.tight_layout(rect=(0, (lh + pad) / H2, 1, 1), pad=0.3)
+    if sup:
+        sup.set_y((lh + pad) / H2)
+        sup.set_va("bottom")
+    fig.tight_layout(rect=(0, (lh + pad + sh) / H2, 1, 1), pad=0.3)
     return leg
 
 
