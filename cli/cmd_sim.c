@@ -91,6 +91,10 @@ static void sim_usage(FILE *f)
            "                             into what one --out run writes; refuses shards of\n"
            "                             another trace, profile, grid, configuration or\n"
            "                             revision, naming the field (docs/cluster.md)\n"
+           "Several traces, batch sizes or profiles (--trace A,B or --trace A --trace B; the\n"
+           "same for --batch and --profile) run once per combination, and --csv FILE holds\n"
+           "all their rows with the columns trace, batch and profile in front (not with\n"
+           "--out, --plot, --shard or --metrics; draw it with python -m tide.plot --facet).\n"
            "Policy options come from -c CONFIG and --set (e.g. --set policy-tide.prefetch=true).\n"
            "The profile's costs go to every policy (policy-cost, policy-hybrid and policy-warm\n"
            "need them). After the table: per budget, the best policy and its ratio to the oracle.\n"
@@ -1232,15 +1236,9 @@ void sim_cli_free(struct sim_cli *s)
     sim_out_free(s->o);
 }
 
-int cmd_sim(int argc, char **argv)
+/* One `tide sim` run of argv (one trace, batch and profile). */
+static int sim_run_one(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "merge"))
-        return cmd_sim_merge(argc - 1, argv + 1);
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            sim_usage(stdout);
-            return CLI_EXIT_OK;
-        }
     struct sim_cli s;
     memset(&s, 0, sizeof s);
     s.qfmt = -1;
@@ -1251,5 +1249,174 @@ int cmd_sim(int argc, char **argv)
         rc = sim_main(&s);
     rc = sim_out_end(&s, rc);
     sim_cli_free(&s);
+    return rc;
+}
+
+#define SIM_MAX_AXIS 32
+
+/* The values of a compared flag (--trace, --batch, --profile): repeated,
+ * comma-separated, or both. */
+struct sim_axis {
+    const char *flag, *col;
+    char *v[SIM_MAX_AXIS];
+    int n;
+};
+
+static int sim_axis_add(struct sim_axis *a, const char *list)
+{
+    char *dup = strdup(list);
+    if (!dup)
+        return TIDE_E_NOMEM;
+    for (char *tok = dup, *next; tok; tok = next) {
+        if ((next = strchr(tok, ',')))
+            *next++ = 0;
+        if (!*tok || a->n == SIM_MAX_AXIS) {
+            tide_error("%s %s: %s", a->flag, list,
+                       *tok ? "more values than tide sim compares (32)" : "an empty item");
+            free(dup);
+            return TIDE_E_CONFIG;
+        }
+        if (!(a->v[a->n++] = strdup(tok))) {
+            free(dup);
+            return TIDE_E_NOMEM;
+        }
+    }
+    free(dup);
+    return TIDE_OK;
+}
+
+/* Append the CSV at part to out, each row led by the combination's values
+ * (the header only once). */
+static int sim_multi_append(FILE *out, const char *part, const char *lead, bool header)
+{
+    FILE *f = fopen(part, "r");
+    if (!f) {
+        tide_error("cannot read %s: %s", part, strerror(errno));
+        return TIDE_E_IO;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    for (int no = 0; getline(&line, &cap, f) >= 0; no++) {
+        if (no == 0 && header)
+            fprintf(out, "trace,batch,profile,%s", line);
+        else if (no > 0)
+            fprintf(out, "%s,%s", lead, line);
+    }
+    free(line);
+    fclose(f);
+    return TIDE_OK;
+}
+
+/* Several traces, batch sizes or profiles: one run per combination (trace
+ * slowest, then batch, then profile), their CSV rows joined in --csv with
+ * the columns trace, batch and profile in front. */
+static int sim_multi(int argc, char **argv, struct sim_axis *ax, const char *csv, bool force)
+{
+    if (!csv) {
+        tide_error("tide sim: comparing several --trace, --batch or --profile values writes "
+                   "one table; name it with --csv FILE");
+        return TIDE_E_CONFIG;
+    }
+    for (int i = 1; i < argc; i++) {
+        static const char *const alone[] = {"--out", "--plot", "--shard", "--metrics"};
+        for (size_t k = 0; k < sizeof alone / sizeof alone[0]; k++)
+            if (!strcmp(argv[i], alone[k])) {
+                tide_error("tide sim: %s replays one trace, batch size and profile; compare "
+                           "several with --csv FILE (python -m tide.plot draws it)",
+                           alone[k]);
+                return TIDE_E_CONFIG;
+            }
+    }
+    char *tmp = NULL;
+    FILE *out = sim_create(csv, force, &tmp);
+    if (!out)
+        return TIDE_E_CONFIG;
+    char part[4200];
+    snprintf(part, sizeof part, "%s.part", csv);
+    /* The argv of one run: the compared flags dropped, then given once. */
+    char **av = calloc((size_t)argc + 8, sizeof *av);
+    int rc = av ? TIDE_OK : TIDE_E_NOMEM;
+    int n0 = 0;
+    for (int i = 0; rc == TIDE_OK && i < argc; i++) {
+        bool skip = false;
+        for (int a = 0; a < 3; a++)
+            skip |= !strcmp(argv[i], ax[a].flag);
+        if (!strcmp(argv[i], "--csv"))
+            skip = true;
+        if (skip)
+            i++;
+        else
+            av[n0++] = argv[i];
+    }
+    const int n[3] = {ax[0].n, ax[1].n ? ax[1].n : 1, ax[2].n ? ax[2].n : 1};
+    bool header = true;
+    for (int t = 0; rc == TIDE_OK && t < n[0]; t++)
+        for (int b = 0; rc == TIDE_OK && b < n[1]; b++)
+            for (int p = 0; rc == TIDE_OK && p < n[2]; p++) {
+                int k = n0;
+                av[k++] = "--trace";
+                av[k++] = ax[0].v[t];
+                if (ax[1].n) {
+                    av[k++] = "--batch";
+                    av[k++] = ax[1].v[b];
+                }
+                if (ax[2].n) {
+                    av[k++] = "--profile";
+                    av[k++] = ax[2].v[p];
+                }
+                av[k++] = "--csv";
+                av[k++] = part;
+                av[k++] = "--force";
+                av[k] = NULL;
+                printf("== trace %s, batch %s, profile %s ==\n", ax[0].v[t],
+                       ax[1].n ? ax[1].v[b] : "1", ax[2].n ? ax[2].v[p] : "none");
+                fflush(stdout);
+                char lead[1200];
+                snprintf(lead, sizeof lead, "%s,%s,%s", ax[0].v[t], ax[1].n ? ax[1].v[b] : "1",
+                         ax[2].n ? ax[2].v[p] : "none");
+                if ((rc = sim_run_one(k, av)) == TIDE_OK)
+                    rc = sim_multi_append(out, part, lead, header);
+                header = false;
+                remove(part);
+                printf("\n");
+            }
+    free(av);
+    rc = sim_finish(out, tmp, csv, rc == TIDE_OK) != TIDE_OK && rc == TIDE_OK ? TIDE_E_IO : rc;
+    if (rc == TIDE_OK)
+        printf("%d runs compared in %s\n", n[0] * n[1] * n[2], csv);
+    return rc;
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "merge"))
+        return cmd_sim_merge(argc - 1, argv + 1);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            sim_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+    /* Several --trace, --batch or --profile values (repeated or listed):
+     * one run per combination, compared in one CSV. */
+    struct sim_axis ax[3] = {{.flag = "--trace"}, {.flag = "--batch"}, {.flag = "--profile"}};
+    const char *csv = NULL;
+    bool force = false;
+    int rc = TIDE_OK, combos = 1;
+    for (int i = 1; i < argc && rc == TIDE_OK; i++) {
+        force |= !strcmp(argv[i], "--force");
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            csv = argv[i + 1];
+        for (int a = 0; a < 3 && rc == TIDE_OK; a++)
+            if (!strcmp(argv[i], ax[a].flag) && i + 1 < argc)
+                rc = sim_axis_add(&ax[a], argv[++i]);
+    }
+    for (int a = 0; a < 3; a++)
+        combos *= ax[a].n ? ax[a].n : 1;
+    if (rc == TIDE_OK)
+        rc =
+            combos > 1 && ax[0].n ? sim_multi(argc, argv, ax, csv, force) : sim_run_one(argc, argv);
+    for (int a = 0; a < 3; a++)
+        for (int k = 0; k < ax[a].n; k++)
+            free(ax[a].v[k]);
     return cli_exit_code(rc);
 }

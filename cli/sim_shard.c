@@ -11,6 +11,7 @@
 
 #include "sim_cli.h"
 #include "tide/log.h"
+#include "tide/shipped.h"
 #include "tide/status.h"
 
 struct sim_out {
@@ -91,9 +92,13 @@ int sim_out_begin(struct sim_cli *s)
         return TIDE_E_NOMEM;
     struct sim_out *o = s->o;
     int rc = sim_fingerprint(s->trace_path, &o->trace, o->trace_abs);
-    if (rc == TIDE_OK && s->profile_path)
-        rc = sim_fingerprint(s->profile_path, &o->profile, o->profile_abs);
-    else if (rc == TIDE_OK)
+    /* The profile the replay loads: a shipped one is found as the loader
+     * finds it (config/profiles/X.ini from any folder), not only here. */
+    char prof[PATH_MAX];
+    if (rc == TIDE_OK && s->profile_path &&
+        (rc = tide_shipped_path(s->profile_path, "--profile", prof, sizeof prof)) == TIDE_OK)
+        rc = sim_fingerprint(prof, &o->profile, o->profile_abs);
+    else if (rc == TIDE_OK && !s->profile_path)
         o->profile = json_null();
     if (rc == TIDE_OK && o->merge &&
         (rc = sim_same_input(o, "trace", o->trace, s->trace_path, "--trace")) == TIDE_OK)

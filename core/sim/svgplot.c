@@ -16,6 +16,10 @@
 #define SVG_RIGHT  200
 #define SVG_TOP    40
 #define SVG_BOTTOM 60
+/* An upper bound on the advance of one character of 11 px sans-serif (DejaVu
+ * Sans averages 6.1 px; capitals and 'm' are wider): the legend's width is
+ * reckoned with it, so that no renderer cuts it at the canvas edge. */
+#define SVG_CHAR_W 7.0
 
 struct svg_file {
     FILE *f;
@@ -264,15 +268,23 @@ int svg_line_chart(const char *path, const char *title, const char *xlabel, cons
     }
     svg_pad(&ax, 0.04);
     svg_pad(&ay, 0.07);
-    /* The legend sets the height when it is the taller. */
+    /* The legend sets the height when it is the taller, and the width when
+     * its longest name needs more than SVG_RIGHT: the plot keeps its size,
+     * the canvas grows (a cut legend made two sweep points look alike). */
     const int h = SVG_H > SVG_TOP + 18 * n_series + 40 ? SVG_H : SVG_TOP + 18 * n_series + 40;
     const double pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = h - SVG_TOP - SVG_BOTTOM;
+    size_t longest = 0;
+    for (int i = 0; i < n_series; i++)
+        if (s[i].n > 0 && s[i].name && strlen(s[i].name) > longest)
+            longest = strlen(s[i].name);
+    const double legend_w = 12 + 34 + SVG_CHAR_W * (double)longest + 10;
+    const int w = SVG_LEFT + pw + legend_w > SVG_W ? (int)ceil(SVG_LEFT + pw + legend_w) : SVG_W;
     ax.p0 = SVG_LEFT;
     ax.len = pw;
     ay.p0 = SVG_TOP + ph;
     ay.len = -ph;
     struct svg_file sf;
-    int rc = svg_open(&sf, path, SVG_W, h);
+    int rc = svg_open(&sf, path, w, h);
     if (rc != TIDE_OK)
         return rc;
     FILE *f = sf.f;

@@ -70,7 +70,7 @@ def test_repeats_become_median_and_spread(bench_csv):
     assert data[0.8]["policy-tide"][8.0] == pytest.approx((base + 3, base, base + 6))
     assert set(data[0.95]) == {"policy-tide", "policy-lru"}
     # The baseline is a bound, per facet, not a policy.
-    assert bounds[0.8] == {"no offload": pytest.approx(321.0)}
+    assert bounds[0.8] == {"no offload": {None: pytest.approx(321.0)}}
     assert tplot.log2_axis([4.0, 8.0, 16.0]) and not tplot.log2_axis([1.0, 3.0, 4.0])
     assert not tplot.log2_axis([8.0])
 
@@ -139,3 +139,115 @@ def test_module_entry_point(bench_csv, tmp_path):
     r = subprocess.run([sys.executable, "-m", "tide.plot", bench_csv, "--x", "nope"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no column 'nope' for --x" in r.stderr
+
+
+# Issue 38: bounds per x, TrueType fonts, column and page sizes, legends
+# inside the figure, a colour x marker pair per series. These check the
+# figure plot() drew (caught as it is closed), so they hold for any layout.
+
+def _drawn(monkeypatch, *args, **kw):
+    """plot(*args, **kw) and the matplotlib figure it drew."""
+    import matplotlib.pyplot as plt
+    figs = []
+    close = plt.close
+
+    def keep(fig=None):
+        figs.append(fig)
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    tplot.plot(*args, **kw)
+    assert len(figs) == 1
+    return figs[0]
+
+
+def _sim_csv(path, n_series=2, long_names=False):
+    """A tide sim --csv file over budgets 4..32 whose oracle and belady
+    differ per budget, with n_series policies."""
+    head = ("policy,interval,budget,promotions,weight_bytes,act_bytes,hit_rows,miss_rows,"
+            "hit_rate,model_ms_per_step,model_tok_per_s,model_us,bound,replay_seconds")
+    lines = [head]
+    pols = ["policy-%s%s" % (chr(97 + i), " with a long name threshold=0.95 batch 4"
+                             if long_names else "") for i in range(n_series)]
+    for b in (4, 8, 16, 32):
+        for i, pol in enumerate(pols):
+            lines.append("%s,-,%d,1,1,1,1,1,0.5,1.0,%g,1,0,0.1" % (pol, b, 40 + b + i))
+        lines.append("oracle,-,%d,1,1,1,1,1,0.5,1.0,%g,1,0,0.1" % (b, 100 + 10 * b))
+        lines.append("belady,-,%d,1,1,1,1,1,0.5,1.0,%g,1,0,0.1" % (b, 90 + 5 * b))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_bounds_per_x(tmp_path, monkeypatch):
+    csv_path = _sim_csv(tmp_path / "sim.csv")
+    fig = _drawn(monkeypatch, csv_path, str(tmp_path / "b.png"))
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    # The oracle of budget b at b, not its best over all budgets.
+    oracle = lines["oracle (bound)"]
+    assert [float(v) for v in oracle.get_xdata()] == [4.0, 8.0, 16.0, 32.0]
+    assert [float(v) for v in oracle.get_ydata()] == [140.0, 180.0, 260.0, 420.0]
+    assert [float(v) for v in lines["belady (hindsight)"].get_ydata()] == [110, 130, 170, 250]
+    rows = tplot.read_csv(csv_path)
+    _, bounds = tplot.aggregate(rows, list(rows[0]), "budget", "model_tok_per_s", "policy", None)
+    assert bounds[None]["oracle (bound)"] == {4.0: 140.0, 8.0: 180.0, 16.0: 260.0, 32.0: 420.0}
+
+
+def test_baseline_stays_flat(bench_csv, tmp_path, monkeypatch):
+    fig = _drawn(monkeypatch, bench_csv, str(tmp_path / "f.png"), facet="generation.threshold")
+    base = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "no offload"]
+    assert len(base) == 1 and len(set(base[0].get_ydata())) == 1
+
+
+def test_pdf_fonts_are_truetype(bench_csv, tmp_path):
+    out = str(tmp_path / "f.pdf")
+    tplot.plot(bench_csv, out)
+    data = open(out, "rb").read()
+    assert b"/FontType 3" not in data and b"/Subtype /Type3" not in data
+    # TrueType glyphs (FontFile2), as a TrueType or CID TrueType font
+    # (pdffonts: "TrueType" / "CID TrueType"), never Type 3.
+    assert b"/FontFile2" in data
+    assert b"/Subtype /TrueType" in data or b"/Subtype /CIDFontType2" in data
+
+
+def _inside(fig):
+    fig.canvas.draw()
+    fb = fig.bbox
+    for leg in fig.legends:
+        bb = leg.get_window_extent()
+        assert bb.x0 >= fb.x0 - 0.5 and bb.x1 <= fb.x1 + 0.5, (bb, fb)
+        assert bb.y0 >= fb.y0 - 0.5 and bb.y1 <= fb.y1 + 0.5, (bb, fb)
+    return fig
+
+
+@pytest.mark.parametrize("size", [None, "column", "page"])
+def test_legend_inside_figure(tmp_path, monkeypatch, size):
+    csv_path = _sim_csv(tmp_path / "sim.csv", n_series=6, long_names=True)
+    kw = {"size": size} if size else {}
+    fig = _inside(_drawn(monkeypatch, csv_path, str(tmp_path / "l.pdf"), **kw))
+    assert fig.legends
+    if size:
+        assert fig.get_figwidth() == pytest.approx(tplot.SIZES[size])
+
+
+def test_sizes(bench_csv, tmp_path, monkeypatch):
+    for size, w in (("column", 3.5), ("page", 7.0)):
+        out = str(tmp_path / ("%s.pdf" % size))
+        assert tplot.main([bench_csv, "-o", out, "--size", size, "--facet",
+                           "generation.threshold"]) == 0
+        fig = _drawn(monkeypatch, bench_csv, str(tmp_path / "s.png"), size=size,
+                     facet="generation.threshold")
+        assert fig.get_figwidth() == pytest.approx(w)
+    with pytest.raises(SystemExit):
+        tplot.main([bench_csv, "--size", "poster"])
+
+
+def test_colour_marker_pair_per_series(tmp_path, monkeypatch):
+    csv_path = _sim_csv(tmp_path / "sim.csv", n_series=14)
+    fig = _drawn(monkeypatch, csv_path, str(tmp_path / "c.png"))
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    # errorbar() gives a container: its first artist is the line.
+    lines = [h[0] if isinstance(h, tuple) else h for h, lab in zip(handles, labels)
+             if lab.startswith("policy-")]
+    pairs = [(ln.get_color(), ln.get_marker()) for ln in lines]
+    assert len(pairs) == 14 and len(set(pairs)) == 14

@@ -2,6 +2,7 @@
 
     python -m tide.plot RESULTS.csv [-o OUT.pdf|.png|.svg] [--x budget]
                         [--y tok_s] [--series policy] [--facet KEY]
+                        [--size column|page]
 
 RESULTS.csv is a `tide bench` results.csv (or its folder, or a folder of
 result folders: the newest), or a `tide sim --csv` file. Rows that share a
@@ -11,8 +12,13 @@ intervals of policy-tide against budget), the best by --y is drawn. Any
 column can be --x, --series or --facet, including swept keys such as
 generation.threshold. The no-offload baseline and tide sim's hindsight rows
 (oracle, belady, best-static) are drawn as grey dashed bounds, not as
-policies. An x axis of powers of two is log2. Colours are Okabe and Ito's
-colour-blind-safe palette, each series with its own marker too.
+policies: the baseline as a horizontal line, a hindsight bound at its value
+for each x (the oracle of budget 8 at 8). An x axis of powers of two is log2.
+Colours are Okabe and Ito's colour-blind-safe palette, each series with its
+own colour x marker pair. --size column (3.5 in) or page (7 in) gives a
+figure of that width for a two-column paper, its legend below the panels;
+the legend is never cut at the figure's edge. PDFs embed TrueType (Type 42)
+fonts, not Type 3 ones, which IEEE PDF eXpress rejects.
 
 From Python: tide.plot.plot("results.csv", "fig.pdf", facet="generation.threshold").
 """
@@ -52,9 +58,14 @@ MEASURED = {"tokens", "steps", "seconds", "hit_rate", "hit_rows", "miss_rows", "
             "evictions", "weight_bytes", "act_bytes", "host_seconds", "device_seconds",
             "tokens_per_second", "same_tokens", "repeat", "model_ms_per_step",
             "model_tok_per_s", "model_us", "replay_seconds"}
+# Figure widths in inches: a column and a page of a two-column paper (IEEE).
+SIZES = {"column": 3.5, "page": 7.0}
 LOWER_IS_BETTER = ("seconds", "_ms_", "_us", "bytes", "miss", "promotions", "evictions")
 BOUNDS = {"(no offload)": "no offload", "oracle": "oracle (bound)",
           "belady": "belady (hindsight)", "best-static": "best-static (hindsight)"}
+# Bounds that do not depend on x (the baseline runs every expert on the
+# device whatever the budget): one horizontal line.
+FLAT_BOUNDS = {"no offload"}
 
 
 class PlotError(Exception):
@@ -121,14 +132,20 @@ def _fmt(v) -> str:
 
 
 def aggregate(rows: List[Dict], columns: Sequence[str], x: str, y: str, series: str,
-               facet: Optional[str]):
+              facet: Optional[str]):
     """{facet: {series: {x: (median, min, max)}}}, repeats merged, the best
-    configuration per point; and {facet: {bound name: median}}."""
+    configuration per point; and {facet: {bound name: {x: median}}}, the
+    best per x, where x is None for a bound drawn flat (the no-offload
+    baseline, or rows without a numeric x)."""
     ident = [c for c in columns if c not in MEASURED and c != y]
     configs: Dict[tuple, List[Dict]] = {}
     for r in rows:
         configs.setdefault(tuple(r.get(c) for c in ident), []).append(r)
     lower = any(k in y for k in LOWER_IS_BETTER)
+
+    def better(a, b):
+        return b is None or (a < b if lower else a > b)
+
     data: Dict = {}
     bounds: Dict = {}
     for group in configs.values():
@@ -140,34 +157,51 @@ def aggregate(rows: List[Dict], columns: Sequence[str], x: str, y: str, series: 
         fv = r0.get(facet) if facet else None
         name = r0.get(series)
         point = (statistics.median(ys), min(ys), max(ys))
-        if series == "policy" and name in BOUNDS:
-            bounds.setdefault(fv, {})
-            old = bounds[fv].get(BOUNDS[name])
-            if old is None or (point[0] < old if lower else point[0] > old):
-                bounds[fv][BOUNDS[name]] = point[0]
-            continue
         xv = _num(r0.get(x))
+        if series == "policy" and name in BOUNDS:
+            bn = BOUNDS[name]
+            bx = None if bn in FLAT_BOUNDS else xv
+            per_x = bounds.setdefault(fv, {}).setdefault(bn, {})
+            if better(point[0], per_x.get(bx)):
+                per_x[bx] = point[0]
+            continue
         if xv is None:
             continue
         pts = data.setdefault(fv, {}).setdefault(name, {})
         old = pts.get(xv)
-        if old is None or (point[0] < old[0] if lower else point[0] > old[0]):
+        if better(point[0], old[0] if old else None):
             pts[xv] = point
+    # A bound with a value per x and a flat one too (rows without x): the
+    # per-x values are the ones that mean something on this axis.
+    for per_f in bounds.values():
+        for per_x in per_f.values():
+            if None in per_x and len(per_x) > 1:
+                del per_x[None]
     return data, bounds
+
+
+def _style(names: Sequence) -> Dict:
+    """A distinct (colour, marker) pair for each name, in order."""
+    return {n: (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]) for i, n in
+            enumerate(names)}
 
 
 def plot(results: str, out: Optional[str] = None, x: str = "budget", y: str = "tok_s",
          series: str = "policy", facet: Optional[str] = None, title: Optional[str] = None,
-         dpi: int = 150) -> str:
+         dpi: int = 150, size: Optional[str] = None) -> str:
     """Draw results (see the module's doc) into out (.pdf, .png or .svg;
-    default: plot.pdf beside the CSV). Returns the path written. Raises
-    PlotError on bad input or a missing matplotlib."""
+    default: plot.pdf beside the CSV). size: None (as wide as the panels
+    and legend need), "column" (3.5 in) or "page" (7 in). Returns the path
+    written. Raises PlotError on bad input or a missing matplotlib."""
     path = find_results(results)
     if out is None:
         out = os.path.join(os.path.dirname(path) or ".", "plot.pdf")
     ext = os.path.splitext(out)[1].lower()
     if ext not in (".pdf", ".png", ".svg"):
         raise PlotError("%s: write .pdf, .png or .svg" % out)
+    if size is not None and size not in SIZES:
+        raise PlotError("--size %s: column (%g in) or page (%g in)" % (size, SIZES["column"],
+                                                                      SIZES["page"]))
     try:
         rows = read_csv(path)
     except (OSError, UnicodeDecodeError) as e:
@@ -184,19 +218,41 @@ def plot(results: str, out: Optional[str] = None, x: str = "budget", y: str = "t
     if not any(data.values()):
         raise PlotError("%s: no numeric '%s' against '%s' to draw" % (path, y, x))
     plt = _pyplot()
+    # TrueType (Type 42) fonts in PDF and PostScript: matplotlib's default,
+    # Type 3, is refused by IEEE PDF eXpress and some publishers.
+    with plt.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
+        fig = _figure(plt, data, bounds, x, y, facet, title, size)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
+
+
+def _figure(plt, data, bounds, x, y, facet, title, size):
     facets = sorted(set(data) | set(bounds), key=lambda v: (str(type(v)), v))
-    ncol = min(3, len(facets))
+    width = SIZES.get(size)
+    # A column holds one panel across: two side by side made their titles
+    # and x labels run into each other.
+    ncol = min(1 if size == "column" else 3, len(facets))
     nrow = (len(facets) + ncol - 1) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.0 * ncol + 1.6, 3.2 * nrow), sharey=True,
+    # Panel sizes (inches); the legend's room is added once it is measured.
+    if width:
+        pw = width / ncol
+        ph = min(3.0, 0.8 * pw) if ncol > 1 else 0.72 * pw
+        fs = {"tick": 7, "label": 8, "title": 8, "legend": 7, "suptitle": 9}
+    else:
+        pw, ph = 4.0, 3.2
+        fs = {"tick": 8, "label": 9, "title": 10, "legend": 8, "suptitle": 11}
+    fig, axes = plt.subplots(nrow, ncol, figsize=(pw * ncol, ph * nrow), sharey=True,
                              squeeze=False)
     names = []  # in the order the CSV first shows them, as tide bench plot draws them
     for f in data.values():
         names += [n for n in f if n not in names]
-    style = {n: (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]) for i, n in
-             enumerate(names)}
+    style = _style(names)
     xs_all = sorted({v for f in data.values() for s in f.values() for v in s})
     log2 = log2_axis(xs_all)
     dashes = [(6, 3), (2, 2), (8, 2, 2, 2)]
+    lw = 1.2 if width else 1.6
     for k, fv in enumerate(facets):
         ax = axes[k // ncol][k % ncol]
         for n, pts in data.get(fv, {}).items():
@@ -206,22 +262,32 @@ def plot(results: str, out: Optional[str] = None, x: str = "budget", y: str = "t
             col, mk = style[n]
             has_err = any(e > 0 for e in err[0] + err[1])
             ax.errorbar(xv, med, yerr=err if has_err else None, color=col, marker=mk,
-                        markersize=5, linewidth=1.6, capsize=3, label=_fmt(n))
-        for j, (bn, bv) in enumerate(sorted(bounds.get(fv, {}).items())):
-            ax.axhline(bv, color="#666666", linewidth=2.2, dashes=dashes[j % len(dashes)],
-                       label=bn, zorder=1)
+                        markersize=4 if width else 5, linewidth=lw, capsize=2 if width else 3,
+                        label=_fmt(n))
+        for j, (bn, per_x) in enumerate(sorted(bounds.get(fv, {}).items())):
+            kw = dict(color="#666666", linewidth=lw + 0.6, dashes=dashes[j % len(dashes)],
+                      label=bn, zorder=1)
+            if None in per_x or len(per_x) < 2:
+                ax.axhline(next(iter(per_x.values())), **kw)
+            else:
+                bx = sorted(per_x)
+                ax.plot(bx, [per_x[v] for v in bx], **kw)
         if log2:
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs_all)
             ax.set_xticklabels(["%g" % v for v in xs_all])
             ax.minorticks_off()
         if facet:
-            ax.set_title("%s = %s" % (facet, _fmt(fv)), fontsize=10)
-        ax.set_xlabel(LABELS.get(x, x) + (" (log2)" if log2 else ""), fontsize=9)
+            ax.set_title("%s = %s" % (facet, _fmt(fv)), fontsize=fs["title"])
+        xlabel = LABELS.get(x, x) + (" (log2)" if log2 else "")
+        # Panels a third of a page wide are narrower than the label: one
+        # label under them all.
+        if not (width and ncol > 1):
+            ax.set_xlabel(xlabel, fontsize=fs["label"])
         if k % ncol == 0:
-            ax.set_ylabel(LABELS.get(y, y), fontsize=9)
+            ax.set_ylabel(LABELS.get(y, y), fontsize=fs["label"])
         ax.grid(True, color="#e4e4e4", linewidth=0.8)
-        ax.tick_params(labelsize=8)
+        ax.tick_params(labelsize=fs["tick"])
     for k in range(len(facets), nrow * ncol):
         axes[k // ncol][k % ncol].axis("off")
     handles, labels = {}, []
@@ -235,15 +301,52 @@ def plot(results: str, out: Optional[str] = None, x: str = "budget", y: str = "t
     bound_names = set(BOUNDS.values())
     labels = [lab for lab in labels if lab not in bound_names] + \
         [lab for lab in labels if lab in bound_names]
-    fig.legend([handles[lab] for lab in labels], labels, loc="center left",
-               bbox_to_anchor=(1.0 - 1.5 / fig.get_figwidth(), 0.5), fontsize=8, frameon=False)
+    if width and ncol > 1:
+        fig.supxlabel(xlabel, fontsize=fs["label"])
     if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1.0 - 1.6 / fig.get_figwidth(), 1))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
-    return out
+        fig.suptitle(title, fontsize=fs["suptitle"])
+    _legend(fig, [handles[lab] for lab in labels], labels, fs["legend"], width)
+    return fig
+
+
+def _legend(fig, handles, labels, fontsize, width):
+    """Place the legend where it is whole: at the right of the panels, the
+    figure widened to hold it (width None), or below them in as many
+    columns as the fixed width holds, the figure made taller. The panels
+    are laid out in what is left (tight_layout ignores figure legends)."""
+    renderer = fig.canvas.get_renderer()
+    pad = 0.08  # inches between the legend and the figure's edge
+    W, H = fig.get_figwidth(), fig.get_figheight()
+    if not width:
+        leg = fig.legend(handles, labels, loc="center left", fontsize=fontsize, frameon=False)
+        bb = leg.get_window_extent(renderer)
+        lw, lh = bb.width / fig.dpi, bb.height / fig.dpi
+        fig.set_size_inches(W + lw + 2 * pad, max(H, lh + 2 * pad))
+        W2, H2 = fig.get_figwidth(), fig.get_figheight()
+        leg.set_bbox_to_anchor((W / W2, 0.5), transform=fig.transFigure)
+        fig.tight_layout(rect=(0, 0, W / W2, 1))
+        return leg
+    ncol = max(1, len(labels))
+    while True:
+        leg = fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize,
+                         frameon=False, columnspacing=1.0, handlelength=2.4)
+        bb = leg.get_window_extent(renderer)
+        if bb.width / fig.dpi <= W - 2 * pad or ncol == 1:
+            break
+        leg.remove()
+        ncol -= 1
+    lh = bb.height / fig.dpi
+    # A shared x label (fig.supxlabel) sits between the panels and the legend.
+    sup = getattr(fig, "_supxlabel", None)
+    sh = sup.get_window_extent(renderer).height / fig.dpi + pad if sup else 0
+    fig.set_size_inches(W, H + lh + pad + sh)
+    H2 = fig.get_figheight()
+    leg.set_bbox_to_anchor((0.5, pad / 2 / H2), transform=fig.transFigure)
+    if sup:
+        sup.set_y((lh + pad) / H2)
+        sup.set_va("bottom")
+    fig.tight_layout(rect=(0, (lh + pad + sh) / H2, 1, 1), pad=0.3)
+    return leg
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -265,10 +368,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "generation.threshold")
     p.add_argument("--title", help="figure title")
     p.add_argument("--dpi", type=int, default=150, help="PNG resolution (default: 150)")
+    p.add_argument("--size", choices=sorted(SIZES), help="a figure as wide as a column (3.5 in) "
+                   "or a page (7 in) of a two-column paper, the legend below the panels "
+                   "(default: as wide as the panels and the legend need)")
     a = p.parse_args(argv)
     try:
         out = plot(a.results, a.out, x=a.x, y=a.y, series=a.series, facet=a.facet,
-                   title=a.title, dpi=a.dpi)
+                   title=a.title, dpi=a.dpi, size=a.size)
     except PlotError as e:
         print("tide.plot: %s" % e, file=sys.stderr)
         return 2

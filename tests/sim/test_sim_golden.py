@@ -328,6 +328,66 @@ def cli(binary, tmp, profiles):
     return 1 if fails else 0
 
 
+def compare(binary, tmp):
+    """Issue 38: a shipped profile is found with --out as without it; several
+    --trace, --batch and --profile values in one run give one CSV row per
+    combination and configuration, with a column naming each."""
+    fails = 0
+    traces = []
+    for seed in (3, 4):
+        t = os.path.join(tmp, "syn%d.trc" % seed)
+        tide(binary, ["--quiet", "trace", "synth", t, "--layers", "2", "--experts", "16",
+                      "--top-k", "2", "--hidden", "64", "--inter", "32", "--blocks", "2",
+                      "--prompts", "2", "--similarity", "0.97", "--seed", str(seed)])
+        traces.append(t)
+    shipped = ["config/profiles/h100-pcie5.ini", "config/profiles/a100-pcie4.ini"]
+    base = ["sim", "--budget", "4,8", "--policy", "lru", "--no-hindsight", "--scale-profile"]
+    # From a folder without config/: the profile is found where tide ships it.
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        for extra in ([], ["--out", os.path.join(tmp, "o")]):
+            r = tide(binary, base + ["--trace", traces[0], "--profile", shipped[0]] + extra,
+                     check=False)
+            if r.returncode != 0:
+                print("shipped profile not found%s:\n%s" % (" with --out" if extra else "",
+                                                            r.stderr))
+                fails += 1
+        csv_path = os.path.join(tmp, "cmp.csv")
+        r = tide(binary, base + ["--trace", ",".join(traces), "--batch", "1", "--batch", "2",
+                                 "--profile", ",".join(shipped), "--csv", csv_path], check=False)
+    finally:
+        os.chdir(cwd)
+    if r.returncode != 0:
+        print("tide sim over several traces, batches and profiles failed:\n" + r.stderr)
+        return 1
+    import csv
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    combos = {(x["trace"], x["batch"], x["profile"]) for x in rows}
+    want = {(t, b, p) for t in traces for b in ("1", "2") for p in shipped}
+    if combos != want:
+        print("combinations in the CSV: %s, want %s" % (sorted(combos), sorted(want)))
+        fails += 1
+    # One row per combination x budget (policy-lru only).
+    if len(rows) != len(want) * 2 or len({(x["trace"], x["batch"], x["profile"], x["budget"])
+                                          for x in rows}) != len(rows):
+        print("%d rows, want one per combination and budget (%d)" % (len(rows), len(want) * 2))
+        fails += 1
+    # Batches of 2 prompts differ from one at a time.
+    one = [x["hit_rows"] for x in rows if x["batch"] == "1"]
+    two = [x["hit_rows"] for x in rows if x["batch"] == "2"]
+    if one == two:
+        print("batch 1 and batch 2 rows are the same: --batch was not applied per run")
+        fails += 1
+    fails += expect_fail(binary, base + ["--trace", ",".join(traces)], 2, "--csv FILE")
+    fails += expect_fail(binary, base + ["--trace", traces[0], "--trace", traces[1], "--csv",
+                                         os.path.join(tmp, "x.csv"), "--out",
+                                         os.path.join(tmp, "o2")], 2, "--out replays one")
+    print("compare: %d rows over %d combinations" % (len(rows), len(combos)))
+    return 1 if fails else 0
+
+
 def main():
     mode, binary = sys.argv[1], sys.argv[2]
     profiles = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -339,6 +399,8 @@ def main():
             rc = bench(binary, tmp, "warm")
         elif mode == "cli":
             rc = cli(binary, tmp, profiles)
+        elif mode == "compare":
+            rc = compare(binary, tmp)
         else:
             rc = golden(binary, tmp, mode)
     finally:

@@ -178,6 +178,57 @@ static void test_distinct_series(void)
     free(svg);
 }
 
+/* Issue 38: long series names (sweep points, batch) were cut at the canvas
+ * edge, so two thresholds looked alike. Every legend label must end inside
+ * the canvas, reckoned at 0.6 em a character (DejaVu Sans averages 0.55). */
+static void test_legend_inside_canvas(void)
+{
+    static const double x[3] = {4, 8, 16}, y[2][3] = {{1, 2, 3}, {2, 3, 4}}, yb[2] = {5, 5},
+                        xb[2] = {4, 16};
+    const struct svg_series s[3] = {
+        {.name = "policy-tide generation.threshold=0.8 batch 4 interval 2",
+         .x = x,
+         .y = y[0],
+         .n = 3,
+         .markers = true},
+        {.name = "policy-tide generation.threshold=0.95 batch 4 interval 2",
+         .x = x,
+         .y = y[1],
+         .n = 3,
+         .markers = true},
+        {.name = "no offload generation.threshold=0.95 batch 4",
+         .x = xb,
+         .y = yb,
+         .n = 2,
+         .bound = true},
+    };
+    char path[256];
+    snprintf(path, sizeof path, "%s/legend.svg", g_dir);
+    CHECK_EQ_INT(svg_line_chart(path, "t", "x", "y", s, 3, SVG_SCALE_AUTO, SVG_SCALE_AUTO),
+                 TIDE_OK);
+    char *svg = slurp(path);
+    CHECK(svg != NULL);
+    const char *wa = svg ? strstr(svg, "<svg ") : NULL;
+    const double width = wa && strstr(wa, "width=\"") ? atof(strstr(wa, "width=\"") + 7) : 0;
+    CHECK(width > 0);
+    int labels = 0;
+    for (const char *p = svg; p && (p = strstr(p, "text-anchor=\"start\" font-size=\"11\"")); p++) {
+        const char *t = p;
+        while (t > svg && strncmp(t, "<text x=\"", 9))
+            t--;
+        const double lx = atof(t + 9);
+        const char *a = strchr(p, '>') + 1, *b = strstr(a, "</text>");
+        const double end = lx + 0.6 * 11 * (double)(b - a);
+        if (end > width)
+            fprintf(stderr, "legend '%.*s' ends at %.0f, the canvas at %.0f\n", (int)(b - a), a,
+                    end, width);
+        CHECK(end <= width);
+        labels++;
+    }
+    CHECK_EQ_INT(labels, 3);
+    free(svg);
+}
+
 static void test_heatmap_ticks(void)
 {
     enum { R = 40, C = 120 };
@@ -221,6 +272,7 @@ int main(void)
     TEST_RUN(test_log2_x);
     TEST_RUN(test_bound_and_errorbars);
     TEST_RUN(test_distinct_series);
+    TEST_RUN(test_legend_inside_canvas);
     TEST_RUN(test_heatmap_ticks);
     TEST_RUN(test_nothing_to_draw);
     char cmd[128];
