@@ -131,5 +131,6 @@ int cmd_sim(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_policy_check(int argc, char **argv);
+int cmd_decoder_check(int argc, char **argv);
 
 #endif

@@ -14,10 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
+#include "plugin_check.h"
 #include "shard.h"
 #include "polcheck.h"
 #include "tide/engine.h"
@@ -71,15 +70,6 @@ static void pcheck_prompt(int32_t *ids, int n)
         ids[i] = 7 + (i * 37) % 400;
 }
 
-/* A GPU-like profile for the tiny model's experts (hidden 64, inter 32), as
- * in tests/offload: the device is much faster than the host and copies
- * overlap, so cost-aware policies promote and balance. */
-static const char pcheck_profile[] = "[profile]\nname = policy-check-gpu-like\n"
-                                     "[transfer]\nh2d_gbps = 2\nd2h_gbps = 2\nlatency_us = 1\n"
-                                     "overlap = true\n[expert]\nhidden = 64\ninter = 32\n"
-                                     "[device]\nrows = 1, 64\nus = 2, 3\n"
-                                     "[host]\nrows = 1, 64\nus = 20, 60\n";
-
 /* What the command line asked for. */
 struct pcheck {
     struct cli_ctx c;
@@ -90,9 +80,9 @@ struct pcheck {
     int seeds;
     bool props, lossless;
     const char *keep;
-    char tmp[PATH_MAX];     /* temporary folder, "" when none */
-    int failed;             /* checks that failed */
-    char failed_names[512]; /* their names, for the last line */
+    struct cli_check_tmp tmp; /* the model and profile of the lossless check */
+    int failed;               /* checks that failed */
+    char failed_names[512];   /* their names, for the last line */
 };
 
 /* Count a failed check and keep its name for the verdict. */
@@ -104,74 +94,9 @@ static void pcheck_failed(struct pcheck *k, const char *name)
     k->failed++;
 }
 
-/* PLUGIN given as a file: its folder goes first on TIDE_PLUGIN_PATH, and
- * the plugin found must be that very file. */
-static int pcheck_plugin_path(const char *arg, char *real, size_t len)
-{
-    char buf[PATH_MAX];
-    if (!realpath(arg, buf)) {
-        tide_error("policy-check: %s: %s", arg, strerror(errno));
-        return TIDE_E_CONFIG;
-    }
-    snprintf(real, len, "%s", buf);
-    char *slash = strrchr(buf, '/');
-    *slash = 0;
-    const char *old = getenv("TIDE_PLUGIN_PATH");
-    char *path = malloc(strlen(buf) + (old ? strlen(old) : 0) + 2);
-    if (!path)
-        return TIDE_E_NOMEM;
-    sprintf(path, "%s%s%s", buf, old && *old ? ":" : "", old && *old ? old : "");
-    setenv("TIDE_PLUGIN_PATH", path, 1);
-    free(path);
-    return TIDE_OK;
-}
-
 static int pcheck_resolve(struct pcheck *k)
 {
-    const char *a = k->plugin_arg;
-    bool is_file = strchr(a, '/') || (strlen(a) > 3 && !strcmp(a + strlen(a) - 3, ".so"));
-    char real[PATH_MAX] = "";
-    int rc;
-    if (is_file && (rc = pcheck_plugin_path(a, real, sizeof real)) != TIDE_OK)
-        return rc;
-    if ((rc = cli_setup(&k->c)) != TIDE_OK)
-        return rc;
-    const struct tide_plugin_set *set = k->c.plugins;
-    if (is_file) {
-        for (int i = 0; i < set->n && !k->pl; i++) {
-            char r[PATH_MAX];
-            if (realpath(set->items[i].path, r) && !strcmp(r, real))
-                k->pl = &set->items[i];
-        }
-        for (int i = 0; i < set->n_refused && !k->pl; i++) {
-            char r[PATH_MAX];
-            if (realpath(set->refused[i].path, r) && !strcmp(r, real)) {
-                tide_error("policy-check: %s was refused: %s", a, set->refused[i].reason);
-                return TIDE_E_CONFIG;
-            }
-        }
-        if (!k->pl) {
-            tide_error("policy-check: %s is not a plugin the loader found", a);
-            return TIDE_E_CONFIG;
-        }
-        /* The engine resolves the name; another file of that name found
-         * earlier would be the one it runs. */
-        const struct tide_plugin *named = tide_plugins_find(set, k->pl->desc->name);
-        if (named != k->pl) {
-            tide_error("policy-check: %s is named %s, but the engine would load %s, found "
-                       "earlier on the search path",
-                       a, k->pl->desc->name, named ? named->path : "another file");
-            return TIDE_E_CONFIG;
-        }
-        if (k->pl->desc->kind != TIDE_PLUGIN_POLICY) {
-            tide_error("policy-check: %s is a %s plugin, not a policy", a,
-                       tide_plugin_kind_str((int)k->pl->desc->kind));
-            return TIDE_E_CONFIG;
-        }
-        return TIDE_OK;
-    }
-    k->pl = tide_plugins_get(set, a, TIDE_PLUGIN_POLICY, "policy-check PLUGIN");
-    return k->pl ? TIDE_OK : TIDE_E_CONFIG;
+    return cli_check_resolve(&k->c, k->plugin_arg, TIDE_PLUGIN_POLICY, "policy-check", &k->pl);
 }
 
 /* ---- properties ---------------------------------------------------------- */
@@ -371,73 +296,18 @@ static int pcheck_generate(struct tide_engine *e, struct pcheck_gen *g)
     return rc;
 }
 
-/* A temporary folder for the profile (and the model without --keep); the
- * model: DIR of --keep (generated when absent), else tmp/tiny. */
-static int pcheck_model(struct pcheck *k, char *model, size_t len)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(k->tmp, sizeof k->tmp, "%s/tide-policy-check-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(k->tmp)) {
-        tide_error("policy-check: cannot create a temporary folder %s: %s", k->tmp,
-                   strerror(errno));
-        k->tmp[0] = 0;
-        return TIDE_E_IO;
-    }
-    struct stat st;
-    if (k->keep) {
-        snprintf(model, len, "%s", k->keep);
-        if (stat(model, &st) == 0)
-            return TIDE_OK;
-        cli_mkdir_parents(model);
-    } else {
-        snprintf(model, len, "%s/tiny", k->tmp);
-    }
-    struct tide_plugin_set *set;
-    const struct tide_model_ops *mops = cli_model_plugin("model-llada2", "policy-check", &set);
-    int rc = mops ? mops->mkmodel(model, "tiny", 0, 11, NULL) : TIDE_E_NOTFOUND;
-    tide_plugins_free(set);
-    return rc;
-}
-
-static int pcheck_profile_file(struct pcheck *k, char *path, size_t len)
-{
-    snprintf(path, len, "%s/gpu-like.ini", k->tmp);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(pcheck_profile, f) < 0 || fclose(f) != 0) {
-        tide_error("policy-check: cannot write %s: %s", path, strerror(errno));
-        return TIDE_E_IO;
-    }
-    return TIDE_OK;
-}
-
-static void pcheck_rm_tmp(struct pcheck *k)
-{
-    if (!k->tmp[0])
-        return;
-    static const char *const files[] = {"tiny/config.json", "tiny/model.safetensors",
-                                        "tiny/tokenizer.json", "gpu-like.ini", NULL};
-    char p[PATH_MAX + 64];
-    for (int i = 0; files[i]; i++) {
-        snprintf(p, sizeof p, "%s/%s", k->tmp, files[i]);
-        unlink(p);
-    }
-    /* Anything else a model plugin wrote stays, with the folder. */
-    snprintf(p, sizeof p, "%s/tiny", k->tmp);
-    rmdir(p);
-    rmdir(k->tmp);
-}
-
 static int pcheck_lossless(struct pcheck *k)
 {
-    char model[PATH_MAX + 16], prof[PATH_MAX + 32] = "";
-    int rc = pcheck_model(k, model, sizeof model);
+    char prof[PATH_MAX + 32] = "";
+    const char *model = k->tmp.model;
+    int rc = cli_check_model(&k->tmp, "model-llada2", "tiny", k->keep, "policy-check");
     if (rc != TIDE_OK)
         return rc;
     /* Cost-aware policies need [policy] profile: a test one for the tiny
      * experts unless the configuration names one. */
     const struct tide_opts *pol = tide_config_section(k->c.cfg, "policy");
     if (!*tide_opts_str(pol, "profile")) {
-        if ((rc = pcheck_profile_file(k, prof, sizeof prof)) != TIDE_OK ||
+        if ((rc = cli_check_profile(&k->tmp, prof, sizeof prof, "policy-check")) != TIDE_OK ||
             (rc = tide_config_set_value(k->c.cfg, "policy", "profile", prof, "policy-check")) !=
                 TIDE_OK)
             return rc;
@@ -542,27 +412,6 @@ static int pcheck_lossless(struct pcheck *k)
 
 /* ---- command line -------------------------------------------------------- */
 
-static int pcheck_parse_budgets(struct pcheck *k, const char *text)
-{
-    k->n_budgets = 0;
-    for (const char *p = text; *p;) {
-        char *end;
-        errno = 0;
-        long b = strtol(p, &end, 10);
-        if (end == p || errno || b < 0 || b > 1 << 20 || (*end && *end != ',') ||
-            k->n_budgets == PC_MAX_BUDGETS) {
-            fprintf(stderr,
-                    "tide policy-check: --budgets takes up to %d budgets >= 0, "
-                    "comma-separated: '%s'\n",
-                    PC_MAX_BUDGETS, text);
-            return -1;
-        }
-        k->budgets[k->n_budgets++] = (int)b;
-        p = *end ? end + 1 : end;
-    }
-    return k->n_budgets ? 0 : -1;
-}
-
 int cmd_policy_check(int argc, char **argv)
 {
     static struct pcheck k; /* large; one per process */
@@ -583,7 +432,8 @@ int cmd_policy_check(int argc, char **argv)
             pcheck_usage(stdout);
             return CLI_EXIT_OK;
         } else if (!strcmp(a, "--budgets") && i + 1 < argc) {
-            if (pcheck_parse_budgets(&k, argv[++i]) < 0)
+            if ((k.n_budgets =
+                     cli_check_budgets(argv[++i], k.budgets, PC_MAX_BUDGETS, "policy-check")) < 0)
                 return CLI_EXIT_USAGE;
         } else if (!strcmp(a, "--seeds") && i + 1 < argc) {
             char *end;
@@ -653,7 +503,7 @@ int cmd_policy_check(int argc, char **argv)
                             : "PASS (every check held)",
                    k.failed_names, note);
     }
-    pcheck_rm_tmp(&k);
+    cli_check_rm_tmp(&k.tmp);
     cli_teardown(&k.c);
     if (rc != TIDE_OK)
         return cli_exit_code(rc) == CLI_EXIT_OK ? CLI_EXIT_RUNTIME : cli_exit_code(rc);

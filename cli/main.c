@@ -35,6 +35,8 @@ static const struct cli_command commands[] = {
     {"forward", cmd_forward, "write the logits of one forward pass (verification)"},
     {"policy-check", cmd_policy_check,
      "check a placement policy plugin: plan rules, determinism, lossless output"},
+    {"decoder-check", cmd_decoder_check,
+     "check a decoder plugin: plan bounds, determinism, batch invariance, lossless"},
     {"plugins", cmd_plugins, "list the plugins found, and why any file was refused"},
     {"config", cmd_config,
      "check a config file (config check FILE) or print the reference "
@@ -48,7 +50,7 @@ static void usage(FILE *f)
                "LLaDA-MoE) on one GPU plus the CPU, with pluggable expert-placement policies\n"
                "and decoding loops.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`tide COMMAND --help` (or `tide help COMMAND`) describes each command.\n\n"
                "common options:\n"
                "  -c, --config FILE           INI configuration (see docs/config.md); repeat\n"
