@@ -566,10 +566,8 @@ int cmd_bench_merge(int argc, char **argv)
         if (!strcmp(argv[i], "--out") && i + 1 < argc) {
             out = argv[++i];
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "tide bench merge: unexpected argument '%s'\n\n", argv[i]);
-            merge_usage(stderr);
             free(dirs);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("bench merge", argv[i], merge_usage);
         } else {
             dirs[n_dirs++] = argv[i];
         }

@@ -463,9 +463,7 @@ int cmd_bench_plot(int argc, char **argv)
         if (!strcmp(argv[i], "--out") && i + 1 < argc) {
             out = argv[++i];
         } else if (argv[i][0] == '-' || in) {
-            fprintf(stderr, "tide bench plot: unexpected argument '%s'\n\n", argv[i]);
-            bp_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("bench plot", argv[i], bp_usage);
         } else {
             in = argv[i];
         }

@@ -111,6 +111,19 @@ int cli_exit_code(int status);
  * --quiet are always candidates. */
 void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len);
 
+/* "; did you mean '--x'?" into buf, x among the flags that usage's text
+ * names (and the common ones), or "". */
+void cli_flag_hint(const char *arg, void (*usage)(FILE *), char *buf, size_t len);
+
+/* An argument cmd does not take: "tide CMD: unexpected argument 'arg'", a
+ * did-you-mean (cli_flag_hint), then the usage, on stderr. Returns
+ * CLI_EXIT_USAGE. */
+int cli_unexpected(const char *cmd, const char *arg, void (*usage)(FILE *));
+
+/* "; did you mean 'w'?" into buf, w the closest of the NULL-ended words
+ * when close enough, or "". */
+void cli_suggest_word(const char *word, const char *const *words, char *buf, size_t len);
+
 /* True when any of argv[from..argc) is -h or --help (commands with
  * subcommands answer it wherever it appears). */
 bool cli_wants_help(int argc, char **argv, int from);

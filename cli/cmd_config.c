@@ -31,7 +31,10 @@ int cmd_config(int argc, char **argv)
     const char *sub = argv[1];
     bool check = !strcmp(sub, "check"), doc = !strcmp(sub, "doc");
     if (!check && !doc) {
-        fprintf(stderr, "tide config: unknown subcommand '%s'\n", sub);
+        static const char *const subs[] = {"check", "doc", NULL};
+        char hint[64];
+        cli_suggest_word(sub, subs, hint, sizeof hint);
+        fprintf(stderr, "tide config: unknown subcommand '%s'%s\n", sub, hint);
         config_usage(stderr);
         return CLI_EXIT_USAGE;
     }
@@ -45,9 +48,9 @@ int cmd_config(int argc, char **argv)
             c.configs[c.n_configs++] = argv[i];
             continue;
         }
-        fprintf(stderr, "tide config %s: unexpected argument '%s'\n", sub, argv[i]);
-        config_usage(stderr);
-        return CLI_EXIT_USAGE;
+        char cmd[32];
+        snprintf(cmd, sizeof cmd, "config %s", sub);
+        return cli_unexpected(cmd, argv[i], config_usage);
     }
     if (check && !c.n_configs) {
         fprintf(stderr, "tide config check: which FILE?\n");

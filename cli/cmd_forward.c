@@ -55,9 +55,7 @@ int cmd_forward(int argc, char **argv)
         } else if (!strcmp(argv[i], "--force")) {
             force = true;
         } else {
-            fprintf(stderr, "tide forward: unexpected argument '%s'\n\n", argv[i]);
-            forward_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("forward", argv[i], forward_usage);
         }
     }
     if (!ids_text || !out_path) {

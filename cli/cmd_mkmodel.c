@@ -77,9 +77,7 @@ int cmd_mkmodel(int argc, char **argv)
         } else if (a[0] != '-' && !dir) {
             dir = a;
         } else {
-            fprintf(stderr, "tide mkmodel: unexpected argument '%s'\n\n", a);
-            mkmodel_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("mkmodel", a, mkmodel_usage);
         }
     }
     if (!dir || !preset) {

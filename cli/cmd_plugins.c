@@ -16,8 +16,11 @@ int cmd_plugins(int argc, char **argv)
                    "The first plugin of a name wins; later ones are refused as duplicates.\n");
             return CLI_EXIT_OK;
         }
-        fprintf(stderr, "tide plugins: unexpected argument '%s' (see tide plugins --help)\n",
-                argv[i]);
+        fprintf(stderr, "tide plugins: unexpected argument '%s'%s (see tide plugins --help)\n",
+                argv[i],
+                !strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")
+                    ? "; did you mean 'tide --verbose plugins'?"
+                    : "");
         return CLI_EXIT_USAGE;
     }
     struct tide_plugin_set *set;

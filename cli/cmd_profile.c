@@ -165,7 +165,9 @@ static int prof_args(struct prof_ctx *p, int argc, char **argv)
         } else if (!strcmp(a, "--prompts")) {
             p->prompts = v;
         } else {
-            tide_error("profile: unknown option '%s' (see tide profile --help)", a);
+            char hint[160];
+            cli_flag_hint(a, prof_usage, hint, sizeof hint);
+            tide_error("profile: unknown option '%s'%s (see tide profile --help)", a, hint);
             return TIDE_E_CONFIG;
         }
     }

@@ -480,9 +480,7 @@ int cmd_quantize(int argc, char **argv)
         } else if (a[0] != '-' && !out) {
             out = a;
         } else {
-            fprintf(stderr, "tide quantize: unexpected argument '%s'\n\n", a);
-            quantize_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("quantize", a, quantize_usage);
         }
     }
     struct qz q = {0};

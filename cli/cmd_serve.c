@@ -155,9 +155,7 @@ int cmd_serve(int argc, char **argv)
             snprintf(port_set, sizeof port_set, "serve.port=%s", argv[++i]);
             args.sets[args.n_sets++] = port_set;
         } else {
-            fprintf(stderr, "tide serve: unexpected argument '%s'\n\n", a);
-            serve_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return cli_unexpected("serve", a, serve_usage);
         }
     }
     /* Block the signals before any thread (the backends', the server's)

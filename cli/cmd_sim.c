@@ -502,6 +502,65 @@ static int sim_set_interval(struct sim_cli *s, int interval)
     return rc;
 }
 
+/* Preflight: every policy of the grid is created (and destroyed) at every
+ * budget, policy-tide interval and sweep point before anything is replayed,
+ * with the shape and costs its replay gets. Every problem is listed; then
+ * nothing runs. */
+static int sim_preflight(struct sim_cli *s)
+{
+    int problems = 0;
+    const long points = cli_sweep_points(&s->sweep);
+    for (int p = 0; p < s->n_pol; p++) {
+        const struct tide_plugin *pl = s->pol[p];
+        const struct tide_policy_ops *ops = pl->desc->ops;
+        const bool is_tide = !strcmp(pl->desc->name, "policy-tide");
+        bool failed = false;
+        for (long pt = 0; pt < points && !failed; pt++) {
+            if (cli_sweep_apply(&s->sweep, s->c.cfg, pt) != TIDE_OK) {
+                failed = true;
+                break;
+            }
+            for (int bi = 0; bi < s->n_budget && !failed; bi++) {
+                if (s->budget[bi] >= s->E)
+                    continue; /* no offload: no policy */
+                for (int k = 0; k < (is_tide ? s->n_interval : 1) && !failed; k++) {
+                    if (is_tide && sim_set_interval(s, s->interval[k]) != TIDE_OK) {
+                        failed = true;
+                        break;
+                    }
+                    struct tide_policy_shape shape;
+                    tide_sim_shape(s->t, s->budget[bi], s->have_prof ? &s->pcost : NULL, &shape);
+                    struct tide_policy *pol = NULL;
+                    const int rc =
+                        ops->create(&shape, tide_config_section(s->c.cfg, pl->desc->name), &pol);
+                    if (rc != TIDE_OK) {
+                        char label[512] = "", iv[24] = "";
+                        cli_sweep_label(&s->sweep, pt, label, sizeof label);
+                        if (is_tide && s->interval[k])
+                            snprintf(iv, sizeof iv, ", interval %d", s->interval[k]);
+                        else if (is_tide)
+                            snprintf(iv, sizeof iv, ", interval auto");
+                        tide_error("preflight: %s cannot start at budget %d%s%s%s (%s)",
+                                   pl->desc->name, s->budget[bi], iv, *label ? ", " : "", label,
+                                   tide_status_str(rc));
+                        failed = true;
+                    }
+                    if (pol)
+                        ops->destroy(pol);
+                }
+            }
+        }
+        problems += failed;
+    }
+    if (cli_sweep_apply(&s->sweep, s->c.cfg, 0) != TIDE_OK)
+        problems++;
+    if (problems)
+        tide_error("tide sim: preflight found %d problem%s (above) in the grid; nothing was "
+                   "replayed",
+                   problems, problems == 1 ? "" : "s");
+    return problems ? TIDE_E_CONFIG : TIDE_OK;
+}
+
 /* The per-layer cost of policy-tide at every grid budget (evaluator), the
  * greedy allocation of budget * L experts, and a replay of it. */
 static int sim_layer_budgets(struct sim_cli *s, int budget, int interval, FILE *out)
@@ -1054,6 +1113,8 @@ int sim_main(struct sim_cli *s)
                    n_cfg);
         return TIDE_E_CONFIG;
     }
+    if ((rc = sim_preflight(s)) != TIDE_OK)
+        return rc;
     FILE *mf = NULL;
     char *mtmp = NULL;
     if (s->metrics && !(mf = sim_create(s->metrics, s->force, &mtmp)))

@@ -297,8 +297,11 @@ int cmd_tokenize(int argc, char **argv)
         } else if ((v = tk_opt(argc, argv, &i, "--decode", &missing))) {
             decode = v;
         } else {
-            fprintf(stderr, "tide tokenize: %s '%s' (see tide tokenize --help)\n",
-                    missing ? "missing value after" : "unknown option", a);
+            char hint[160] = "";
+            if (!missing)
+                cli_flag_hint(a, tk_usage, hint, sizeof hint);
+            fprintf(stderr, "tide tokenize: %s '%s'%s (see tide tokenize --help)\n",
+                    missing ? "missing value after" : "unknown option", a, hint);
             free(words);
             return CLI_EXIT_USAGE;
         }

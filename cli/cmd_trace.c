@@ -389,7 +389,9 @@ static int trace_synth(int argc, char **argv)
             ok = trace_uint(a, v, 0, UINT32_MAX, &seed32);
             p.seed = seed32;
         } else {
-            tide_error("trace synth: unknown option '%s'", a);
+            char hint[160];
+            cli_flag_hint(a, trace_usage, hint, sizeof hint);
+            tide_error("trace synth: unknown option '%s'%s", a, hint);
             return TIDE_E_CONFIG;
         }
         if (!ok)
@@ -444,7 +446,9 @@ int cmd_trace(int argc, char **argv)
             } else if (argv[i][0] != '-' && !path) {
                 path = argv[i];
             } else {
-                tide_error("trace info: unexpected argument '%s'", argv[i]);
+                char hint[160];
+                cli_flag_hint(argv[i], trace_usage, hint, sizeof hint);
+                tide_error("trace info: unexpected argument '%s'%s", argv[i], hint);
                 return CLI_EXIT_USAGE;
             }
         }
@@ -470,7 +474,9 @@ int cmd_trace(int argc, char **argv)
             } else if (argv[i][0] != '-' && (!in || !out)) {
                 *(in ? &out : &in) = argv[i];
             } else {
-                tide_error("trace counts: unexpected argument '%s'", argv[i]);
+                char hint[160];
+                cli_flag_hint(argv[i], trace_usage, hint, sizeof hint);
+                tide_error("trace counts: unexpected argument '%s'%s", argv[i], hint);
                 return CLI_EXIT_USAGE;
             }
         }
@@ -480,7 +486,10 @@ int cmd_trace(int argc, char **argv)
         }
         rc = trace_counts(in, out, step_only, force);
     } else {
-        tide_error("trace: unknown subcommand '%s' (info, synth or counts)", argv[1]);
+        static const char *const subs[] = {"info", "synth", "counts", NULL};
+        char hint[64];
+        cli_suggest_word(argv[1], subs, hint, sizeof hint);
+        tide_error("trace: unknown subcommand '%s'%s (info, synth or counts)", argv[1], hint);
         return CLI_EXIT_USAGE;
     }
     return cli_exit_code(rc);

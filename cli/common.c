@@ -402,6 +402,58 @@ bool cli_wants_help(int argc, char **argv, int from)
     return false;
 }
 
+void cli_flag_hint(const char *arg, void (*usage)(FILE *), char *buf, size_t len)
+{
+    /* The candidates: every --flag that the command's own usage names. */
+    char *text = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&text, &n);
+    if (m) {
+        usage(m);
+        fclose(m);
+    }
+    enum { MAX_FLAGS = 64 };
+    char *flags[MAX_FLAGS + 1];
+    int nf = 0;
+    for (char *p = text; p && (p = strstr(p, "--")) && nf < MAX_FLAGS;) {
+        const size_t k = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        if (k > 3 && (p == text || strchr(" [(`,|\n", p[-1])))
+            flags[nf++] = strndup(p, k);
+        p += k;
+    }
+    flags[nf] = NULL;
+    cli_suggest_flag(arg, (const char *const *)flags, buf, len);
+    for (int i = 0; i < nf; i++)
+        free(flags[i]);
+    free(text);
+}
+
+int cli_unexpected(const char *cmd, const char *arg, void (*usage)(FILE *))
+{
+    char hint[160];
+    cli_flag_hint(arg, usage, hint, sizeof hint);
+    fprintf(stderr, "tide %s: unexpected argument '%s'%s\n\n", cmd, arg, hint);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}
+
+void cli_suggest_word(const char *word, const char *const *words, char *buf, size_t len)
+{
+    const char *best = NULL;
+    int bd = 99;
+    for (const char *const *w = words; *w; w++) {
+        const int d = tide_edit_distance(word, *w);
+        if (d < bd) {
+            bd = d;
+            best = *w;
+        }
+    }
+    if (best && bd <= 1 + (int)strlen(best) / 4)
+        snprintf(buf, len, "; did you mean '%s'?", best);
+    else
+        snprintf(buf, len, "%s", "");
+}
+
 void cli_suggest_flag(const char *arg, const char *const *flags, char *buf, size_t len)
 {
     static const char *const common[] = {"--config", "--set", "--quiet", NULL};

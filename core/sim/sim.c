@@ -361,23 +361,29 @@ static void sim_promote(struct sim *s, int l, int e, int ev)
     s->cur[l].weight_bytes += s->t->h.expert_bytes;
 }
 
-static int sim_create_inst(struct sim *s, int budget, struct sim_inst *in)
+void tide_sim_shape(const struct tide_sim_trace *t, int budget,
+                    const struct tide_policy_costs *costs, struct tide_policy_shape *out)
 {
-    const struct tide_policy_shape shape = {
-        .size = sizeof shape,
-        .n_layers = s->L,
-        .n_moe_layers = s->L,
-        .n_experts = s->E,
-        .top_k = s->K,
-        .expert_bytes = s->t->h.expert_bytes,
+    *out = (struct tide_policy_shape){
+        .size = sizeof *out,
+        .n_layers = (int)t->h.n_layers,
+        .n_moe_layers = (int)t->h.n_layers,
+        .n_experts = (int)t->h.n_experts,
+        .top_k = (int)t->h.top_k,
+        .expert_bytes = t->h.expert_bytes,
         .budget = budget,
-        .block_length = (int)s->t->h.block_length,
+        .block_length = (int)t->h.block_length,
         /* The decoder's bound, or the longest block recorded when a block
          * ran longer (a trace of a decoder without a bound). */
-        .max_steps =
-            (int)(s->t->max_block_steps > s->t->h.steps ? s->t->max_block_steps : s->t->h.steps),
-        .costs = s->c->costs,
+        .max_steps = (int)(t->max_block_steps > t->h.steps ? t->max_block_steps : t->h.steps),
+        .costs = costs,
     };
+}
+
+static int sim_create_inst(struct sim *s, int budget, struct sim_inst *in)
+{
+    struct tide_policy_shape shape;
+    tide_sim_shape(s->t, budget, s->c->costs, &shape);
     in->budget = budget;
     int rc;
     if (s->c->kind == SIM_PLUGIN) {

@@ -143,6 +143,10 @@ struct tide_sim_result {
  * (with "model_us" in place of measured seconds). Returns TIDE_OK or a
  * status (a policy failure or an invalid plan, logged with the policy's
  * name, layer, block and step). */
+/* The shape a policy replayed on trace t at this budget is created with. */
+void tide_sim_shape(const struct tide_sim_trace *t, int budget,
+                    const struct tide_policy_costs *costs, struct tide_policy_shape *out);
+
 int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c,
                  const struct tide_cost *cost, FILE *metrics, struct tide_sim_result *out);
 void tide_sim_result_free(struct tide_sim_result *r);

@@ -557,6 +557,36 @@ bench-tables)
     expect_status 2
     expect_in err "expected text, md, json or csv"
     ;;
+sim-preflight)
+    # Issue 38 item 2 for tide sim: every policy of the grid starts at every
+    # budget, interval and sweep point before anything is replayed; all the
+    # problems are listed, nothing is printed on stdout.
+    tiny_model
+    run -- run -c "$work/t.ini" --set "output.trace=$work/t.trc" --ids 1,2,3
+    expect_status 0
+    run -- sim --trace "$work/t.trc" --policies lru,cost,tide --budgets 4,8 --interval 2,auto \
+        --set "policy-tide.profile=$work/missing.ini" --no-hindsight
+    expect_status 2
+    expect_in err "preflight: policy-cost cannot start at budget 4" \
+        "preflight: policy-tide cannot start at budget 4, interval auto" \
+        "preflight found 2 problems" "nothing was replayed"
+    [ ! -s "$work/out" ] || fail "preflight printed: $(cat "$work/out")"
+    ;;
+flag-hints)
+    # Issue 38 item 6: a did-you-mean for the flags of every command, from
+    # the command's own usage, and for subcommands.
+    for c in "mkmodel $work/x --presett tiny|--preset" "quantize a b --expert q8_0|--experts" \
+        "serve --prot 9|--port" "forward --idss 1|--ids" "trace infoo x|info" \
+        "trace info x --max-distanse 2|--max-distance" "config chek x|check" \
+        "tokenize --modell x|--model" "bench plot --outt x|--out" "bench merge --outt x|--out" \
+        "profile x.ini --hiden 8|--hidden"; do
+        args=${c%|*} want=${c#*|}
+        # shellcheck disable=SC2086
+        run -- $args
+        expect_status 2
+        expect_in err "did you mean '$want'"
+    done
+    ;;
 layer-budgets-warn)
     # Issue 38 item 8: --layer-budgets warns when its allocation is not
     # better than the uniform one.
