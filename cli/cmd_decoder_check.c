@@ -30,11 +30,11 @@ static void dk_usage(FILE *f)
     fprintf(f, "usage: tide decoder-check PLUGIN [-c FILE]... [--set SECTION.KEY=VALUE]...\n"
                "                          [--model PLUGIN] [--budgets B,B,...]\n\n"
                "Checks a decoder plugin against what the engine relies on, and prints one\n"
-               "PASS/FAIL line per check. PLUGIN is a decoder's name (decoder-llada2), found\n"
+               "PASS/FAIL line per check. PLUGIN is a decoder's name (short or whole), found\n"
                "like [generation] decoder (next to tide, the install prefix,\n"
                "TIDE_PLUGIN_PATH), or the path of its .so file.\n\n"
-               "A tiny synthetic checkpoint (model-llada-moe preset tiny-moe for decoder-llada,\n"
-               "else model-llada2 preset tiny; in a temporary folder), both backend roles on\n"
+               "A tiny synthetic checkpoint (model-llada2 preset tiny, or --model's: preset\n"
+               "tiny-moe of model-llada-moe; in a temporary folder), both backend roles on\n"
                "backend-cpu-onednn, gen_length 64, block_length 32, runs six cases: prompts of\n"
                "5, 31, 40 and 70 tokens, greedy, and the 31 and 40 token ones sampled\n"
                "(temperature 0.8, seed 5) when the decoder accepts sampling.\n\n"
@@ -521,8 +521,10 @@ static int dk_run(struct dcheck *k)
     const struct tide_plugin_desc *d = k->pl->desc;
     printf("tide decoder-check %s %s (%s)\n\n", d->name, d->version ? d->version : "?",
            k->pl->path);
+    /* The core names no decoder: a decoder made for another model family
+     * is checked on it with --model. */
     if (!k->model)
-        k->model = !strcmp(d->name, "decoder-llada") ? "model-llada-moe" : "model-llada2";
+        k->model = "model-llada2";
     const char *missing = !tide_plugins_find(k->c.plugins, "backend-cpu-onednn")
                               ? "backend-cpu-onednn"
                           : !tide_plugins_find(k->c.plugins, k->model) ? k->model

@@ -122,9 +122,12 @@ chat_run() {
 
 # The prompt length as chatllm counts it (one short run), and tide's ids of
 # the same text cut or repeated to that length.
-"$chat" -m "$gguf" --format completion -n "$threads" --max_new_tokens 1 -p "$prompt" \
+"$chat" -m "$gguf" --format completion -n "$threads" --batch_size 32 --max_new_tokens 1 -p "$prompt" \
     >"$work/c.out" 2>"$work/c.err" || true
-read -r _ ntok <<<"$(chat_parse "$work/c.out")"
+# LLaDA2's prompt count is the prefill (whole blocks only); the rest of the
+# prompt sits in the first block, whose eval count is 32 minus that rest.
+ntok=$(awk '/timings: prompt eval time/ {n = $9} /timings:        eval time/ {e = $8}
+    END {if (e > 0) print n + 32 - e}' "$work/c.out")
 ttok=$("$tide" tokenize --model "$model" --json "$prompt" | sed -n '1s/.*\[\(.*\)\].*/\1/p' | tr -d ' ')
 if [[ -z "$ntok" || "$ntok" -lt 1 || -z "$ttok" ]]; then
     echo "run.sh: could not count the prompt's tokens (chatllm: '$ntok', tide: '$ttok')" >&2

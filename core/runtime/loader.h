@@ -76,8 +76,8 @@ const struct tide_plugin *tide_plugins_get(const struct tide_plugin_set *set, co
 
 /* The plugin a name in a configuration or on a command line means: the
  * plugin called `name` when it is of this kind, else the one called
- * "KIND-name" (so lru, cpu-onednn, llada2 and llada21 mean policy-lru,
- * backend-cpu-onednn, model-llada2 and decoder-llada21), else the one called
+ * "KIND-name" (so lru and cpu-onednn mean policy-lru and
+ * backend-cpu-onednn), else the one called
  * `name` of another kind (for the caller to refuse), else NULL. No logging.
  * Every command resolves plugin names through this. */
 const struct tide_plugin *tide_plugins_resolve(const struct tide_plugin_set *set, const char *name,

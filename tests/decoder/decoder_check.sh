@@ -8,6 +8,9 @@
 #       them OTHER_SO, a plugin of another kind.
 set -u
 tide=$1 mode=$2 arg=$3 other=${4:-}
+shift 3
+[ $# -gt 0 ] && shift
+extra=$*
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 fails=0
@@ -35,7 +38,8 @@ want() {
 
 case $mode in
 ok)
-    expect 0 "PASS (every check held)" "$arg"
+    # shellcheck disable=SC2086
+    expect 0 "PASS (every check held)" "$arg" $other $extra
     ;;
 broken)
     b=decoder-broken
