@@ -27,10 +27,11 @@ tide_need_packages() {
 # python3-venv, python3-pytest: the Python package's tests (tests/python) pip-install
 # it into a venv of the build folder and run its pytest suite there.
 # python3-matplotlib: `python -m tide.plot` (paper figures) and its tests.
-# libmicrohttpd-dev: `tide serve`; curl: its tests (tests/serve).
+# libmicrohttpd-dev: `tide serve`; curl: its tests (tests/serve). tmux: the
+# terminal test of `tide run` (tests/cli/term_test.sh draws on a real pty).
 tide_need_packages cmake make gcc g++ pkg-config libinih-dev libjansson-dev libpcre2-dev \
     libdnnl-dev ocl-icd-opencl-dev python3 python3-numpy python3-venv python3-pytest \
-    python3-matplotlib libmicrohttpd-dev curl
+    python3-matplotlib libmicrohttpd-dev curl tmux
 # The Slurm test (tests/cluster/slurm_test.sh) starts a one-node cluster on
 # localhost; only for the test suite, only where installing needs no password
 # (the test installs them itself when run alone, and is skipped without them).
