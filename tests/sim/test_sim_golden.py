@@ -328,7 +328,7 @@ def cli(binary, tmp, profiles):
     return 1 if fails else 0
 
 
-def compare(binary, tmp):
+def sim_compare(binary, tmp):
     """Issue 38: a shipped profile is found with --out as without it; several
     --trace, --batch and --profile values in one run give one CSV row per
     combination and configuration, with a column naming each."""
@@ -400,7 +400,7 @@ def main():
         elif mode == "cli":
             rc = cli(binary, tmp, profiles)
         elif mode == "compare":
-            rc = compare(binary, tmp)
+            rc = sim_compare(binary, tmp)
         else:
             rc = golden(binary, tmp, mode)
     finally:
