@@ -514,4 +514,33 @@ static inline int mc_model_forward(struct mc_model *m, const struct tide_seq_spa
     return rc;
 }
 
+/* The model ops that only forward to the skeleton, defined for a plugin
+ * whose struct tide_model holds its struct mc_model as member `base`:
+ * PREFIX_info, _reserve_slots, _forward_batch, _profile, _profile_read
+ * (declared by the plugin's header, named in its ops table). */
+#define MC_MODEL_SKELETON_OPS(prefix)                                                              \
+    const struct tide_model_info *prefix##_info(const struct tide_model *m)                        \
+    {                                                                                              \
+        return &m->base.info;                                                                      \
+    }                                                                                              \
+    int prefix##_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx,                   \
+                               int64_t max_tokens)                                                 \
+    {                                                                                              \
+        return mc_model_reserve(&m->base, n_slots, n_ctx, max_tokens);                             \
+    }                                                                                              \
+    int prefix##_forward_batch(struct tide_model *m, const struct tide_seq_span *spans,            \
+                               int n_spans)                                                        \
+    {                                                                                              \
+        return mc_model_forward(&m->base, spans, n_spans);                                         \
+    }                                                                                              \
+    int prefix##_profile(struct tide_model *m, bool on)                                            \
+    {                                                                                              \
+        return mc_model_profile(&m->base, on);                                                     \
+    }                                                                                              \
+    int prefix##_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max,   \
+                              int *n)                                                              \
+    {                                                                                              \
+        return mc_prof_read(&m->base.prof, out, max, n);                                           \
+    }
+
 #endif

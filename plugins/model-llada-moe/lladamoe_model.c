@@ -233,30 +233,7 @@ void lmoe_close(struct tide_model *m)
     free(m);
 }
 
-const struct tide_model_info *lmoe_info(const struct tide_model *m)
-{
-    return &m->base.info;
-}
-
-int lmoe_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens)
-{
-    return mc_model_reserve(&m->base, n_slots, n_ctx, max_tokens);
-}
-
-int lmoe_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
-{
-    return mc_model_forward(&m->base, spans, n_spans);
-}
-
-int lmoe_profile(struct tide_model *m, bool on)
-{
-    return mc_model_profile(&m->base, on);
-}
-
-int lmoe_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n)
-{
-    return mc_prof_read(&m->base.prof, out, max, n);
-}
+MC_MODEL_SKELETON_OPS(lmoe)
 
 int lmoe_prompt_vector(struct tide_model *m, const int32_t *ids, int64_t n, float *out)
 {

@@ -174,30 +174,7 @@ void llada2_close(struct tide_model *m)
     free(m);
 }
 
-const struct tide_model_info *llada2_info(const struct tide_model *m)
-{
-    return &m->base.info;
-}
-
-int llada2_reserve_slots(struct tide_model *m, int n_slots, int64_t n_ctx, int64_t max_tokens)
-{
-    return mc_model_reserve(&m->base, n_slots, n_ctx, max_tokens);
-}
-
-int llada2_forward_batch(struct tide_model *m, const struct tide_seq_span *spans, int n_spans)
-{
-    return mc_model_forward(&m->base, spans, n_spans);
-}
-
-int llada2_profile(struct tide_model *m, bool on)
-{
-    return mc_model_profile(&m->base, on);
-}
-
-int llada2_profile_read(const struct tide_model *m, struct tide_phase_stats *out, int max, int *n)
-{
-    return mc_prof_read(&m->base.prof, out, max, n);
-}
+MC_MODEL_SKELETON_OPS(llada2)
 
 /* The mean of the prompt's input embeddings, accumulated in double so the
  * result does not depend on the prompt's length beyond rounding to f32. */
