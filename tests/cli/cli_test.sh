@@ -556,6 +556,10 @@ bench-tables)
     run -- bench -c "$work/t.ini" $grid -o yaml --out "$work/t"
     expect_status 2
     expect_in err "expected text, md, json or csv"
+    # shellcheck disable=SC2086
+    run -- bench -c "$work/t.ini" $grid --warmup x --out "$work/t"
+    expect_status 2
+    expect_in err "--warmup x: expected a number of generations from 0 to 1000"
     ;;
 sim-preflight)
     # Issue 38 item 2 for tide sim: every policy of the grid starts at every
