@@ -336,6 +336,9 @@ int cmd_run(int argc, char **argv)
     }
     if (logits_hash)
         printf("logits-fnv1a64 %016llx\n", (unsigned long long)st.hash);
+    /* The text and its newline reach a file or pipe that stderr shares
+     * before the summary below does (stdout is buffered there, stderr not). */
+    fflush(stdout);
     struct tide_engine_info info = {.size = sizeof info};
     tide_engine_get_info(e, &info);
     char edits[48] = "";

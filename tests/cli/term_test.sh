@@ -83,6 +83,12 @@ blocks)
         fail "a [block i/n] line runs into the text"
         cat "$work/both"
     fi
+    # Nor does a log line (the summary after the text, from a stderr that
+    # is not buffered like stdout).
+    if grep -q '.tide: ' "$work/both"; then
+        fail "a log line runs into the text"
+        cat "$work/both"
+    fi
     # stderr to its own file: a line per block there, none in stdout.
     run run -c "$work/t.ini" -p 'Hello there'
     has err "[block 1/"
