@@ -207,6 +207,11 @@ struct bench_row {
     int batch;  /* sequences decoded at once */
     long point; /* of the --sweep grid */
     int repeat; /* 0 .. repeats-1: each repeat is its own row */
+    /* Attention cost, for the DIP comparison (docs/dip.md; batch 1 only):
+     * requests, their passes, the key positions those attended, the prompt
+     * tokens at the start and the tokens that joined during generation. */
+    bool dip;
+    int64_t requests, forwards, attended, computed, prompt_tokens, inserted;
 };
 
 static uint64_t bench_hash(const int32_t *ids, int64_t n)
@@ -362,6 +367,55 @@ static json_t *bench_out_row(FILE *f, enum bench_fmt fmt, const struct bench_row
         fprintf(f, "%s%s", sep, cli_sweep_value(sw, r->point, a));
     fputs(fmt == BENCH_MD ? " |\n" : "\n", f);
     return NULL;
+}
+
+/* With [dip] on: what the paper compares (all examples up front, with and
+ * without the KV cache, and DIP), per row: forwards and key positions
+ * attended per forward, the prompt at the start and what joined later, and
+ * time, per request. */
+static void bench_dip_table(FILE *f, enum bench_fmt fmt, const struct bench_row *rows, int n,
+                            const struct cli_sweep *sw)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= rows[i].dip && rows[i].requests > 0;
+    if (!any)
+        return;
+    const bool md = fmt == BENCH_MD;
+    fprintf(f,
+            "\n%sDIP (docs/dip.md), per request: forwards; per forward, the key positions "
+            "attended (context) and the positions computed; prompt tokens at the start and "
+            "joined during generation; time%s\n",
+            md ? "**" : "", md ? "**" : "");
+    if (md)
+        fputs("| policy | budget | repeat | requests | forwards | ctx tokens / forward | computed "
+              "/ forward | prompt tokens | joined later | ms / request | sweep point |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+              f);
+    else
+        fprintf(f, "%-16s %6s %3s %8s %9s %11s %11s %9s %9s %12s  %s\n", "policy", "budget", "rep",
+                "requests", "forwards", "ctx/forward", "computed/fw", "prompt", "joined",
+                "ms/request", "sweep point");
+    for (int i = 0; i < n; i++) {
+        const struct bench_row *r = &rows[i];
+        if (!r->dip || !r->requests)
+            continue;
+        char label[512] = "";
+        cli_sweep_label(sw, r->point, label, sizeof label);
+        const double q = (double)r->requests;
+        const double fw = r->forwards ? (double)r->forwards : 1.0;
+        const double ctx = (double)r->attended / fw, comp = (double)r->computed / fw;
+        if (md)
+            fprintf(f, "| %s | %d | %d | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",
+                    r->policy, r->budget, r->repeat + 1, (long long)r->requests,
+                    (double)r->forwards / q, ctx, comp, (double)r->prompt_tokens / q,
+                    (double)r->inserted / q, 1e3 * r->seconds / q, label);
+        else
+            fprintf(f, "%-16s %6d %3d %8lld %9.1f %11.1f %11.1f %9.1f %9.1f %12.1f  %s\n",
+                    r->policy, r->budget, r->repeat + 1, (long long)r->requests,
+                    (double)r->forwards / q, ctx, comp, (double)r->prompt_tokens / q,
+                    (double)r->inserted / q, 1e3 * r->seconds / q, label);
+    }
 }
 
 struct bench {
@@ -552,6 +606,13 @@ static int bench_run_config(struct bench *b, struct bench_row *rr, const char *t
                     r->tokens += res.n;
                     r->steps += res.steps;
                     r->seconds += res.seconds;
+                    r->dip = b->e->dip != NULL;
+                    r->requests++;
+                    r->forwards += res.forwards;
+                    r->attended += res.attended;
+                    r->computed += res.computed;
+                    r->prompt_tokens += res.prompt_tokens;
+                    r->inserted += res.inserted;
                     bench_check(b, r, i, res.ids, res.n);
                 }
                 free(res.ids);
@@ -1274,6 +1335,8 @@ int cmd_bench(int argc, char **argv)
         if (jdoc)
             json_object_set(jdoc, "rows", jrows);
         bench_report(stdout, fmt, rows, n_rows, b.repeats, &sw, jdoc);
+        if (fmt == BENCH_TEXT || fmt == BENCH_MD)
+            bench_dip_table(stdout, fmt, rows, n_rows, &sw);
         if (jdoc) {
             json_object_set_new(jdoc, "results", json_string(b.dir));
             json_dumpf(jdoc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

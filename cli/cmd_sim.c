@@ -1127,6 +1127,10 @@ int sim_main(struct sim_cli *s)
         printf("replayed as batches of up to %d prompts: %zu forwards per layer (largest %u "
                "tokens)\n",
                s->batch, s->t->n_fwd[0], s->t->max_tokens);
+    if (s->t->contexts)
+        printf("context growth (DIP): %llu insertions, %llu tokens joined prompts (each reaches "
+               "the policy's prompt_grow, and its prefill forwards are replayed)\n",
+               (unsigned long long)s->t->contexts, (unsigned long long)s->t->context_tokens);
     struct tide_sim_steps dist;
     char line[160];
     if (tide_sim_steps_dist(s->t, TIDE_SIM_BLOCKS_ALL, &dist, NULL) == TIDE_OK) {

@@ -168,6 +168,9 @@ static int trace_info(const char *path, int max_d)
            (unsigned long long)t->prompts, (unsigned long long)t->blocks,
            (unsigned long long)t->steps, t->blocks ? (double)t->steps / (double)t->blocks : 0,
            (unsigned long long)t->tokens_generated);
+    if (t->contexts)
+        printf("context growth (DIP): %llu insertions, %llu tokens joined prompts\n",
+               (unsigned long long)t->contexts, (unsigned long long)t->context_tokens);
     if (t->n_vecs)
         printf("prompt vectors: %zu of %llu prompts (%u entries each)\n", t->n_vecs,
                (unsigned long long)t->prompts, t->vec_dim);

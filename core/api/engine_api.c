@@ -613,6 +613,10 @@ static int api_result(struct api_gen *g, const struct tide_gen_result *gr, bool 
         res->edits = gr->edits;
         res->forwards = gr->forwards;
         res->model_forwards = gr->model_forwards;
+        res->context_tokens = gr->prompt_tokens;
+        res->inserted_tokens = gr->inserted;
+        res->attended = gr->attended;
+        res->computed = gr->computed;
         res->blocks = gr->blocks;
         res->stopped = gr->stopped;
         res->seconds = gr->seconds;

@@ -304,6 +304,24 @@ int tide_trace_reader_next(struct tide_trace_reader *r, struct tide_trace_record
         r->pos += 5 + 4 * (size_t)rec->n_seq;
         return 1;
     }
+    case TIDE_TREC_CONTEXT:
+        if (r->h.version < 4)
+            break; /* not a record of versions 1 to 3 */
+        if (left < 17)
+            return tr_truncated(r, at, "context");
+        rec->prompt_id = tr_u32(p + 1);
+        rec->at = tr_u32(p + 5);
+        rec->inserted = tr_u32(p + 9);
+        rec->prompt_len = tr_u32(p + 13);
+        if (rec->inserted == 0 || rec->at > rec->prompt_len - rec->inserted ||
+            rec->inserted > rec->prompt_len) {
+            tide_error("trace %s: context record at byte %zu: %u tokens at offset %u make a "
+                       "prompt of %u",
+                       r->path, at, rec->inserted, rec->at, rec->prompt_len);
+            return TIDE_E_FORMAT;
+        }
+        r->pos += 17;
+        return 1;
     }
     tide_error("trace %s: unknown record type %u at byte %zu", r->path, p[0], at);
     return TIDE_E_FORMAT;

@@ -226,6 +226,23 @@ int tide_trace_batch(struct tide_trace_writer *w, uint32_t n, const uint32_t *pr
     return w->err ? TIDE_E_IO : TIDE_OK;
 }
 
+int tide_trace_context(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t at,
+                       uint32_t inserted, uint32_t prompt_len)
+{
+    if (w->version < 4) {
+        tide_error("trace %s: a context record (DIP) needs format version 4; the file is version "
+                   "%u (write runs with [dip] to a new trace)",
+                   w->path, w->version);
+        return TIDE_E_UNSUPPORTED;
+    }
+    tw_u8(w, TIDE_TREC_CONTEXT);
+    tw_u32(w, prompt_id);
+    tw_u32(w, at);
+    tw_u32(w, inserted);
+    tw_u32(w, prompt_len);
+    return w->err ? TIDE_E_IO : TIDE_OK;
+}
+
 int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated)
 {
     tw_u8(w, TIDE_TREC_BLOCK);
@@ -315,6 +332,11 @@ static int tw_sink_batch(void *u, uint32_t n, const uint32_t *ids)
     return tide_trace_batch(u, n, ids);
 }
 
+static int tw_sink_context(void *u, uint32_t id, uint32_t at, uint32_t n, uint32_t len)
+{
+    return tide_trace_context(u, id, at, n, len);
+}
+
 static int tw_sink_block(void *u, int32_t block, bool first)
 {
     return tide_trace_block(u, block, first);
@@ -340,5 +362,6 @@ struct tide_trace_sink tide_trace_writer_sink(struct tide_trace_writer *w)
                                     .route = tw_sink_route,
                                     .prompt_vector = tw_sink_prompt_vector,
                                     .join = tw_sink_join,
-                                    .batch = tw_sink_batch};
+                                    .batch = tw_sink_batch,
+                                    .context = tw_sink_context};
 }

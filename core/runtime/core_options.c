@@ -230,6 +230,38 @@ static const struct tide_option serve_options[] = {
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
 
+static const struct tide_option dip_options[] = {
+    {"pool", TIDE_OPT_STRING, "",
+     "JSONL file of in-context examples, one {\"question\": ..., \"answer\": ...} per line; "
+     "empty = DIP off (docs/dip.md)",
+     NULL, NULL},
+    {"mode", TIDE_OPT_ENUM, "dynamic",
+     "dynamic = the first examples in the prompt, the rest inserted before later blocks (the "
+     "decoder recomputes only what an insertion changed); upfront = every chosen example in the "
+     "prompt from the start (the paper's baseline)",
+     "dynamic|upfront", NULL},
+    {"shots", TIDE_OPT_INT, "8", "examples chosen from the pool for each prompt", NULL, "[1,]"},
+    {"lambda", TIDE_OPT_FLOAT, "0.5",
+     "MMR's balance: lambda x relevance to the query - (1 - lambda) x redundancy with the "
+     "examples already chosen (cosine similarity of pooled input embeddings)",
+     NULL, "[0,1]"},
+    {"budget", TIDE_OPT_INT, "0",
+     "most tokens the chosen examples may add to the prompt; an example that would pass it is "
+     "skipped; 0 = no limit",
+     NULL, "[0,]"},
+    {"first", TIDE_OPT_INT, "1", "mode = dynamic: examples in the prompt from the start", NULL,
+     "[0,]"},
+    {"per_block", TIDE_OPT_INT, "0",
+     "mode = dynamic: examples inserted before each later block; 0 = spread the rest evenly so "
+     "the last enters before the last block",
+     NULL, "[0,]"},
+    {"template", TIDE_OPT_STRING, "Question: {question}\\nAnswer: {answer}\\n\\n",
+     "how one example reads in the prompt ({question}, {answer}; \\n and \\t are escapes); "
+     "each example is tokenized alone",
+     NULL, NULL},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
 int tide_core_register_sections(struct tide_config *cfg)
 {
     static const struct {
@@ -244,6 +276,9 @@ int tide_core_register_sections(struct tide_config *cfg)
         {"output", output_options, "What is printed and recorded."},
         {"bench", bench_options, "Sweeps run by `tide bench`."},
         {"serve", serve_options, "The HTTP server `tide serve` (docs/serving.md)."},
+        {"dip", dip_options,
+         "In-context examples chosen and inserted during generation (DIP, "
+         "docs/dip.md)."},
     };
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
         int rc = tide_config_add_section(cfg, secs[i].name, secs[i].table, "core", secs[i].summary);

@@ -57,6 +57,13 @@ struct tide_gen_result {
     int64_t edits;          /* tokens replaced by other tokens (editing decoders) */
     double seconds;         /* wall time of the whole generation */
     double prefill_seconds; /* of which before the first block began */
+    /* DIP (docs/dip.md) and attention cost: */
+    int64_t prompt_tokens; /* the prompt at the start (examples up front included) */
+    int64_t inserted;      /* tokens that joined the prompt during generation */
+    int64_t insertions;    /* how many times it grew */
+    int64_t attended;      /* key positions attended, summed over its passes: each span's
+                              pos0 + n (what a forward's attention reads per query row) */
+    int64_t computed;      /* positions its passes computed (each span's n) */
 };
 
 /* One decoder instance, for one configuration's generation settings. */

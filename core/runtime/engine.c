@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "dip.h"
 #include "decode.h"
 #include "engine.h"
 #include "loop.h"
@@ -388,6 +389,10 @@ int tide_engine_load_model(struct tide_engine *e, const struct tide_plugin_set *
         tide_info("decoder: %s ([generation] decoder = %s)", e->dec.pl->desc->name, want);
     else
         tide_info("decoder: %s (auto: %s)", e->dec.pl->desc->name, e->dec_why);
+    /* DIP ([dip] pool): the pool ranked with the model's own embeddings. */
+    if ((rc = tide_dip_open(tide_config_section(e->cfg, "dip"), e->tok, info->chat_template,
+                            e->mops, e->model, &e->dip)) != TIDE_OK)
+        return rc;
     return TIDE_OK;
 }
 
@@ -527,6 +532,7 @@ void tide_engine_loop_env(struct tide_engine *e, FILE *metrics, struct tide_loop
         .round_begin = engine_round_begin,
         .round_end = engine_round_end,
         .parallel = e->host.bk && TIDE_OPS_HAS(e->host.ops, parallel) ? engine_parallel : NULL,
+        .dip = e->dip,
         .user = e,
     };
 }
@@ -552,6 +558,7 @@ void tide_engine_close(struct tide_engine *e)
     if (!e)
         return;
     tide_decode_close(&e->dec);
+    tide_dip_close(e->dip);
     if (e->model)
         e->mops->close(e->model);
     tide_moe_destroy(e->moe);

@@ -57,6 +57,7 @@ struct tide_engine {
     const struct tide_plugin *dec_pl;
     char dec_why[256];
     struct tide_decode dec;
+    struct tide_dip *dip; /* [dip] pool's planner (dip.h); NULL: DIP off */
 };
 
 /* Phase 1: resolve the model plugin and checkpoint directory (generating the

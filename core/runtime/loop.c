@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dip.h"
 #include "finite.h"
 #include "log_errors.h"
 #include "loop.h"
@@ -29,8 +30,12 @@ struct lslot {
     int block, step;             /* its last events */
     bool in_block, begun;        /* a block began (not yet the next one's), any block began */
     double t0, prefill, t_step;
-    int64_t forwards; /* its passes (spans) */
-    int64_t calls;    /* the model's forward calls it took part in */
+    int64_t forwards;         /* its passes (spans) */
+    int64_t calls;            /* the model's forward calls it took part in */
+    struct tide_dip_run *dip; /* its in-context examples (DIP); NULL: none */
+    int64_t prompt_n;         /* its prompt's tokens now */
+    int64_t attended;         /* key positions its passes attended */
+    int64_t computed;         /* positions its passes computed */
 };
 
 struct loop {
@@ -115,6 +120,14 @@ static void ls_step_rows(void *u, int64_t block, int step, int n, const int32_t 
         h->step_rows(h->user, block, step, n, pos, rows, vocab);
 }
 
+/* The metrics lines' ",\"seq\":N" when the loop batches, else "". */
+static void ls_seq_tag(const struct lslot *L, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (L->lp->max > 1)
+        snprintf(buf, len, ",\"seq\":%d", L->idx);
+}
+
 static void ls_step_end(void *u, const struct tide_decoder_step *st)
 {
     struct lslot *L = u;
@@ -126,9 +139,8 @@ static void ls_step_end(void *u, const struct tide_decoder_step *st)
     if (L->lead && lp->env->moe)
         tide_moe_step_end(lp->env->moe);
     if (lp->env->metrics) {
-        char seq[32] = "";
-        if (lp->max > 1)
-            snprintf(seq, sizeof seq, ",\"seq\":%d", L->idx);
+        char seq[32];
+        ls_seq_tag(L, seq, sizeof seq);
         fprintf(lp->env->metrics,
                 "{\"type\":\"step\",\"block\":%d,\"step\":%d,\"seconds\":%.6f,"
                 "\"committed\":%d,\"masks_left\":%d,\"edited\":%d%s}\n",
@@ -147,6 +159,30 @@ static void ls_block_end(void *u, int block, const int32_t *gen, int64_t n)
     const struct tide_gen_hooks *h = ls_hooks(L);
     if (h && h->block_end)
         h->block_end(h->user, block, gen, n);
+}
+
+/* DIP: the examples due before block `block` join the prompt. */
+static int64_t ls_context_grow(void *u, int block, const int32_t **ids, int64_t *at)
+{
+    struct lslot *L = u;
+    struct loop *lp = L->lp;
+    const int64_t m = L->dip ? tide_dip_grow(L->dip, block, ids, at) : 0;
+    if (m <= 0)
+        return 0;
+    L->prompt_n += m;
+    if (L->lead && lp->env->moe &&
+        tide_moe_context(lp->env->moe, L->id, (uint32_t)*at, (uint32_t)m, (uint32_t)L->prompt_n) !=
+            TIDE_OK)
+        tide_warn("trace: the context record of prompt %u could not be written", L->id);
+    if (lp->env->metrics) {
+        char seq[32];
+        ls_seq_tag(L, seq, sizeof seq);
+        fprintf(lp->env->metrics,
+                "{\"type\":\"context\",\"block\":%d,\"at\":%lld,\"inserted\":%lld,"
+                "\"prompt_tokens\":%lld%s}\n",
+                block, (long long)*at, (long long)m, (long long)L->prompt_n, seq);
+    }
+    return m;
 }
 
 static void ls_parallel(void *u, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx)
@@ -205,7 +241,49 @@ static int lp_admit(void *u, int slot, int n_running)
     struct tide_decode *d = s->d ? s->d : lp->env->dec;
     struct lslot *L = &lp->slot[slot];
     *L = (struct lslot){.lp = lp, .idx = slot, .d = d, .t0 = lp_now()};
-    int rc = tide_decode_plan(d, s->n, lp->max_ctx, &L->plan);
+    /* DIP: the pool ranked for this prompt; the plan holds every example. */
+    const int32_t *prompt = s->prompt;
+    int64_t n_prompt = s->n, room = 0;
+    int rc = TIDE_OK;
+    if (lp->env->dip && (rc = tide_dip_start(lp->env->dip, lp->env->ops, lp->env->m, s->prompt,
+                                             s->n, &L->dip)) == TIDE_OK)
+        n_prompt += tide_dip_tokens(L->dip);
+    if (rc == TIDE_OK &&
+        (rc = tide_decode_plan(d, n_prompt, lp->max_ctx, &L->plan)) == TIDE_E_RANGE && L->dip)
+        tide_error("[dip]: the prompt (%lld tokens) with its in-context examples (%lld tokens) is "
+                   "too long for the model; lower [dip] shots or set [dip] budget",
+                   (long long)s->n, (long long)tide_dip_tokens(L->dip));
+    if (rc == TIDE_OK && L->dip) {
+        if ((rc = tide_dip_compose(L->dip, L->plan.blocks)) == TIDE_OK) {
+            prompt = tide_dip_prompt(L->dip, &n_prompt);
+            room = tide_dip_room(L->dip);
+            char msg[256];
+            tide_dip_summary(L->dip, msg, sizeof msg);
+            tide_info("%s", msg);
+            json_t *j = lp->env->metrics ? tide_dip_json(lp->env->dip, L->dip) : NULL;
+            if (j) {
+                json_object_set_new(j, "type", json_string("dip"));
+                if (lp->max > 1)
+                    json_object_set_new(j, "seq", json_integer(slot));
+                json_dumpf(j, lp->env->metrics, JSON_COMPACT);
+                fputc('\n', lp->env->metrics);
+                json_decref(j);
+            }
+        }
+        const bool grows = TIDE_DECODER_HAS(&L->plan, struct tide_decoder_plan, grows_context) &&
+                           L->plan.grows_context;
+        if (rc == TIDE_OK && room > 0 && !grows) {
+            tide_error("[dip] mode = dynamic: decoder %s does not take context growth (its plan "
+                       "has no grows_context); [dip] mode = upfront works with any decoder",
+                       d->pl->desc->name);
+            rc = TIDE_E_CONFIG;
+        }
+        /* Each insertion may prefill the prompt's blocks again. */
+        if (rc == TIDE_OK && room > 0 && L->plan.max_forwards > 0 && L->plan.block_length > 0)
+            L->plan.max_forwards +=
+                (int64_t)L->plan.blocks * (L->plan.n_ctx / L->plan.block_length + 1);
+    }
+    L->prompt_n = n_prompt;
     const int slots = L->plan.slots > 0 ? L->plan.slots : 1;
     if (rc == TIDE_OK && slots > TIDE_DECODER_MAX_SPANS) {
         tide_error("decoder %s: its plan asks for %d KV-cache slots per generation, at most %d",
@@ -216,6 +294,8 @@ static int lp_admit(void *u, int slot, int n_running)
         (L->plan.n_ctx > lp->n_ctx || L->plan.max_tokens > lp->per_tokens ||
          slots > lp->per_slots)) {
         lp->held = s;
+        tide_dip_run_free(L->dip); /* ranked again when admitted */
+        L->dip = NULL;
         return TIDE_SCHED_HOLD;
     }
     if (rc == TIDE_OK)
@@ -226,7 +306,7 @@ static int lp_admit(void *u, int slot, int n_running)
         L->id = (uint32_t)(s->trace_id >= 0 ? (uint64_t)s->trace_id : lp->next_order);
         lp->next_order++;
         if (lp->env->prompt_begin)
-            rc = lp->env->prompt_begin(lp->env->user, s->prompt, s->n, L->id, n_running > 0);
+            rc = lp->env->prompt_begin(lp->env->user, prompt, n_prompt, L->id, n_running > 0);
     }
     if (rc == TIDE_OK) {
         L->s = s;
@@ -241,12 +321,16 @@ static int lp_admit(void *u, int slot, int n_running)
             .step_end = ls_step_end,
             .block_end = ls_block_end,
             .parallel = lp->env->parallel ? ls_parallel : NULL,
+            .context_room = room,
+            .context_grow = room > 0 ? ls_context_grow : NULL,
         };
-        rc = d->ops->begin(d->dec, &L->host, s->prompt, s->n, &L->ds);
+        rc = d->ops->begin(d->dec, &L->host, prompt, n_prompt, &L->ds);
         if (rc != TIDE_OK)
             L->s = NULL;
     }
     if (rc != TIDE_OK) {
+        tide_dip_run_free(L->dip);
+        L->dip = NULL;
         lp_refuse(lp, s, rc);
         return TIDE_SCHED_AGAIN;
     }
@@ -361,13 +445,23 @@ static void lp_end(struct loop *lp, struct lslot *L, int rc)
             .edits = res.edits,
             .seconds = now - L->t0,
             .prefill_seconds = L->begun ? L->prefill : now - L->t0,
+            .prompt_tokens = s->n,
+            .attended = L->attended,
+            .computed = L->computed,
         };
+        if (L->dip) {
+            tide_dip_prompt(L->dip, &s->result.prompt_tokens);
+            s->result.inserted = L->prompt_n - s->result.prompt_tokens;
+            s->result.insertions = tide_dip_insertions(L->dip);
+        }
     } else {
         free(res.ids);
         lp_error(s, tide_log_errors());
     }
     s->slot = L->idx;
     L->s = NULL;
+    tide_dip_run_free(L->dip);
+    L->dip = NULL;
     lp->feed->done(lp->feed->user, s);
 }
 
@@ -388,6 +482,10 @@ static int lp_resume(void *u, int slot, bool first, bool lead, int fwd_rc)
              * share one forward of the model). */
             L->forwards += L->fwd.n_spans;
             L->calls++;
+            for (int j = 0; j < L->fwd.n_spans; j++) {
+                L->attended += L->fwd.span[j].pos0 + L->fwd.span[j].n;
+                L->computed += L->fwd.span[j].n;
+            }
             rc = lp_check_rows(lp, L);
             if (rc == TIDE_OK)
                 rc = o->feed(L->ds);

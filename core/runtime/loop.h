@@ -79,6 +79,9 @@ struct tide_loop_env {
     /* Optional: the decoders' parallel work (tide_decoder_host parallel) on
      * the backends' threads. */
     void (*parallel)(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx);
+    /* Optional: DIP's planner (dip.h): every sequence's prompt gets its
+     * in-context examples, up front or during generation. */
+    const struct tide_dip *dip;
     void *user;
 };
 

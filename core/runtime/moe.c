@@ -658,6 +658,22 @@ void tide_moe_step_end(struct tide_moe *moe)
     moe->phase = PHASE_KV;
 }
 
+int tide_moe_context(struct tide_moe *moe, uint32_t prompt_id, uint32_t at, uint32_t inserted,
+                     uint32_t prompt_len)
+{
+    moe_flush(moe);
+    moe->phase = PHASE_PREFILL;
+    if (moe->trace && moe->trace->context) {
+        moe_trace_rc(moe,
+                     moe->trace->context(moe->trace->user, prompt_id, at, inserted, prompt_len));
+        if (moe->trace_rc != TIDE_OK)
+            return moe->trace_rc;
+    }
+    if (moe->policy && TIDE_OPS_HAS(moe->pops, prompt_grow))
+        moe->pops->prompt_grow(moe->policy, prompt_len, inserted);
+    return TIDE_OK;
+}
+
 void tide_moe_finish(struct tide_moe *moe)
 {
     moe_flush(moe);

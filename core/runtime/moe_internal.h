@@ -71,6 +71,12 @@ int tide_moe_budget(const struct tide_moe *moe);
 void tide_moe_block_begin(struct tide_moe *moe, int block, bool first_generated);
 int tide_moe_step_begin(struct tide_moe *moe, int block, int step);
 void tide_moe_step_end(struct tide_moe *moe);
+/* The prompt of generation prompt_id grew by `inserted` tokens at `at`, to
+ * prompt_len (DIP): the trace's context record and the policy's
+ * prompt_grow; the forwards until the next block are prefill. Returns
+ * TIDE_OK or the trace's failure. */
+int tide_moe_context(struct tide_moe *moe, uint32_t prompt_id, uint32_t at, uint32_t inserted,
+                     uint32_t prompt_len);
 /* End of a generation: emits the pending phase. */
 void tide_moe_finish(struct tide_moe *moe);
 /* A generation of prompt_len tokens starts: tells the policy, with the

@@ -148,6 +148,14 @@ int tide_sim_trace_load(const char *path, struct tide_sim_trace **out)
             ev->b = rec.prompt_len;
             t->prompts++;
             break;
+        case TIDE_TREC_CONTEXT:
+            ev->type = SIM_EV_CONTEXT;
+            ev->a = (int32_t)rec.prompt_id;
+            ev->b = rec.prompt_len;
+            ev->fwd = rec.inserted;
+            t->contexts++;
+            t->context_tokens += rec.inserted;
+            break;
         case TIDE_TREC_BATCH:
             t->n_ev--; /* composition only: the routes that follow hold its tokens */
             t->batch_forwards++;
@@ -625,6 +633,13 @@ int tide_sim_run(const struct tide_sim_trace *t, const struct tide_sim_config *c
                     s.inst[i].ops->prompt_begin(
                         s.inst[i].p, ev->b, ev->vec ? &t->vecs[(ev->vec - 1) * t->vec_dim] : NULL,
                         ev->vec ? (int)t->vec_dim : 0);
+            break;
+        case SIM_EV_CONTEXT: /* tide_moe_context */
+            sim_flush(&s);
+            s.phase = TIDE_TRACE_PREFILL;
+            for (int i = 0; i < s.n_inst; i++)
+                if (TIDE_OPS_HAS(s.inst[i].ops, prompt_grow))
+                    s.inst[i].ops->prompt_grow(s.inst[i].p, ev->b, ev->fwd);
             break;
         case SIM_EV_BLOCK:
             sim_flush(&s);

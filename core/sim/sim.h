@@ -31,6 +31,8 @@ enum sim_ev_type {
     SIM_EV_BLOCK = 2,
     SIM_EV_STEP = 3,
     SIM_EV_ROUTE = 4,
+    SIM_EV_CONTEXT = 5, /* the prompt grew (DIP): a = prompt id, b = its new length,
+                           fwd = tokens inserted */
 };
 
 /* One event of the tape. */
@@ -65,6 +67,9 @@ struct tide_sim_trace {
      * steps and block_steps describe the lead's clock, and tokens_generated
      * is prompts x gen_length (the recorded gen_length). */
     uint64_t batch_forwards, batch_seqs;
+    /* Context growth (DIP, trace version 4): insertions and the tokens they
+     * added to prompts. */
+    uint64_t contexts, context_tokens;
     uint64_t tokens_generated; /* per prompt, the positions its blocks generate (block_length
                                   less the prompt's tail in the first), at most gen_length
                                   when the trace records it: the tokens tide run counts,

@@ -159,7 +159,8 @@ static int sb_pre(const struct tide_sim_trace *t, struct sb_out *o, struct sb_se
         const struct sim_event *ev = &t->ev[i];
         if (ev->type == SIM_EV_BLOCK)
             q->block = ev->a;
-        if (emit && (ev->type == SIM_EV_BLOCK || ev->type == SIM_EV_STEP)) {
+        if (emit &&
+            (ev->type == SIM_EV_BLOCK || ev->type == SIM_EV_STEP || ev->type == SIM_EV_CONTEXT)) {
             *stale = false;
             int rc = sb_emit(o, ev);
             if (rc != TIDE_OK)

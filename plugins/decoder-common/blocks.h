@@ -60,6 +60,7 @@ static inline int dc_blocks_plan(const struct dc_params *p, int64_t max_ctx, int
                                      : P / p->block + (int64_t)blocks * (max_steps + 1),
         .gen_multiple = 1,
         .steps_scope = steps_scope,
+        .grows_context = 1, /* dc_canvas_grow */
     };
     dc_plan_out(out, &pl);
     return TIDE_OK;
@@ -137,9 +138,15 @@ enum { DC_POSTED_NONE, DC_POSTED_PREFILL, DC_POSTED_STEP, DC_POSTED_KV };
  * prompt's tail, each block begins (block_begin) before its first step and
  * ends with block_end, after its K/V pass when another block follows. */
 struct dc_canvas {
-    int32_t *ids;         /* [total]: the prompt, then masks to the end of the last block */
+    int32_t *ids;         /* [cap]: the prompt, then masks to the end of the last block */
     int64_t P, total, nb; /* prompt tokens, positions, blocks */
+    int64_t cap;          /* positions allocated: room for the context to grow */
     int64_t first;        /* the first decoded block: the one holding the prompt's tail */
+    int64_t fixed;        /* positions before this are the prompt or, after a growth, the
+                             prompt and the output so far: never decoded again */
+    bool grown;           /* the context grew (dc_canvas_grow) */
+    int base;             /* generated blocks before `first` (earlier growths) */
+    int64_t asked;        /* the block context_grow was last asked before */
     int L;                /* block length */
     bool recompute;       /* no KV cache: no prefill, no K/V pass */
     int64_t pf;           /* next prompt block to prefill */
@@ -149,24 +156,86 @@ struct dc_canvas {
     bool finished;        /* next() said done */
 };
 
-/* The canvas of a prompt of P tokens under p. TIDE_OK or TIDE_E_NOMEM. */
+/* The canvas of a prompt of P tokens under p, with room for the prompt to
+ * grow by `room` tokens. TIDE_OK or TIDE_E_NOMEM. */
 static inline int dc_canvas_init(struct dc_canvas *c, const struct dc_params *p,
-                                 const int32_t *prompt, int64_t P, int32_t mask)
+                                 const int32_t *prompt, int64_t P, int32_t mask, int64_t room)
 {
     memset(c, 0, sizeof *c);
     c->P = P;
     c->L = p->block;
     c->total = dc_blocks_ctx(p, P);
+    c->cap = dc_blocks_ctx(p, P + (room > 0 ? room : 0));
     c->nb = c->total / c->L;
     c->first = P / c->L;
+    c->fixed = P;
+    c->asked = -1;
     c->recompute = p->recompute;
     c->pf = p->recompute ? c->first : 0;
     c->b = c->first;
-    if (!(c->ids = (int32_t *)malloc(sizeof *c->ids * (size_t)c->total)))
+    if (!(c->ids = (int32_t *)malloc(sizeof *c->ids * (size_t)c->cap)))
         return TIDE_E_NOMEM;
-    for (int64_t i = 0; i < c->total; i++)
+    for (int64_t i = 0; i < c->cap; i++)
         c->ids[i] = i < P ? prompt[i] : mask;
     return TIDE_OK;
+}
+
+/* The generated block the loop stands at, from 0 (events count these). */
+static inline int dc_canvas_gen(const struct dc_canvas *c)
+{
+    return c->base + (int)(c->b - c->first);
+}
+
+/* Position pos may not change: a prompt token (the prompt's masks stay
+ * candidates, as in the official loops) or, once the context grew, any
+ * position before `fixed` (the output of earlier blocks is final). */
+static inline bool dc_canvas_locked(const struct dc_canvas *c, int64_t pos, int32_t mask)
+{
+    return pos < c->fixed && (c->grown || c->ids[pos] != mask);
+}
+
+/* Context growth (tide_decoder_host context_grow), between blocks, before
+ * any block but the first generated one begins. The inserted tokens join
+ * the prompt at `at`; the prompt and the output so far -- everything before
+ * the next block -- become the fixed part of a canvas re-cut into blocks of
+ * L from position 0, as for a prompt that long: decoding resumes at the
+ * block holding the fixed part's tail, and gen_length output positions
+ * follow the prompt. Under the block-causal mask the cached K/V of every
+ * block before the one holding `at` are unchanged; from that block to the
+ * fixed part's tail they are prefilled again (dc_canvas_prefill), and only
+ * they. Returns 1 when the canvas grew, 0 when not, or TIDE_E_INVAL (logged
+ * by the caller) for an insertion beyond the prompt or the room. */
+static inline int dc_canvas_grow(struct dc_canvas *c, const struct tide_decoder_host *h, int64_t G,
+                                 int32_t mask)
+{
+    if (c->in_block || c->asked == c->b || (c->base == 0 && c->b == c->first) ||
+        !TIDE_DECODER_HAS(h, struct tide_decoder_host, context_grow) || !h->context_grow)
+        return 0;
+    c->asked = c->b;
+    const int32_t *ins = NULL;
+    int64_t at = 0;
+    const int64_t m = h->context_grow(h->user, dc_canvas_gen(c), &ins, &at);
+    if (m <= 0)
+        return 0;
+    const int64_t L = c->L, end = c->b * L, P2 = c->P + m;
+    const int64_t total2 = (P2 + G + L - 1) / L * L;
+    if (!ins || at < 0 || at > c->P || total2 > c->cap)
+        return TIDE_E_INVAL;
+    memmove(c->ids + at + m, c->ids + at, sizeof *c->ids * (size_t)(end - at));
+    memcpy(c->ids + at, ins, sizeof *c->ids * (size_t)m);
+    for (int64_t i = end + m; i < total2; i++)
+        c->ids[i] = mask;
+    c->base = dc_canvas_gen(c);
+    c->P = P2;
+    c->fixed = end + m;
+    c->grown = true;
+    c->total = total2;
+    c->nb = total2 / L;
+    c->first = c->fixed / L;
+    c->b = c->first;
+    c->asked = c->b;
+    c->pf = c->recompute ? c->first : at / L;
+    return 1;
 }
 
 static inline void dc_canvas_free(struct dc_canvas *c)
@@ -190,7 +259,7 @@ static inline bool dc_canvas_enter(struct dc_canvas *c, const struct tide_decode
 {
     if (c->in_block)
         return false;
-    h->block_begin(h->user, (int)(c->b - c->first), c->b == c->first);
+    h->block_begin(h->user, dc_canvas_gen(c), c->base == 0 && c->b == c->first);
     c->in_block = true;
     return true;
 }
@@ -212,7 +281,7 @@ static inline bool dc_canvas_kv(struct dc_canvas *c, bool stop, struct tide_deco
 static inline void dc_canvas_block_end(struct dc_canvas *c, const struct tide_decoder_host *h,
                                        int64_t n)
 {
-    h->block_end(h->user, (int)(c->b - c->first), c->ids + c->P, n);
+    h->block_end(h->user, dc_canvas_gen(c), c->ids + c->P, n);
     c->b++;
     c->in_block = false;
 }

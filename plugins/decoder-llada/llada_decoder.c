@@ -103,6 +103,8 @@ struct tide_decoder_seq {
     const struct tide_decoder *d;
     const struct tide_decoder_host *h;
     int64_t P, total, nb;
+    int64_t pcap;  /* positions allocated: total plus the context's room to grow */
+    int64_t asked; /* the block context_grow was last asked before */
     bool greedy, cfg, block_rows;
     int32_t skip;
     int32_t *canvas;         /* [total] */
@@ -146,6 +148,10 @@ static int lld_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
     const struct dc_params *p = &d->p;
     const int L = p->block, V = d->V;
     const int64_t G = p->gen_length, total = P + G;
+    const int64_t room = TIDE_DECODER_HAS(h, struct tide_decoder_host, context_room)
+                             ? (h->context_room > 0 ? h->context_room : 0)
+                             : 0;
+    const int64_t cap = total + room;
     struct tide_decoder_seq *q = calloc(1, sizeof *q);
     if (!q)
         return TIDE_E_NOMEM;
@@ -153,6 +159,8 @@ static int lld_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
     q->h = h;
     q->P = P;
     q->total = total;
+    q->pcap = cap;
+    q->asked = 0;
     q->nb = G / L;
     q->greedy = !(p->temperature > 0);
     q->cfg = p->cfg_scale > 0;
@@ -160,20 +168,20 @@ static int lld_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
     /* Every row of the block when the engine asks for it (step_logits). */
     q->block_rows = h->block_logits;
     q->gsp = (struct dc_sampler){.greedy = true, .plain = true, .skip = q->skip};
-    q->canvas = malloc(sizeof *q->canvas * (size_t)total);
-    q->uncond = q->cfg ? malloc(sizeof *q->uncond * (size_t)total) : NULL;
-    q->is_prompt = malloc(sizeof *q->is_prompt * (size_t)total);
-    q->cand = malloc(sizeof *q->cand * (size_t)total);
-    q->rows = malloc(sizeof *q->rows * (size_t)(total + L));
-    q->span = malloc(sizeof *q->span * (size_t)(total + L));
+    q->canvas = malloc(sizeof *q->canvas * (size_t)cap);
+    q->uncond = q->cfg ? malloc(sizeof *q->uncond * (size_t)cap) : NULL;
+    q->is_prompt = malloc(sizeof *q->is_prompt * (size_t)cap);
+    q->cand = malloc(sizeof *q->cand * (size_t)cap);
+    q->rows = malloc(sizeof *q->rows * (size_t)(cap + L));
+    q->span = malloc(sizeof *q->span * (size_t)(cap + L));
     q->bpos = malloc(sizeof *q->bpos * (size_t)L);
     q->brow = malloc(sizeof *q->brow * (size_t)L);
-    q->cand_row = malloc(sizeof *q->cand_row * (size_t)total);
-    q->row = malloc(sizeof *q->row * (size_t)(total + L));
-    q->grow = q->greedy ? malloc(sizeof *q->grow * (size_t)total) : NULL;
+    q->cand_row = malloc(sizeof *q->cand_row * (size_t)cap);
+    q->row = malloc(sizeof *q->row * (size_t)(cap + L));
+    q->grow = q->greedy ? malloc(sizeof *q->grow * (size_t)cap) : NULL;
     if (!q->canvas || !q->is_prompt || !q->cand || !q->rows || !q->span || !q->bpos || !q->brow ||
         !q->cand_row || !q->row || (q->cfg && !q->uncond) ||
-        (q->greedy && (!q->grow || dc_rows_init(&q->rs, &q->gsp, V, (int)total)))) {
+        (q->greedy && (!q->grow || dc_rows_init(&q->rs, &q->gsp, V, (int)cap)))) {
         lld_finish(q, NULL);
         return TIDE_E_NOMEM;
     }
@@ -227,6 +235,36 @@ static void lld_span(const struct tide_decoder_seq *q, struct tide_seq_span *sp,
     };
 }
 
+/* Before block q->b (>= 1) begins: the tokens context_grow gives join the
+ * prompt at its offset; the rest of the canvas (the output so far, final
+ * or not, and the masks) moves right with it, and the blocks stay where
+ * they were relative to the prompt's end (L2). */
+static int lld_context_grow(struct tide_decoder_seq *q)
+{
+    const struct tide_decoder_host *h = q->h;
+    if (!TIDE_DECODER_HAS(h, struct tide_decoder_host, context_grow) || !h->context_grow)
+        return TIDE_OK;
+    const int32_t *ins = NULL;
+    int64_t at = 0;
+    const int64_t m = h->context_grow(h->user, (int)q->b, &ins, &at);
+    if (m <= 0)
+        return TIDE_OK;
+    if (!ins || at < 0 || at > q->P || q->total + m > q->pcap) {
+        tide_error("decoder llada: context growth beyond the prompt or its room");
+        return TIDE_E_INVAL;
+    }
+    const size_t tail = (size_t)(q->total - at);
+    memmove(q->canvas + at + m, q->canvas + at, sizeof *q->canvas * tail);
+    memmove(q->is_prompt + at + m, q->is_prompt + at, sizeof *q->is_prompt * tail);
+    memcpy(q->canvas + at, ins, sizeof *q->canvas * (size_t)m);
+    for (int64_t i = at; i < at + m; i++)
+        q->is_prompt[i] = ins[i - at] != q->d->tok.mask;
+    q->P += m;
+    q->total += m;
+    q->end = q->end + m;
+    return TIDE_OK;
+}
+
 static int lld_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
 {
     const struct tide_decoder *d = q->d;
@@ -236,6 +274,16 @@ static int lld_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
     if (q->finished)
         return TIDE_DECODER_DONE;
     while (q->b < q->nb) {
+        if (!q->in_block && q->b > q->asked) {
+            /* Context growth (DIP): the prompt may grow between blocks.
+             * Every step forwards the whole canvas, so nothing else is
+             * recomputed (with prefix_cache, a block's first step refills
+             * the cache). */
+            q->asked = q->b;
+            int rc = lld_context_grow(q);
+            if (rc != TIDE_OK)
+                return rc;
+        }
         /* L2: block b is [P + b L, P + (b+1) L). */
         const int64_t b0 = q->P + q->b * L, be = b0 + L;
         if (!q->in_block) {
@@ -542,6 +590,7 @@ static int lld_plan(const struct tide_decoder *d, int64_t P, struct tide_decoder
         .max_forwards = d->p.steps,
         .gen_multiple = d->p.block, /* L2: blocks start right after the prompt */
         .steps_scope = TIDE_STEPS_SHARED,
+        .grows_context = 1, /* lld_context_grow */
     };
     dc_plan_out(out, &pl);
     return TIDE_OK;

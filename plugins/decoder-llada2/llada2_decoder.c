@@ -165,8 +165,10 @@ static int l2d_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
     q->h = h;
     q->sp = DC_SAMPLER_OF(p, V, d->tok.mask);
     /* R4: the prompt, then masks to the end of the last block. */
-    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask);
-    const int64_t rows = p->recompute ? q->c.total : L;
+    const int64_t room =
+        TIDE_DECODER_HAS(h, struct tide_decoder_host, context_room) ? h->context_room : 0;
+    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask, room);
+    const int64_t rows = p->recompute ? q->c.cap : L;
     q->logits = malloc(sizeof *q->logits * (size_t)rows * (size_t)V);
     const int sc_rc = dc_rows_init(&q->rs, &q->sp, V, L);
     q->cand = malloc(sizeof *q->cand * (size_t)L);
@@ -234,6 +236,15 @@ static int l2d_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
     if (c->finished || dc_canvas_prefill(c, fwd))
         return c->finished ? TIDE_DECODER_DONE : TIDE_OK;
     while (c->b < c->nb && (c->in_block || !q->stop)) {
+        /* Context growth (DIP): the prompt may grow between blocks; the
+         * blocks it changed are prefilled again first. */
+        const int grew = dc_canvas_grow(c, h, d->p.gen_length, d->tok.mask);
+        if (grew < 0) {
+            tide_error("decoder llada2: context growth beyond the prompt or its room");
+            return grew;
+        }
+        if (grew && dc_canvas_prefill(c, fwd))
+            return TIDE_OK;
         const int64_t b0 = c->b * L;
         if (dc_canvas_enter(c, h))
             q->s = 0;
@@ -241,10 +252,10 @@ static int l2d_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
          * block before its forward. */
         int n_cand = 0;
         for (int i = 0; i < L; i++)
-            if (c->ids[b0 + i] == d->tok.mask)
+            if (c->ids[b0 + i] == d->tok.mask && !dc_canvas_locked(c, b0 + i, d->tok.mask))
                 q->mpos[n_cand++] = i;
         if (!q->stop && q->s < d->steps && n_cand) {
-            int rc = h->step_begin(h->user, (int)(c->b - c->first), q->s);
+            int rc = h->step_begin(h->user, dc_canvas_gen(c), q->s);
             if (rc != TIDE_OK)
                 return rc;
             /* R8: one forward per step; only the block's masked rows are
@@ -303,7 +314,7 @@ static int l2d_feed(struct tide_decoder_seq *q)
     }
     const struct tide_decoder_step ev = {
         .size = sizeof ev,
-        .block = (int)(c->b - c->first),
+        .block = dc_canvas_gen(c),
         .step = s,
         .committed = commit,
         .remaining = n_cand - filled,

@@ -284,8 +284,10 @@ static int l21_begin(struct tide_decoder *d, const struct tide_decoder_host *h,
     if (!(p->temperature > 0))
         q->sp.plain = true;
     /* E2: the prompt, then masks to the end of the last block. */
-    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask);
-    const int64_t rows_max = p->recompute ? q->c.total : L;
+    const int64_t room =
+        TIDE_DECODER_HAS(h, struct tide_decoder_host, context_room) ? h->context_room : 0;
+    const int c_rc = dc_canvas_init(&q->c, p, prompt, P, d->tok.mask, room);
+    const int64_t rows_max = p->recompute ? q->c.cap : L;
     q->logits = malloc(sizeof *q->logits * (size_t)rows_max * (size_t)V);
     const int sc_rc = dc_rows_init(&q->rs, &q->sp, V, L);
     q->cand = malloc(sizeof *q->cand * (size_t)L);
@@ -412,6 +414,15 @@ static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
     if (c->finished || dc_canvas_prefill(c, fwd))
         return c->finished ? TIDE_DECODER_DONE : TIDE_OK;
     while (c->b < c->nb && !q->stop) {
+        /* Context growth (DIP): the prompt may grow between blocks; the
+         * blocks it changed are prefilled again first. */
+        const int grew = dc_canvas_grow(c, h, d->p.gen_length, d->tok.mask);
+        if (grew < 0) {
+            tide_error("decoder llada21: context growth beyond the prompt or its room");
+            return grew;
+        }
+        if (grew && dc_canvas_prefill(c, fwd))
+            return TIDE_OK;
         const int64_t b0 = c->b * L;
         if (dc_canvas_enter(c, h)) {
             q->over = false;
@@ -426,7 +437,8 @@ static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
              * step, and more than max_post_steps of them end the block. */
             int n_mask = 0;
             for (int i = 0; i < L; i++)
-                n_mask += c->ids[b0 + i] == d->tok.mask;
+                n_mask +=
+                    c->ids[b0 + i] == d->tok.mask && !dc_canvas_locked(c, b0 + i, d->tok.mask);
             if (!n_mask)
                 q->post++;
             const int seen = q->post > d->max_post_steps || !q->sp.greedy || !d->end_on_repeat
@@ -455,17 +467,16 @@ static int l21_next(struct tide_decoder_seq *q, struct tide_decoder_fwd *fwd)
                                          "so only this bound applies)");
                 q->over = true;
             } else {
-                int rc = h->step_begin(h->user, (int)(c->b - c->first), q->s);
+                int rc = h->step_begin(h->user, dc_canvas_gen(c), q->s);
                 if (rc != TIDE_OK)
                     return rc;
                 /* E5: one forward of the window [0, cwe) per step; the rows
                  * a step decides on are its masks and the positions it may
                  * edit: every position but the prompt's (which hold no
                  * mask). */
-                const int n_prompt = c->P > b0 ? (int)(c->P - b0 < L ? c->P - b0 : L) : 0;
                 int n_rows = 0;
                 for (int i = 0; i < L; i++)
-                    if (i >= n_prompt || c->ids[b0 + i] == d->tok.mask)
+                    if (!dc_canvas_locked(c, b0 + i, d->tok.mask))
                         q->dpos[n_rows++] = i;
                 q->n_mask = n_mask;
                 q->n_rows = n_rows;
@@ -499,7 +510,6 @@ static int l21_feed(struct tide_decoder_seq *q)
     if (posted != DC_POSTED_STEP)
         return TIDE_OK;
     const int64_t b0 = c->b * L;
-    const int n_prompt = c->P > b0 ? (int)(c->P - b0 < L ? c->P - b0 : L) : 0;
     const int n_rows = q->n_rows, s = q->s;
     const int32_t *dpos = q->dpos;
     dc_blocks_step_fed(h, c->b, L, p->recompute, s, d->V, dpos, n_rows, q->logits, q->row);
@@ -542,7 +552,7 @@ static int l21_feed(struct tide_decoder_seq *q)
     int edited = 0, committed = 0;
     for (int j = 0; j < n_rows; j++) {
         const int i = dpos[j];
-        if (i < n_prompt || q->old[i] == tok->mask)
+        if (q->old[i] == tok->mask || dc_canvas_locked(c, b0 + i, tok->mask))
             continue;
         if (q->conf[i] > d->editing_threshold && q->x0[i] != q->old[i]) {
             q->commit[i] = 2;
@@ -560,7 +570,7 @@ static int l21_feed(struct tide_decoder_seq *q)
     q->edits += edited;
     const struct tide_decoder_step ev = {
         .size = sizeof ev,
-        .block = (int)(c->b - c->first),
+        .block = dc_canvas_gen(c),
         .step = s,
         .committed = committed,
         .remaining = remaining,

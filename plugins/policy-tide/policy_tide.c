@@ -595,6 +595,16 @@ static int tidep_plan(struct tide_policy *p, const struct tide_policy_view *v,
     return TIDE_OK;
 }
 
+/* The prompt grew (DIP): the previous step's counts describe the old
+ * context, so prefetch does not use them; the next refresh ranks its own
+ * step's counts. */
+static void tidep_prompt_grow(struct tide_policy *p, uint32_t prompt_len, uint32_t inserted)
+{
+    (void)prompt_len;
+    (void)inserted;
+    memset(p->have_last, 0, (size_t)(p->shape.n_moe_layers ? p->shape.n_moe_layers : 1));
+}
+
 static const struct tide_policy_ops tidep_ops = {
     .size = sizeof(struct tide_policy_ops),
     .create = tidep_create,
@@ -603,6 +613,8 @@ static const struct tide_policy_ops tidep_ops = {
     .block_begin = tidep_block_begin,
     .plan = tidep_plan,
     .step_begin = tidep_step_begin,
+    .prompt_begin = NULL,
+    .prompt_grow = tidep_prompt_grow,
 };
 
 static const struct tide_plugin_desc tidep_desc = {

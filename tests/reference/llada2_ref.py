@@ -811,8 +811,8 @@ def read_trace_routes(path):
     if raw[:8] != b"TIDETRC\0":
         raise RefError(f"{path}: not a TIDE trace")
     version, jlen = struct.unpack_from("<II", raw, 8)
-    if version not in (1, 2, 3):
-        raise RefError(f"{path}: trace version {version}, expected 1 to 3")
+    if version not in (1, 2, 3, 4):
+        raise RefError(f"{path}: trace version {version}, expected 1 to 4")
     head = json.loads(raw[16 : 16 + jlen])
     k, nexp = head["top_k"], head["n_experts"]
     width = 1 if nexp <= 256 else 2
@@ -832,6 +832,9 @@ def read_trace_routes(path):
             continue
         if typ == 7 and version >= 3:  # the next forward's prompts: u32 n, n u32 ids
             pos += 5 + 4 * struct.unpack_from("<I", raw, pos + 1)[0]
+            continue
+        if typ == 8 and version >= 4:  # the prompt grew (DIP): id, at, inserted, length
+            pos += 17
             continue
         if typ != 4:
             raise RefError(f"{path}: unknown record type {typ} at byte {pos}")

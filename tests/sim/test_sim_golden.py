@@ -311,7 +311,7 @@ def cli(binary, tmp, profiles):
     with open(ver, "wb") as f:
         f.write(data[:8] + b"\x07" + data[9:])
     fails += expect_fail(binary, ["sim", "--trace", ver], 1,
-                         "format version 7, this tide reads versions 1 to 3")
+                         "format version 7, this tide reads versions 1 to 4")
     fails += expect_fail(binary, ["sim", "--trace", syn, "--budget", "4,8", "--policy", "lru",
                                   "--metrics", os.path.join(tmp, "m.jsonl")], 2,
                          "--metrics needs exactly one configuration")

@@ -179,8 +179,8 @@ static void test_bad_input(void)
     } cases[] = {
         {"trunc.trc", -3, -1, 0, TIDE_E_FORMAT, "truncated"},
         {"magic.trc", -1, 0, 'X', TIDE_E_FORMAT, "not a TIDE routing trace (bad magic)"},
-        {"version.trc", -1, 8, 4, TIDE_E_FORMAT,
-         "format version 4, this tide reads versions 1 to 3"},
+        {"version.trc", -1, 8, 5, TIDE_E_FORMAT,
+         "format version 5, this tide reads versions 1 to 4"},
         {"header.trc", 20, -1, 0, TIDE_E_FORMAT, "truncated header"},
         {"empty.trc", 0, -1, 0, TIDE_E_FORMAT, "the file is empty"},
     };

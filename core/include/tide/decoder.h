@@ -92,6 +92,10 @@ struct tide_decoder_plan {
     int gen_multiple;     /* gen_length must be a multiple of this (1, or block_length
                              when blocks start right after the prompt) */
     int steps_scope;      /* TIDE_STEPS_PER_BLOCK, _SHARED or _UNUSED */
+    /* --- appended --- */
+    int grows_context; /* 1: the decoder asks host->context_grow before each block after the
+                          first, so in-context examples can enter during generation (DIP,
+                          docs/dip.md); 0: its prompt never changes */
 };
 
 /* One denoising step, as reported after it (step_end). */
@@ -170,6 +174,18 @@ struct tide_decoder_host {
      * same team that runs the forward, so a step's sampling wakes no other
      * threads (dc_sample_rows uses it). */
     void (*parallel)(void *user, int nt_max, void (*fn)(void *ctx, int tid, int nt), void *ctx);
+    /* Context growth (DIP, docs/dip.md), for a decoder whose plan says
+     * grows_context. context_room: the most tokens the prompt may grow by in
+     * this generation (0: it never does); begin() makes room for them. Before
+     * generated block `block` (>= 1) begins, the decoder calls context_grow;
+     * it returns how many tokens to insert (0: none) with *ids (valid until
+     * the next call) and *at, the prompt offset they go before (0 .. the
+     * current prompt length). The decoder inserts them, shifts what follows
+     * (the output so far included: it is final and stays so), recomputes
+     * every cached position whose K/V the insertion changed and nothing
+     * else, then begins the block. NULL: no growth. */
+    int64_t context_room;
+    int64_t (*context_grow)(void *user, int block, const int32_t **ids, int64_t *at);
 };
 
 /* What a generation produced (finish). The engine provides ids with room

@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 /* Raised when fields or functions are appended to this header. */
-#define TIDE_ENGINE_API_VERSION 4
+#define TIDE_ENGINE_API_VERSION 5
 
 struct tide_engine; /* opaque */
 
@@ -291,6 +291,13 @@ struct tide_result {
     int64_t model_forwards; /* forward calls of the model this request took part in: one per
                                round of the engine loop, shared by every request of a batch
                                (forwards counts the request's own passes) */
+    /* --- appended (API version 5): DIP and attention cost (docs/dip.md) --- */
+    int64_t context_tokens;  /* the prompt the model saw at the start: prompt_tokens plus the
+                                in-context examples DIP put up front ([dip]) */
+    int64_t inserted_tokens; /* tokens that joined the prompt during generation (DIP) */
+    int64_t attended;        /* key positions attended, summed over the request's passes (each
+                                span's end: what its attention reads per query row) */
+    int64_t computed;        /* positions computed, summed over the request's passes */
 };
 
 /* Generate from req. Checks the request (parameters, prompt length against

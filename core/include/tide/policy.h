@@ -128,6 +128,11 @@ struct tide_policy_ops {
      * the model's prompt_vector slot or the trace), or vec NULL and dim 0
      * when the model or the trace gives none. vec is valid during the call. */
     void (*prompt_begin)(struct tide_policy *p, uint32_t prompt_len, const float *vec, int dim);
+    /* The prompt grew during generation (DIP, docs/dip.md): `inserted`
+     * tokens joined it, which is now prompt_len long. The forwards that
+     * recompute what the insertion changed (prefill phase) follow, then the
+     * next block begins. */
+    void (*prompt_grow)(struct tide_policy *p, uint32_t prompt_len, uint32_t inserted);
 };
 
 #define TIDE_POLICY_OPS_MIN_SIZE (offsetof(struct tide_policy_ops, plan) + sizeof(void (*)(void)))

@@ -21,7 +21,9 @@
 extern "C" {
 #endif
 
-#define TIDE_TRACE_VERSION     3u /* written: version 3 adds the join and batch records */
+#define TIDE_TRACE_VERSION                                                                         \
+    4u                            /* written: version 3 adds the join and batch records,           \
+                                      version 4 the context record (DIP) */
 #define TIDE_TRACE_VERSION_MIN 1u /* oldest read: version 1 has no prompt-vector records */
 
 /* Phases of a forward, as the dispatcher sees them. */
@@ -77,6 +79,11 @@ struct tide_trace_sink {
     /* The next forward holds the positions of these prompts, in this order
      * (written before its routing records when it holds two or more). */
     int (*batch)(void *user, uint32_t n, const uint32_t *prompt_ids);
+    /* ---- Appended (version 4): context growth (DIP, docs/dip.md). ---- */
+    /* Prompt prompt_id grew by `inserted` tokens at offset `at`, to
+     * prompt_len; the forwards that recompute what it changed follow. */
+    int (*context)(void *user, uint32_t prompt_id, uint32_t at, uint32_t inserted,
+                   uint32_t prompt_len);
 };
 
 /* ---- Reading ---- */
@@ -91,6 +98,8 @@ enum tide_trace_rec {
     TIDE_TREC_PROMPT_VEC = 5, /* version 2: u32 dim, dim f32: the vector of the last prompt */
     TIDE_TREC_JOIN = 6,       /* version 3: u32 prompt_id, u32 prompt_len: joins a running batch */
     TIDE_TREC_BATCH = 7,      /* version 3: u32 n, n u32 prompt ids: the next forward's prompts */
+    TIDE_TREC_CONTEXT = 8,    /* version 4: u32 prompt_id, u32 at, u32 inserted, u32 prompt_len:
+                                 the prompt grew by `inserted` tokens at offset `at` (DIP) */
 };
 
 /* One record. ids points into the reader's buffer, valid until the next call. */
@@ -108,6 +117,8 @@ struct tide_trace_record {
     const float *vec;       /* PROMPT_VEC: [dim], valid until the next call */
     uint32_t n_seq;         /* BATCH: prompts in the forward */
     const uint32_t *seq_id; /* BATCH: [n_seq] their ids, valid until the next call */
+    uint32_t at, inserted;  /* CONTEXT: where and how many tokens joined (prompt_id and
+                               prompt_len, the new length, are set too) */
 };
 
 struct tide_trace_reader;

@@ -37,6 +37,11 @@ TIDE_API int tide_trace_prompt_vector(struct tide_trace_writer *w, const float *
  * they are refused (TIDE_E_UNSUPPORTED, logged). */
 TIDE_API int tide_trace_join(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t prompt_len);
 TIDE_API int tide_trace_batch(struct tide_trace_writer *w, uint32_t n, const uint32_t *prompt_ids);
+/* Version 4 (DIP): prompt prompt_id grew by `inserted` tokens at `at`, to
+ * prompt_len. On a file of an older version (appending) it is refused
+ * (TIDE_E_UNSUPPORTED, logged). */
+TIDE_API int tide_trace_context(struct tide_trace_writer *w, uint32_t prompt_id, uint32_t at,
+                                uint32_t inserted, uint32_t prompt_len);
 /* Block `block` (0 = first generated) starts. */
 TIDE_API int tide_trace_block(struct tide_trace_writer *w, int32_t block, bool first_generated);
 /* Denoising step `step` of the current block starts. */
