@@ -11,7 +11,8 @@ question/answer examples written by the test, 8 shots.
              insertions hold exactly the scheduled examples' tokens.
   lossless   with DIP inserting examples during generation, tokens and
              every logit the decoder saw are bit-identical with no offload
-             and under policy-tide, -lru, -static, -lfu at several budgets;
+             and under policy-tide (also with prefetch), -lru, -static, -lfu
+             at several budgets, and -cost, -hybrid and -warm at one;
              on llada2 and llada21 the KV-cached run equals recompute (the
              cache is refreshed from the block an insertion touched, and
              the results show nothing stale survived), up front and
@@ -34,6 +35,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "offload"))
 
 TOPICS = ["tide", "moon", "river", "ocean", "mountain", "forest", "city", "desert"]
 QUERY = "What is 7 plus 5 at the river?"
@@ -166,6 +168,20 @@ def mode_lossless(binary, tmp):
                 for i in (1, 4):
                     cases.append(["policy.plugin=policy-tide", "policy.budget=%d" % b,
                                   "policy-tide.interval=%d" % i])
+        # The cost-aware policies, with a GPU-like profile of the tiny expert
+        # shape (so they promote and balance), and policy-warm with a library
+        # recorded by a run with DIP.
+        from test_offload import gpu_like_profile
+        prof = gpu_like_profile(tmp)
+        library = os.path.join(tmp, which + "-library.trc")
+        run(binary, cfg, ["policy.budget=-1", "output.trace=" + library])
+        b = budgets[-1] // 2 or 1
+        cases.append(["policy.plugin=policy-tide", "policy.budget=%d" % b,
+                      "policy-tide.prefetch=true"])
+        for pol in ("policy-cost", "policy-hybrid"):
+            cases.append(["policy.plugin=" + pol, "policy.budget=%d" % b, "policy.profile=" + prof])
+        cases.append(["policy.plugin=policy-warm", "policy.budget=%d" % b,
+                      "policy.profile=" + prof, "policy-warm.library=" + library])
         if which != "llada-moe":
             for mode in ("dynamic", "upfront"):
                 base = run(binary, cfg, ["policy.budget=-1", "dip.mode=" + mode])
