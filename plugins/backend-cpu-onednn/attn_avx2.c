@@ -1,5 +1,5 @@
 /* The vector kernels of block-causal GQA attention on AVX2, for CPUs
- * without AVX-512 (where simd.c's path does not run); simd.c's
+ * without AVX-512 (where math_avx512.c's path does not run); math_avx512.c's
  * dnnl_bk_attention_tiled drives them, as it drives the AVX-512 ones. The
  * arithmetic is the plain loop's (ops.c), operation for operation, so the
  * bits are the same:

@@ -63,7 +63,7 @@ struct tide_weight {
 };
 
 /* A block-quantized matrix W[N,K] (tide/quant.h) for y = x W^T, read by
- * quant_kernel.c where it lies: the checkpoint's values and scales (aliased),
+ * quant_avx2.c where it lies: the checkpoint's values and scales (aliased),
  * or the memory of a slot (own). */
 struct dnnl_bk_qmat {
     int fmt;       /* enum tide_qfmt, never NONE */
@@ -111,18 +111,18 @@ struct tide_backend {
     size_t scratch_bytes;
     int n_experts;   /* live experts */
     bool warned_ref; /* logged once that oneDNN picked a reference kernel */
-    bool raw_kernel; /* this CPU runs raw_kernel.c (AVX512-BF16) */
-    /* Every matmul runs on own_kernel.c, not oneDNN (`gemm` option; auto:
+    bool raw_kernel; /* this CPU runs rows_avx512bf16.c (AVX512-BF16) */
+    /* Every matmul runs on rows_avx2.c, not oneDNN (`gemm` option; auto:
      * when oneDNN has no bf16 matmul on this CPU), every matrix in the raw
      * layout. own_avx2: its AVX2 code runs (else its scalar code). */
     bool own;
     bool own_avx2;
-    /* Every matmul and inplace expert runs on amx_kernel.c (`gemm = amx`;
+    /* Every matmul and inplace expert runs on rows_amx.c (`gemm = amx`;
      * auto: where the CPU has AMX-BF16), every matrix in the raw layout. */
     bool amx;
-    bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
+    bool simd;      /* `simd` option: the AVX-512 kernels of math_avx512.c where they run */
     bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
-    int q_isa;      /* enum dnnl_bk_q_isa: quant_kernel.c's code (`simd` off: plain) */
+    int q_isa;      /* enum dnnl_bk_q_isa: quant_avx2.c's code (`simd` off: plain) */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -220,7 +220,7 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
  * expert gets every thread. Either way the row kernel gives the same bits. */
 #define DNNL_BK_RAW_MAX_M 64
 
-/* Software prefetch of raw_kernel.c for the weight rows: distance in bytes
+/* Software prefetch of rows_avx512bf16.c for the weight rows: distance in bytes
  * and hint. Measured with bench/expert-ffn and 1-2 threads: on Zen 4
  * (EPYC 9004) prefetcht2 16 KiB ahead streams 1.7-2x faster than
  * prefetchnta 8 KiB ahead at 2-8 tokens, where NTA left the weight stream
@@ -242,13 +242,13 @@ struct dnnl_bk_raw_seg {
     float *const *y;
 };
 
-/* raw_kernel.c: block number i of the segments when each is cut into
+/* rows_avx512bf16.c: block number i of the segments when each is cut into
  * blocks of `rows` rows (the last of a segment may be shorter): its segment
  * and rows [*r0, *r1). */
 const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
                                                 int64_t rows, int64_t *r0, int64_t *r1);
 
-/* True when this CPU has AVX512-BF16, which raw_kernel.c needs. */
+/* True when this CPU has AVX512-BF16, which rows_avx512bf16.c needs. */
 bool dnnl_bk_raw_available(void);
 
 /* For each segment: y[t][j] = x[t] . w[j] over k, for t < m, in f32 with
@@ -262,30 +262,30 @@ void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_
  * When not, why[why_len] says so. */
 bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len);
 
-/* own_kernel.c: true when this CPU runs its AVX2 code. */
+/* rows_avx2.c: true when this CPU runs its AVX2 code. */
 bool dnnl_bk_own_avx2(void);
 
-/* own_kernel.c: for each segment, y[t][j] = x[t] . w[j] over k for t < m, in
+/* rows_avx2.c: for each segment, y[t][j] = x[t] . w[j] over k for t < m, in
  * f32 with one summation order per output that depends on k alone (the file
  * states it), so a row's result does not depend on m, the threads or avx2.
  * avx2: run the AVX2 code (dnnl_bk_own_avx2() must be true), else plain C.
  * threads <= 1 runs inline on the calling thread. */
-/* own_kernel.c: the bf16 rows x[m] of k values widened to f32 (exact) in
+/* rows_avx2.c: the bf16 rows x[m] of k values widened to f32 (exact) in
  * one malloc'd buffer *buf; returns the row pointers (free both), or NULL
  * when out of memory. Needs AVX2 (dnnl_bk_own_avx2). */
 const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k, float **buf);
 void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, bool avx2);
 
-/* amx_kernel.c: true when this CPU has AMX-BF16 (and AVX512-BF16) and
+/* rows_amx.c: true when this CPU has AMX-BF16 (and AVX512-BF16) and
  * Linux lets this process use the tile state (asked for on the first call). */
 bool dnnl_bk_amx_available(void);
 
-/* amx_kernel.c: bytes of `work` that dnnl_bk_amx_gemm needs for m tokens of
+/* rows_amx.c: bytes of `work` that dnnl_bk_amx_gemm needs for m tokens of
  * k values on `threads` threads. */
 size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads);
 
-/* amx_kernel.c: the same products as dnnl_bk_raw_gemm, on AMX tiles, with
+/* rows_amx.c: the same products as dnnl_bk_raw_gemm, on AMX tiles, with
  * the weight rows read in place: one f32 accumulator per output over the
  * chunks of 32 in increasing order, so a token's result does not depend on
  * m or on its companions. k not a multiple of 32 runs dnnl_bk_raw_gemm.
@@ -293,33 +293,33 @@ size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads);
 void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, void *work);
 
-/* The row kernel of bk for inplace matrices: amx_kernel.c when bk->amx,
- * own_kernel.c when bk->own, else raw_kernel.c (same arguments as
+/* The row kernel of bk for inplace matrices: rows_amx.c when bk->amx,
+ * rows_avx2.c when bk->own, else rows_avx512bf16.c (same arguments as
  * dnnl_bk_raw_gemm); work: dnnl_bk_row_work_bytes(bk, m, k, threads) bytes. */
 size_t dnnl_bk_row_work_bytes(const struct tide_backend *bk, int64_t m, int64_t k, int threads);
 void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
                       const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
                       void *work);
 
-/* quant_kernel.c: one weight matrix of a quantized call, its output rows
+/* quant_avx2.c: one weight matrix of a quantized call, its output rows
  * y[t][0..w->n) for token t. */
 struct dnnl_bk_qseg {
     const struct dnnl_bk_qmat *w;
     float *const *y;
 };
 
-/* quant_kernel.c's code paths, all giving the same bits. */
+/* quant_avx2.c's code paths, all giving the same bits. */
 enum dnnl_bk_q_isa {
     DNNL_BK_Q_PLAIN,  /* plain C */
     DNNL_BK_Q_AVX2,   /* AVX2+FMA+F16C */
     DNNL_BK_Q_AVX512, /* and AVX512F+BW+VL: two weight rows per zmm */
 };
 
-/* quant_kernel.c: the best path this CPU has (DNNL_BK_Q_AVX512 only when
+/* quant_avx2.c: the best path this CPU has (DNNL_BK_Q_AVX512 only when
  * built with DNNL_BK_Q_AVX512_ON, the default). */
 enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void);
 
-/* quant_kernel.c: for each segment, y[t][j] = x[t] . W[j] over k = w->k for
+/* quant_avx2.c: for each segment, y[t][j] = x[t] . W[j] over k = w->k for
  * t < m, with W[j][i] = value * scale rounded once to f32 (exactly
  * tide_qview_row_f32) and the own kernel's summation order (the file states
  * it), so a row's result depends neither on m, the tiling, the threads nor
@@ -328,7 +328,7 @@ enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void);
 void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                     int n_segs, int64_t k, int threads, int isa);
 
-/* simd.c. Start-up check of the vector exp against this process's expf
+/* math_avx512.c. Start-up check of the vector exp against this process's expf
  * (once per process); false, with the reason in why, when the AVX-512 paths
  * cannot run or would differ. */
 bool dnnl_bk_simd_init(char *why, size_t why_len);
@@ -341,15 +341,15 @@ void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
 /* y[i] = tide_f32_to_bf16(x[i]). */
 void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
 /* One row of rmsnorm over groups of `group` columns (x, y f32 or bf16; y may
- * alias x), in the order simd.c states, the same bits with simd on or off. */
+ * alias x), in the order math_avx512.c states, the same bits with simd on or off. */
 void dnnl_bk_rmsnorm_row(bool simd, const void *x, bool xb, void *y, bool yb, const float *w,
                          int64_t cols, int group, float eps);
 /* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
 int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
-/* The vector steps of the tiled attention (simd.c's driver): scores
+/* The vector steps of the tiled attention (math_avx512.c's driver): scores
  * p[h][j] = scale * (q_h . k_j) for up to DNNL_BK_ATT_HEADS heads of a GQA
  * group over the transposed keys kt [hd][ldk]; mix o = sum_j (p[j] / sum) v_j
- * in key order. vec_math: exp and the bf16 rounding on simd.c's AVX-512 path
+ * in key order. vec_math: exp and the bf16 rounding on math_avx512.c's AVX-512 path
  * (else the plain loops). Each must give the plain loop's bits. */
 #define DNNL_BK_ATT_HEADS 4
 struct dnnl_bk_att_kernels {

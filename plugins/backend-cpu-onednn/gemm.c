@@ -386,8 +386,8 @@ static void silu_rows(void *c, int64_t r0, int64_t r1)
     }
 }
 
-/* expert_ffn of an inplace expert on the row kernel (amx_kernel.c,
- * raw_kernel.c or own_kernel.c), or of a quantized expert on quant_kernel.c
+/* expert_ffn of an inplace expert on the row kernel (rows_amx.c,
+ * rows_avx512bf16.c or rows_avx2.c), or of a quantized expert on quant_avx2.c
  * (any m): no gather, no padding, results written straight to out. `scratch` holds
  * dnnl_bk_ffn_raw_bytes(bk, m, H, I, threads); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
@@ -603,7 +603,7 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
     for (int j = 0; j < n_experts && !rc; j++) {
         const struct tide_expert *e = experts[j];
         const int64_t m = offsets[j + 1] - offsets[j];
-        /* Quantized experts always run on quant_kernel.c, on any CPU. */
+        /* Quantized experts always run on quant_avx2.c, on any CPU. */
         const bool row = e->qfmt != TIDE_QFMT_NONE ? T > 1 : spread && e->layout == DNNL_BK_RAW;
         if (!m)
             continue;

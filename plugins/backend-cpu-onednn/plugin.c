@@ -1,8 +1,8 @@
 /* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
  * memory and weights. Experts and slots live in experts.c, the matmuls and
- * the expert FFN in gemm.c (oneDNN), amx_kernel.c (AMX-BF16) and
- * raw_kernel.c (AVX512-BF16), the other ops in ops.c (OpenMP loops);
- * block-quantized experts run on quant_kernel.c.
+ * the expert FFN in gemm.c (oneDNN), rows_amx.c (AMX-BF16) and
+ * rows_avx512bf16.c (AVX512-BF16), the other ops in ops.c (OpenMP loops);
+ * block-quantized experts run on quant_avx2.c.
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -19,7 +19,7 @@
 
 /* `expert_layout`, for routed experts (expert_create and slots):
  *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
- *    by amx_kernel.c, raw_kernel.c or own_kernel.c (the row kernel of `gemm`)
+ *    by rows_amx.c, rows_avx512bf16.c or rows_avx2.c (the row kernel of `gemm`)
  *    at every token count, one summation order whatever the count (batch
  *    invariance); oneDNN on the raw layout
  *    (tag ba) only where neither kernel runs. No extra memory, nothing to do
@@ -29,8 +29,8 @@
  *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
  *    186 GiB for flash), ~3 ms of packing per expert on first use, and a
  *    promotion into a slot is a reorder rather than a copy.
- *  - auto (default): inplace when this CPU has AVX512-BF16 (raw_kernel.c, or
- *    amx_kernel.c where it also has AMX-BF16), else packed: without that
+ *  - auto (default): inplace when this CPU has AVX512-BF16 (rows_avx512bf16.c, or
+ *    rows_amx.c where it also has AMX-BF16), else packed: without that
  *    kernel oneDNN reads the raw layout at about half the speed of the packed
  *    one.
  * bench-expert-ffn (H=2048, I=512, 64 experts = 384 MiB cycled from DRAM, 2
@@ -50,9 +50,9 @@
  * and start-up decide: the default is inplace wherever its kernel runs.
  * Block-quantized experts (q8_0, q4_0, fp8: tide/quant.h) ignore this option:
  * they always keep their own compressed layout, the checkpoint's values and
- * scales in place (or a slot's copy of them), read by quant_kernel.c; oneDNN
- * 2.6 has no matmul for them (quant_kernel.c says why). The `simd` option
- * also switches quant_kernel.c between its vector code (AVX-512 where the CPU
+ * scales in place (or a slot's copy of them), read by quant_avx2.c; oneDNN
+ * 2.6 has no matmul for them (quant_avx2.c says why). The `simd` option
+ * also switches quant_avx2.c between its vector code (AVX-512 where the CPU
  * has it, else AVX2; `quant` in the description) and its plain C twin (same
  * bits). (The one-line helps below feed docs/config.md, which a test
  * compares with `tide config doc`; they are left as they were.) */
@@ -66,9 +66,9 @@ static const struct tide_option dnnl_bk_options[] = {
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
     {"gemm", TIDE_OPT_ENUM, "auto",
-     "matmul kernels: amx = amx_kernel.c for every matmul and inplace expert (AMX-BF16 tiles, "
+     "matmul kernels: amx = rows_amx.c for every matmul and inplace expert (AMX-BF16 tiles, "
      "the checkpoint's rows read in place, no packed copies); onednn = oneDNN's bf16 matmuls "
-     "(and raw_kernel.c for inplace experts); own = own_kernel.c for every matmul (AVX2 or "
+     "(and rows_avx512bf16.c for inplace experts); own = rows_avx2.c for every matmul (AVX2 or "
      "plain C); each keeps one summation order per output whatever the row count; auto = amx "
      "where the CPU has AMX-BF16, else onednn where it has a bf16 matmul (AVX512), else own",
      "auto|amx|onednn|own", NULL},
@@ -216,7 +216,7 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
      * another number of rows (test_backend_ops on a Xeon with AMX: matmuls of
      * N = K = 4096 at 1-40 rows, N = 96, K = 200 at 1-512, packed experts),
      * so oneDNN dispatches to AVX512-BF16 at most, whose brgemm does not
-     * (batch invariance); AMX runs in amx_kernel.c. The cap is process-wide
+     * (batch invariance); AMX runs in rows_amx.c. The cap is process-wide
      * and must come before oneDNN's first use; a later instance finds it set.
      * A cap the user set (ONEDNN_MAX_CPU_ISA, e.g. AVX2 for a comparison) is
      * left as it is, unless it lets AMX in. */

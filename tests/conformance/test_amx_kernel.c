@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's AMX bf16 kernel (amx_kernel.c): batch invariance and
+/* backend-cpu-onednn's AMX bf16 kernel (rows_amx.c): batch invariance and
  * fidelity, for every token count, row count, row length and thread count.
  *
  *  - each token computed alone gives the bits it gets in the batch, and two
@@ -14,7 +14,7 @@
  * AMX (2026-12) neither that, nor pairs first, nor the exact sum of a chunk
  * rounded once matched more than half of the outputs. So the test pins the
  * invariances and the bound, not the bits of a plain restatement. Rows of k
- * not a multiple of 32 run raw_kernel.c, whose own test checks its order.
+ * not a multiple of 32 run rows_avx512bf16.c, whose own test checks its order.
  *
  * Exit 77 when the CPU lacks AMX-BF16 or Linux refuses the tile state. */
 #include <math.h>

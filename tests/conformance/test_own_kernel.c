@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's own bf16 kernel (own_kernel.c, the matmuls of every
+/* backend-cpu-onednn's own bf16 kernel (rows_avx2.c, the matmuls of every
  * CPU where oneDNN has no bf16 matmul) gives exactly the bits its summation
  * order promises, for every row count, weight-row count, row length, thread
  * count, and in both its AVX2 and plain C code.

@@ -4,7 +4,7 @@
  *  - expert_ffn is compared with a reference in double on the rows
  *    tide_qview_row_f32 gives (h rounded to bf16 as the contract says),
  *    within 1e-3 of the largest output;
- *  - and bit for bit with the kernel's stated order (quant_kernel.c: the own
+ *  - and bit for bit with the kernel's stated order (quant_avx2.c: the own
  *    kernel's 8-lane fused multiply-add order on W = value * scale in f32),
  *    written out plainly here;
  *  - the AVX2 code (simd = true) and the plain code (simd = false) give
@@ -12,7 +12,7 @@
  *  - batch invariance: a row computed alone, in a call of 37 (and 300) rows,
  *    and through expert_ffn_batch among other experts gives identical bits;
  *  - slot_create_q + slot_load give the bits of expert_create;
- *  - the kernel itself (quant_kernel.c, compiled into this test): every code
+ *  - the kernel itself (quant_avx2.c, compiled into this test): every code
  *    path the CPU has (plain C, AVX2, AVX-512) against the stated order bit
  *    for bit, at 1..12, 16, 31 and 64 tokens, several K and N, all formats,
  *    fp8 with NaN codes (the same outputs NaN, every other output the same

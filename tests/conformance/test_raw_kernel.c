@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's raw bf16 kernel (raw_kernel.c) gives exactly the bits
+/* backend-cpu-onednn's raw bf16 kernel (rows_avx512bf16.c) gives exactly the bits
  * its summation order promises, for every token count, row count, row length
  * and thread count.
  *

@@ -1,5 +1,5 @@
-/* backend-cpu-onednn's rmsnorm row (simd.c): the AVX-512 path gives the bits
- * of the plain path, which sums in the order simd.c states, and both stay
+/* backend-cpu-onednn's rmsnorm row (math_avx512.c): the AVX-512 path gives the bits
+ * of the plain path, which sums in the order math_avx512.c states, and both stay
  * within f32 rounding of a double reference. Covers f32 and bf16 input and
  * output, groups that are and are not multiples of the vector width, several
  * groups per row, and y aliasing x. On a CPU without AVX-512 only the plain
@@ -13,7 +13,7 @@
 
 static int failures;
 
-/* simd.c's attention (not exercised here) takes scratch from the plugin
+/* math_avx512.c's attention (not exercised here) takes scratch from the plugin
  * (plugin.c, not linked into this test): refuse it. */
 int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes)
 {

@@ -21,7 +21,7 @@
  *     same real number and rounds the same. The NaN codes 0x7f and 0xff
  *     decode to NaN, as in the reference: the AVX2 and AVX-512 code
  *     recompute a tile whose values hold one with the plain code.
- *   - y[t][j] = x[t] . W[j] in f32 in own_kernel.c's order: lane l (0..7)
+ *   - y[t][j] = x[t] . W[j] in f32 in rows_avx2.c's order: lane l (0..7)
  *     sums x[i] W[j][i] for i = l, l + 8, l + 16, ... < K, one fused
  *     multiply-add per i, i ascending; then the lanes are added as
  *     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). K is a multiple of

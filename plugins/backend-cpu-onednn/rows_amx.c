@@ -19,7 +19,7 @@
  * the other rows or tokens of the tile, so a token's result does not depend
  * on how many tokens share the call or where it sits among them (batch
  * invariance, tests/conformance/test_amx_kernel.c). Rows whose length is not
- * a multiple of 32 run on raw_kernel.c instead (AVX512-BF16, which every AMX
+ * a multiple of 32 run on rows_avx512bf16.c instead (AVX512-BF16, which every AMX
  * CPU has): a choice made by k alone.
  *
  * Threads take blocks of 32 rows; each thread walks its rows a tile of 16
