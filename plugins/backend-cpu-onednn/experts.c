@@ -171,7 +171,7 @@ static int dnnl_bk_expert_new(struct tide_backend *bk, int64_t hidden, int64_t i
         return TIDE_E_NOMEM;
     e->hidden = hidden;
     e->inter = inter;
-    e->layout = bk->expert_layout;
+    e->layout = bk->kern.expert_layout;
     bk->n_experts++;
     int rc;
     if (e->layout == DNNL_BK_PACKED) {

@@ -39,13 +39,6 @@
 #define RK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define RK_INLINE static inline __attribute__((always_inline)) RK_TARGET
 
-bool dnnl_bk_raw_available(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512bf16");
-}
-
 /* Lane i of the result is the sum of the 16 lanes of v[i]: pairs of vectors
  * are interleaved and added, halving their count at each step, so 16 sums cost
  * 45 instructions instead of 16 separate reductions. */
@@ -414,17 +407,6 @@ static void rk_block(const uint16_t *const *x, int64_t m, int64_t k,
     }
 }
 
-const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
-                                                int64_t rows, int64_t *r0, int64_t *r1)
-{
-    int j = 0;
-    while (i >= (segs[j].n + rows - 1) / rows)
-        i -= (segs[j++].n + rows - 1) / rows;
-    *r0 = i * rows;
-    *r1 = *r0 + rows < segs[j].n ? *r0 + rows : segs[j].n;
-    return &segs[j];
-}
-
 /* Block number i of the segments: its segment and rows [*r0, *r1). */
 static const struct dnnl_bk_raw_seg *rk_block_at(const struct dnnl_bk_raw_seg *segs, int64_t i,
                                                  int64_t *r0, int64_t *r1)
@@ -460,9 +442,11 @@ static void rk_job_pairs(void *c, int64_t i0, int64_t i1)
         rk_pair_at(j->x, j->m, j->segs, j->k, j->blocks, i);
 }
 
-void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads)
+void dnnl_bk_rows_avx512bf16(const uint16_t *const *x, int64_t m,
+                             const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
+                             void *work)
 {
+    (void)work;
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + DNNL_BK_RAW_RB - 1) / DNNL_BK_RAW_RB;
