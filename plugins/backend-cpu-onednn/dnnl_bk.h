@@ -170,12 +170,10 @@ void dnnl_bk_par_for(int nt, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_
 void dnnl_bk_pool_hot(bool on);
 
 /* Memory for a weight the backend keeps its own copy of (a packed matrix):
- * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge pages,
- * as the weights of a file mapping get where the page cache allows (on 4 KiB
- * pages the attention, dense and output phases took 3-9% longer:
- * docs/cpu-performance.md, session 10).
- * Released with free(); NULL when out of memory. Building with
- * -DDNNL_BK_HUGE_WEIGHTS=0 keeps them on 64-byte boundaries, for comparison. */
+ * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge
+ * pages, which stream faster (docs/cpu-performance.md). Released with
+ * free(); NULL when out of memory. -DDNNL_BK_HUGE_WEIGHTS=0 keeps them on
+ * 64-byte boundaries, for comparison. */
 #ifndef DNNL_BK_HUGE_WEIGHTS
 #define DNNL_BK_HUGE_WEIGHTS 1
 #endif
@@ -211,13 +209,9 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
  * expert gets every thread. Either way the row kernel gives the same bits. */
 #define DNNL_BK_RAW_MAX_M 64
 
-/* Software prefetch of rows_avx512bf16.c for the weight rows: distance in bytes
- * and hint. Measured with bench/expert-ffn and 1-2 threads: on Zen 4
- * (EPYC 9004) prefetcht2 16 KiB ahead streams 1.7-2x faster than
- * prefetchnta 8 KiB ahead at 2-8 tokens, where NTA left the weight stream
- * and the arithmetic serialised (docs/cpu-performance.md, session 5); an
- * earlier measurement on Zen 5 had NTA ahead of t0/t1/t2 at 4-8 tokens.
- * Overridable at build time (-D...) for such measurements. */
+/* Software prefetch of the row kernels for the weight rows: distance in
+ * bytes and hint (prefetcht2 16 KiB ahead measured fastest on Zen 4 and 5:
+ * docs/cpu-performance.md). Overridable at build time (-D...). */
 #ifndef DNNL_BK_RAW_PF_BYTES
 #define DNNL_BK_RAW_PF_BYTES 16384
 #endif

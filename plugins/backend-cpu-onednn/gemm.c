@@ -141,14 +141,10 @@ int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void 
     return rc;
 }
 
-/* The M of a big matrix's (the output layer's) primitive for m rows. Such a
- * matrix is compute-bound from ~16 rows on, where padded rows would cost as
- * much as real ones: one primitive per exact row count, except at 1 and 2
- * rows, where oneDNN 2.6's brgemm blocking streams the weights slower than
- * at 4 (AVX512-BF16 Zen 4, bench-onednn-matmul, docs/cpu-performance.md
- * session 9: 1 row 20.5 ms, 2 rows 24.5, 4 rows 19.1). A row's result does not depend
- * on M (checked for oneDNN's brgemm by test_batch_invariance), so padding
- * is lossless. */
+/* The M of a big matrix's (the output layer's) primitive for m rows: exact
+ * from 3 rows on, where it is compute-bound; 4 at 1-2 rows, where oneDNN
+ * 2.6's brgemm streams the weights slower than at 4 (docs/cpu-performance.md).
+ * A row's result does not depend on M (test_batch_invariance). */
 int64_t dnnl_bk_exact_m(int64_t m)
 {
     return m >= 1 && m <= 2 ? 4 : m;

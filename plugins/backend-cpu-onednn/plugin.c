@@ -1,8 +1,7 @@
 /* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
- * memory and weights. Experts and slots live in experts.c, the matmuls and
- * the expert FFN in gemm.c (oneDNN), rows_amx.c (AMX-BF16) and
- * rows_avx512bf16.c (AVX512-BF16), the other ops in ops.c (OpenMP loops);
- * block-quantized experts run on quant_avx2.c.
+ * memory and weights. The kernel table (kernels.c) says which file computes
+ * what; experts and slots live in experts.c, the matmul and expert FFN ops
+ * in gemm.c, the other ops in ops.c.
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -17,45 +16,12 @@
 #include "tide/option.h"
 #include "tide/plugin.h"
 
-/* `expert_layout`, for routed experts (expert_create and slots):
- *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
- *    by rows_amx.c, rows_avx512bf16.c or rows_avx2.c (the row kernel of `gemm`)
- *    at every token count, one summation order whatever the count (batch
- *    invariance); oneDNN on the raw layout
- *    (tag ba) only where neither kernel runs. No extra memory, nothing to do
- *    at load, and a promotion into a slot is a copy.
- *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
- *    reordered into oneDNN's blocked layout (BA16a64b2a). A second host copy of
- *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
- *    186 GiB for flash), ~3 ms of packing per expert on first use, and a
- *    promotion into a slot is a reorder rather than a copy.
- *  - auto (default): inplace when this CPU has AVX512-BF16 (rows_avx512bf16.c, or
- *    rows_amx.c where it also has AMX-BF16), else packed: without that
- *    kernel oneDNN reads the raw layout at about half the speed of the packed
- *    one.
- * bench-expert-ffn (H=2048, I=512, 64 experts = 384 MiB cycled from DRAM, 2
- * threads, AMD EPYC Zen 5 VM shared with other jobs; layouts interleaved), us
- * per expert, inplace / packed, and the ratio to the STREAM triad measured
- * just before (two quiet runs: triad 48 GB/s, then 74 GB/s):
- *     1 token  132 / 129 (1.01 / 1.03)    98 /  91 (0.88 / 0.93)
- *     4 tokens 161 / 137 (0.81 / 0.95)   150 / 115 (0.56 / 0.74)
- *     8 tokens 167 / 158 (0.78 / 0.83)   144 / 148 (0.59 / 0.57)
- *    32 tokens 356 / 321                 377 / 350
- *    64 tokens 643 / 544                 683 / 600
- * Packed is faster by 0-30% (least at the 1-2 tokens most host experts get:
- * a 32-token block routes ~1.6 tokens to each of ~160 distinct experts per
- * layer), and costs a second copy of every expert, ~2.7-3.3 ms of packing
- * each on first use (~15 s over LLaDA2.0-mini's 4864 experts, stalling the
- * first steps) and 1.4-1.6 ms per slot promotion instead of 0.23 ms. Memory
- * and start-up decide: the default is inplace wherever its kernel runs.
- * Block-quantized experts (q8_0, q4_0, fp8: tide/quant.h) ignore this option:
- * they always keep their own compressed layout, the checkpoint's values and
- * scales in place (or a slot's copy of them), read by quant_avx2.c; oneDNN
- * 2.6 has no matmul for them (quant_avx2.c says why). The `simd` option
- * also switches quant_avx2.c between its vector code (AVX-512 where the CPU
- * has it, else AVX2; `quant` in the description) and its plain C twin (same
- * bits). (The one-line helps below feed docs/config.md, which a test
- * compares with `tide config doc`; they are left as they were.) */
+/* The options choose among the kernels the CPU runs (kernels.c): `gemm` the
+ * matmul and expert entries, `expert_layout` where bf16 experts live
+ * (inplace: the checkpoint's rows, no copy; packed: a oneDNN-blocked copy,
+ * slightly faster, twice the memory), `simd` vector entries or their plain
+ * C twins. docs/cpu-performance.md has the measurements behind the
+ * defaults; the helps feed docs/config.md (tools/update-config-doc.sh). */
 static const struct tide_option dnnl_bk_options[] = {
     {"threads", TIDE_OPT_INT, "0",
      "threads for oneDNN and the other ops (OpenMP); 0 = every core this process may use", NULL,

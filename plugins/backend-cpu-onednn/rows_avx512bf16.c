@@ -175,9 +175,8 @@ RK_INLINE void rk_rows(const int mt, const int nr, const uint16_t *const *x, con
  * rows wb[0..nr) into cb.. of yb, each output summed exactly as rk_tile sums
  * it (one accumulator, chunks in order, the masked tail last, rk_hsum16).
  * The two groups lie far apart, so a core reads two streams from DRAM at
- * once: with the memory slow (high latency), one stream is limited by the
- * cache misses a core keeps in flight (one thread read 12.8 GB/s from one
- * stream and 24.9 from two, session 10 of docs/cpu-performance.md).
+ * once: one stream is limited by the misses a core keeps in flight (two
+ * nearly doubled one thread's bandwidth: docs/cpu-performance.md).
  * mt * nr <= 8. */
 RK_INLINE void rk_tile2(const int mt, const int nr, const uint16_t *const *x, const uint16_t *wa,
                         const uint16_t *wb, int64_t k, float *const *ya, int64_t ca,
@@ -374,12 +373,9 @@ static void rk_span(const uint16_t *const *x, int mt, const struct dnnl_bk_raw_s
         one(x + t0, s->w + r * k, k, s->y + t0, r);
 }
 
-/* Tokens up to which rows of K >= RK_ROWS_MIN_K run in pairs (rk_rows2).
- * One thread, us per expert (H 2048, I 512), against one stream: 1 token
- * 271-280 against 309-328, 2 tokens 274-295 against 282-296, but 4 tokens
- * 290-300 against 232-291, so 3-4 tokens walk one stream; the tiles of
- * shorter rows (down) pair at every count (8 tokens: 341-347 against
- * 379-402). Session 10 of docs/cpu-performance.md. */
+/* Tokens up to which rows of K >= RK_ROWS_MIN_K run in pairs (rk_rows2):
+ * two streams win at 1-2 tokens and lose at 3-4; the tiles of shorter rows
+ * (down) pair at every count (docs/cpu-performance.md). */
 #ifndef RK_ROWS2_MAX_MT
 #define RK_ROWS2_MAX_MT 2
 #endif
