@@ -540,23 +540,25 @@ bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len)
  * --verbose plugins`) it logs the kernel table of the default options. */
 static int dnnl_bk_probe(char *why, size_t why_len)
 {
-    if (dnnl_bk_cap_isa()) {
-        snprintf(why, why_len, "oneDNN dispatches to AMX, whose matmuls are not batch invariant");
-        return TIDE_E_UNSUPPORTED;
-    }
+    /* The cap first (create's), unless the user set one: create judges that. */
+    const bool user_isa = getenv("ONEDNN_MAX_CPU_ISA") || getenv("DNNL_MAX_CPU_ISA");
+    const bool capped = !user_isa && dnnl_bk_cap_isa() == TIDE_OK;
     dnnl_engine_t eng = NULL;
     dnnl_status_t st = dnnl_engine_create(&eng, dnnl_cpu, 0);
     if (st != dnnl_success) {
         snprintf(why, why_len, "oneDNN cannot create a CPU engine: %s", dnnl_status2str(st));
         return TIDE_E_DEVICE;
     }
-    char exp_why[160], bf16_why[128], table[256];
-    const unsigned flags = dnnl_bk_flags(eng, exp_why, sizeof exp_why, bf16_why, sizeof bf16_why);
+    if (capped) {
+        char exp_why[160], bf16_why[128], table[256];
+        const unsigned flags =
+            dnnl_bk_flags(eng, exp_why, sizeof exp_why, bf16_why, sizeof bf16_why);
+        struct dnnl_bk_kernels k;
+        dnnl_bk_kernels_init(&k, flags, &(struct dnnl_bk_choice){.simd = true});
+        tide_debug(DNNL_BK_NAME ": kernels (default options): %s",
+                   dnnl_bk_kernels_str(&k, table, sizeof table));
+    }
     dnnl_engine_destroy(eng);
-    struct dnnl_bk_kernels k;
-    dnnl_bk_kernels_init(&k, flags, &(struct dnnl_bk_choice){.simd = true});
-    tide_debug(DNNL_BK_NAME ": kernels (default options): %s",
-               dnnl_bk_kernels_str(&k, table, sizeof table));
     return TIDE_OK;
 }
 
