@@ -283,6 +283,48 @@ static double bf_roof_fwd(const struct bf_run *r, int ph, double triad, double b
 /* One line of the table: wall time and its roofline, CPU time and its.
  * sums[0] and sums[1] add the two rooflines per forward, sums[2] the
  * aggregate one (the forwards' bytes and FLOPs summed first). */
+/* The kernel-table entries (backend-cpu-onednn's "kernels: key=name ..."
+ * in desc) that compute a phase, as "key=name ..." in out; "-" when the
+ * backend names none. The probabilities are the decoder's, on the host. */
+static const char *bf_kernels(const char *desc, const char *phase, char *out, size_t len)
+{
+    static const struct {
+        const char *phase, *keys;
+    } map[] = {
+        {"attention", "matmul attn rmsnorm"},
+        {"dense ffn", "matmul silu"},
+        {"shared expert", "matmul silu"},
+        {"routed experts", "expert batch q8_0 q4_0 fp8 silu"},
+        {"output layer", "matmul"},
+        {"other", "rmsnorm"},
+        {"probabilities", ""},
+    };
+    const char *table = desc ? strstr(desc, "kernels: ") : NULL;
+    snprintf(out, len, "%s", !strcmp(phase, "probabilities") ? "decoder (host)" : "-");
+    if (!table)
+        return out;
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        if (strcmp(map[i].phase, phase))
+            continue;
+        char keys[64];
+        snprintf(keys, sizeof keys, "%s", map[i].keys);
+        for (char *save = NULL, *k = strtok_r(keys, " ", &save); k;
+             k = strtok_r(NULL, " ", &save)) {
+            char pat[24];
+            snprintf(pat, sizeof pat, " %s=", k);
+            const char *e = strstr(table + 8, pat);
+            if (!e)
+                continue;
+            e++;
+            const size_t n = strcspn(e, " ;,");
+            const int w = snprintf(out + at, len - at, "%s%.*s", at ? " " : "", (int)n, e);
+            at += w > 0 && (size_t)w < len - at ? (size_t)w : 0;
+        }
+    }
+    return out;
+}
+
 static void bf_line(const struct bf_run *r, int ph, const char *name, double ms, double cpu_ms,
                     double gb, double gf, double gf32, const struct bf_limits *lim, double sums[3])
 {
@@ -299,8 +341,11 @@ static void bf_line(const struct bf_run *r, int ph, const char *name, double ms,
         return;
     }
     const char *bound = n_mem == r->forwards ? "memory" : n_mem ? "mixed" : "compute";
-    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f\n", name, ms, gb, gf + gf32,
-           roof, bound, roof / ms, cpu_ms, roof_c, roof_c / cpu_ms);
+    const char *desc = r->e->dev.ops->describe ? r->e->dev.ops->describe(r->e->dev.bk) : NULL;
+    char kern[160];
+    printf("%-16s %8.2f %8.3f %9.2f %8.2f %8s %8.2f | %8.2f %8.2f %8.2f | %s\n", name, ms, gb,
+           gf + gf32, roof, bound, roof / ms, cpu_ms, roof_c, roof_c / cpu_ms,
+           bf_kernels(desc, name, kern, sizeof kern));
 }
 
 static void bf_report(const struct bf_run *r, const struct tide_phase_stats *ph, int n_ph,
@@ -308,8 +353,9 @@ static void bf_report(const struct bf_run *r, const struct tide_phase_stats *ph,
 {
     const double nf = (double)r->forwards;
     double sum_s = 0, sums[3] = {0}, bytes = 0, flops = 0;
-    printf("\n%-16s %8s %8s %9s %8s %8s %8s | %8s %8s %8s\n", "phase", "ms/fwd", "GB/fwd",
-           "GFLOP/fwd", "roof ms", "bound", "achieved", "cpu ms", "roof ms", "achieved");
+    printf("\n%-16s %8s %8s %9s %8s %8s %8s | %8s %8s %8s | %s\n", "phase", "ms/fwd", "GB/fwd",
+           "GFLOP/fwd", "roof ms", "bound", "achieved", "cpu ms", "roof ms", "achieved",
+           "kernels (the backend's table)");
     for (int i = 0; i < n_ph && i < r->n_ph; i++) {
         const double gb = (double)ph[i].bytes / nf / 1e9, gf = (double)ph[i].flops / nf / 1e9;
         const double gf32 = (double)ph[i].flops_f32 / nf / 1e9;

@@ -1,8 +1,7 @@
-/* The vector kernels of block-causal GQA attention on AVX2, for CPUs
- * without AVX-512 (where simd.c's path does not run); simd.c's
- * dnnl_bk_attention_tiled drives them, as it drives the AVX-512 ones. The
- * arithmetic is the plain loop's (ops.c), operation for operation, so the
- * bits are the same:
+/* The AVX2 entry of attention (attn = avx2), for CPUs without the AVX-512
+ * one; attn_c.c's dnnl_bk_attention_tiled drives its kernels, as it drives
+ * math_avx512.c's. The arithmetic is the plain loop's (attn_c.c), operation
+ * for operation, so the bits are the same:
  *  - scores: K is transposed per call into kt[kv head][dim][key], so one vector holds the partial
  * dot products of 8 keys, each lane summing q[d] * k[d] in the order d = 0, 1, ... with a separate
  * multiply and add, as the scalar loop does; then times scale;
@@ -20,12 +19,6 @@
 #define A2_TARGET __attribute__((target("avx2")))
 
 #define A2_HEADS DNNL_BK_ATT_HEADS
-
-bool dnnl_bk_avx2_available(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-}
 
 /* p[h][j] = scale * (q_h . k_j) for j in [0, len); kt is [hd][ldk] for this
  * KV head (ldk a multiple of 8, zero-padded). */
@@ -86,6 +79,9 @@ A2_TARGET static void a2_mix(const float *p, float sum, int64_t len, const float
 
 int dnnl_bk_attention_avx2(struct tide_backend *bk, const struct tide_attn_args *a)
 {
-    static const struct dnnl_bk_att_kernels k = {a2_scores, a2_mix, false};
+    static const struct dnnl_bk_att_kernels k = {a2_scores, a2_mix, dnnl_bk_exp_sub_c,
+                                                 dnnl_bk_to_bf16_c};
+    if (a->head_dim % 8)
+        return dnnl_bk_attention_c(bk, a);
     return dnnl_bk_attention_tiled(bk, a, &k);
 }

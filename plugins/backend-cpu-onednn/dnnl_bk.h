@@ -63,7 +63,7 @@ struct tide_weight {
 };
 
 /* A block-quantized matrix W[N,K] (tide/quant.h) for y = x W^T, read by
- * quant_kernel.c where it lies: the checkpoint's values and scales (aliased),
+ * quant_avx2.c where it lies: the checkpoint's values and scales (aliased),
  * or the memory of a slot (own). */
 struct dnnl_bk_qmat {
     int fmt;       /* enum tide_qfmt, never NONE */
@@ -99,30 +99,21 @@ struct dnnl_bk_prim {
     dnnl_memory_t src, wei, dst; /* handles set per call */
 };
 
+/* The kernel table: which code computes each op on this instance. */
+#include "dnnl_bk_kernels.h"
+
 struct tide_backend {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     enum tide_backend_role role;
-    int threads;                       /* OpenMP threads for oneDNN and our loops */
-    enum dnnl_bk_layout expert_layout; /* layout for expert_create */
-    struct dnnl_bk_prim *prims;        /* [n_prims] primitive cache */
+    int threads;                 /* OpenMP threads for oneDNN and our loops */
+    struct dnnl_bk_kernels kern; /* filled once at create (kernels.c) */
+    struct dnnl_bk_prim *prims;  /* [n_prims] primitive cache */
     int n_prims, cap_prims;
     void *scratch; /* staging for padded matmuls and expert_ffn, 64-byte aligned */
     size_t scratch_bytes;
     int n_experts;   /* live experts */
     bool warned_ref; /* logged once that oneDNN picked a reference kernel */
-    bool raw_kernel; /* this CPU runs raw_kernel.c (AVX512-BF16) */
-    /* Every matmul runs on own_kernel.c, not oneDNN (`gemm` option; auto:
-     * when oneDNN has no bf16 matmul on this CPU), every matrix in the raw
-     * layout. own_avx2: its AVX2 code runs (else its scalar code). */
-    bool own;
-    bool own_avx2;
-    /* Every matmul and inplace expert runs on amx_kernel.c (`gemm = amx`;
-     * auto: where the CPU has AMX-BF16), every matrix in the raw layout. */
-    bool amx;
-    bool simd;      /* `simd` option: the AVX-512 kernels of simd.c where they run */
-    bool simd_avx2; /* `simd` on, no AVX-512 path, AVX2 here: attn_avx2.c runs */
-    int q_isa;      /* enum dnnl_bk_q_isa: quant_kernel.c's code (`simd` off: plain) */
     /* RoPE angles, cached: rope_cs[(pos * half + j) * 2 + {0,1}] = cos, sin of
      * pos * theta^(-2j/rot_dim), for pos < rope_pos. */
     float *rope_cs;
@@ -131,7 +122,7 @@ struct tide_backend {
     int rope_rot;
     double copy_seconds;   /* slot_load, cumulative */
     double expert_seconds; /* expert_ffn, cumulative */
-    char desc[192];
+    char desc[384];        /* describe(): options resolved and the kernel table */
 };
 
 /* Reads struct tide_buffer and struct tide_weight: included once they are defined. */
@@ -179,12 +170,10 @@ void dnnl_bk_par_for(int nt, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_
 void dnnl_bk_pool_hot(bool on);
 
 /* Memory for a weight the backend keeps its own copy of (a packed matrix):
- * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge pages,
- * as the weights of a file mapping get where the page cache allows (on 4 KiB
- * pages the attention, dense and output phases took 3-9% longer:
- * docs/cpu-performance.md, session 10).
- * Released with free(); NULL when out of memory. Building with
- * -DDNNL_BK_HUGE_WEIGHTS=0 keeps them on 64-byte boundaries, for comparison. */
+ * from 2 MiB on, on 2 MiB boundaries and advised into transparent huge
+ * pages, which stream faster (docs/cpu-performance.md). Released with
+ * free(); NULL when out of memory. -DDNNL_BK_HUGE_WEIGHTS=0 keeps them on
+ * 64-byte boundaries, for comparison. */
 #ifndef DNNL_BK_HUGE_WEIGHTS
 #define DNNL_BK_HUGE_WEIGHTS 1
 #endif
@@ -220,13 +209,9 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
  * expert gets every thread. Either way the row kernel gives the same bits. */
 #define DNNL_BK_RAW_MAX_M 64
 
-/* Software prefetch of raw_kernel.c for the weight rows: distance in bytes
- * and hint. Measured with bench/expert-ffn and 1-2 threads: on Zen 4
- * (EPYC 9004) prefetcht2 16 KiB ahead streams 1.7-2x faster than
- * prefetchnta 8 KiB ahead at 2-8 tokens, where NTA left the weight stream
- * and the arithmetic serialised (docs/cpu-performance.md, session 5); an
- * earlier measurement on Zen 5 had NTA ahead of t0/t1/t2 at 4-8 tokens.
- * Overridable at build time (-D...) for such measurements. */
+/* Software prefetch of the row kernels for the weight rows: distance in
+ * bytes and hint (prefetcht2 16 KiB ahead measured fastest on Zen 4 and 5:
+ * docs/cpu-performance.md). Overridable at build time (-D...). */
 #ifndef DNNL_BK_RAW_PF_BYTES
 #define DNNL_BK_RAW_PF_BYTES 16384
 #endif
@@ -234,140 +219,41 @@ void dnnl_bk_prims_free(struct tide_backend *bk);
 #define DNNL_BK_RAW_PF_HINT _MM_HINT_T2
 #endif
 
-/* One weight matrix of a raw-kernel call: rows w[n][k] (bf16, row-major) and
- * the output rows: y[t][0..n) for token t. */
-struct dnnl_bk_raw_seg {
-    const uint16_t *w;
-    int64_t n;
-    float *const *y;
-};
-
-/* raw_kernel.c: block number i of the segments when each is cut into
- * blocks of `rows` rows (the last of a segment may be shorter): its segment
- * and rows [*r0, *r1). */
-const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
-                                                int64_t rows, int64_t *r0, int64_t *r1);
-
-/* True when this CPU has AVX512-BF16, which raw_kernel.c needs. */
-bool dnnl_bk_raw_available(void);
-
-/* For each segment: y[t][j] = x[t] . w[j] over k, for t < m, in f32 with
- * VDPBF16PS; x[t] are bf16 rows of k values. Runs on `threads` threads
- * (1: inline on the calling thread, no OpenMP region). Each output is computed
- * the same way whatever the thread count. */
-void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads);
-
 /* Does oneDNN have a bf16 matmul with f32 output on this CPU (engine eng)?
  * When not, why[why_len] says so. */
 bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len);
 
-/* own_kernel.c: true when this CPU runs its AVX2 code. */
-bool dnnl_bk_own_avx2(void);
-
-/* own_kernel.c: for each segment, y[t][j] = x[t] . w[j] over k for t < m, in
- * f32 with one summation order per output that depends on k alone (the file
- * states it), so a row's result does not depend on m, the threads or avx2.
- * avx2: run the AVX2 code (dnnl_bk_own_avx2() must be true), else plain C.
- * threads <= 1 runs inline on the calling thread. */
-/* own_kernel.c: the bf16 rows x[m] of k values widened to f32 (exact) in
+/* rows_avx2.c: the bf16 rows x[m] of k values widened to f32 (exact) in
  * one malloc'd buffer *buf; returns the row pointers (free both), or NULL
- * when out of memory. Needs AVX2 (dnnl_bk_own_avx2). */
+ * when out of memory. Needs AVX2 (DNNL_BK_CPU_AVX2). */
 const float **dnnl_bk_widen_rows(const uint16_t *const *x, int64_t m, int64_t k, float **buf);
-void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads, bool avx2);
 
-/* amx_kernel.c: true when this CPU has AMX-BF16 (and AVX512-BF16) and
+/* rows_amx.c: true when this CPU has AMX-BF16 (and AVX512-BF16) and
  * Linux lets this process use the tile state (asked for on the first call). */
 bool dnnl_bk_amx_available(void);
 
-/* amx_kernel.c: bytes of `work` that dnnl_bk_amx_gemm needs for m tokens of
- * k values on `threads` threads. */
-size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads);
+/* math_avx512.c: start-up check of the vector exp against this process's
+ * expf (once per process); false, with the reason in why, when the CPU lacks
+ * AVX-512 or the bits would differ (another libm). */
+bool dnnl_bk_avx512_exp_check(char *why, size_t why_len);
 
-/* amx_kernel.c: the same products as dnnl_bk_raw_gemm, on AMX tiles, with
- * the weight rows read in place: one f32 accumulator per output over the
- * chunks of 32 in increasing order, so a token's result does not depend on
- * m or on its companions. k not a multiple of 32 runs dnnl_bk_raw_gemm.
- * work: dnnl_bk_amx_work_bytes(m, k, threads) bytes of scratch. */
-void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads, void *work);
-
-/* The row kernel of bk for inplace matrices: amx_kernel.c when bk->amx,
- * own_kernel.c when bk->own, else raw_kernel.c (same arguments as
- * dnnl_bk_raw_gemm); work: dnnl_bk_row_work_bytes(bk, m, k, threads) bytes. */
-size_t dnnl_bk_row_work_bytes(const struct tide_backend *bk, int64_t m, int64_t k, int threads);
-void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
-                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
-                      void *work);
-
-/* quant_kernel.c: one weight matrix of a quantized call, its output rows
- * y[t][0..w->n) for token t. */
-struct dnnl_bk_qseg {
-    const struct dnnl_bk_qmat *w;
-    float *const *y;
-};
-
-/* quant_kernel.c's code paths, all giving the same bits. */
-enum dnnl_bk_q_isa {
-    DNNL_BK_Q_PLAIN,  /* plain C */
-    DNNL_BK_Q_AVX2,   /* AVX2+FMA+F16C */
-    DNNL_BK_Q_AVX512, /* and AVX512F+BW+VL: two weight rows per zmm */
-};
-
-/* quant_kernel.c: the best path this CPU has (DNNL_BK_Q_AVX512 only when
- * built with DNNL_BK_Q_AVX512_ON, the default). */
-enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void);
-
-/* quant_kernel.c: for each segment, y[t][j] = x[t] . W[j] over k = w->k for
- * t < m, with W[j][i] = value * scale rounded once to f32 (exactly
- * tide_qview_row_f32) and the own kernel's summation order (the file states
- * it), so a row's result depends neither on m, the tiling, the threads nor
- * isa (enum dnnl_bk_q_isa; one the CPU has). Every segment has the same k.
- * threads <= 1 runs inline. */
-void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
-                    int n_segs, int64_t k, int threads, int isa);
-
-/* simd.c. Start-up check of the vector exp against this process's expf
- * (once per process); false, with the reason in why, when the AVX-512 paths
- * cannot run or would differ. */
-bool dnnl_bk_simd_init(char *why, size_t why_len);
-/* True when bk runs the AVX-512 paths (option on and the check passed). */
-bool dnnl_bk_simd_on(const struct tide_backend *bk);
-/* h[i] = bf16(silu(g[i]) * u[i]) (dnnl_bk_silu_mul), n elements. */
-void dnnl_bk_silu_mul_bf16(bool simd, const float *g, const float *u, uint16_t *h, int64_t n);
-/* x[i] = expf(x[i] - m). */
-void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m);
-/* y[i] = tide_f32_to_bf16(x[i]). */
-void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n);
-/* One row of rmsnorm over groups of `group` columns (x, y f32 or bf16; y may
- * alias x), in the order simd.c states, the same bits with simd on or off. */
-void dnnl_bk_rmsnorm_row(bool simd, const void *x, bool xb, void *y, bool yb, const float *w,
-                         int64_t cols, int group, float eps);
-/* The attention op on the AVX-512 path (checked arguments; head_dim a multiple of 16). */
-int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a);
-/* The vector steps of the tiled attention (simd.c's driver): scores
+/* The vector steps of the tiled attention (attn_c.c's driver): scores
  * p[h][j] = scale * (q_h . k_j) for up to DNNL_BK_ATT_HEADS heads of a GQA
  * group over the transposed keys kt [hd][ldk]; mix o = sum_j (p[j] / sum) v_j
- * in key order. vec_math: exp and the bf16 rounding on simd.c's AVX-512 path
- * (else the plain loops). Each must give the plain loop's bits. */
+ * in key order; the exp and bf16 rounding entries to use. Each must give the
+ * plain loop's bits. */
 #define DNNL_BK_ATT_HEADS 4
 struct dnnl_bk_att_kernels {
     void (*scores)(const float *const *q, int nh, const float *kt, int64_t ldk, int hd, int64_t len,
                    float scale, float *const *p);
     void (*mix)(const float *p, float sum, int64_t len, const float *v, int64_t ldv, int hd,
                 float *o);
-    bool vec_math;
+    dnnl_bk_exp_sub_fn *exp_sub;
+    dnnl_bk_to_bf16_fn *to_bf16;
 };
 /* Attention with those kernels (checked arguments). */
 int dnnl_bk_attention_tiled(struct tide_backend *bk, const struct tide_attn_args *a,
                             const struct dnnl_bk_att_kernels *kern);
-
-/* attn_avx2.c: the attention op on AVX2, with the plain loop's bits, for
- * CPUs without the AVX-512 path (checked arguments; head_dim a multiple of
- * 8). dnnl_bk_avx2_available: this CPU has AVX2. */
-bool dnnl_bk_avx2_available(void);
-int dnnl_bk_attention_avx2(struct tide_backend *bk, const struct tide_attn_args *a);
 
 /* Seconds on a monotonic clock. */
 double dnnl_bk_now(void);

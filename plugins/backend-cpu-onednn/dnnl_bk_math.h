@@ -29,4 +29,10 @@ static inline float dnnl_bk_silu_mul(float g, float u)
     return g / (1.0f + expf(-g)) * u;
 }
 
+/* rmsnorm's eight double lanes added in its stated order (math_c.c). */
+static inline double dnnl_bk_rms_lanes(const double s[8])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 #endif

@@ -141,14 +141,10 @@ int dnnl_bk_mat_init(struct tide_backend *bk, struct dnnl_bk_mat *m, const void 
     return rc;
 }
 
-/* The M of a big matrix's (the output layer's) primitive for m rows. Such a
- * matrix is compute-bound from ~16 rows on, where padded rows would cost as
- * much as real ones: one primitive per exact row count, except at 1 and 2
- * rows, where oneDNN 2.6's brgemm blocking streams the weights slower than
- * at 4 (AVX512-BF16 Zen 4, bench-onednn-matmul, docs/cpu-performance.md
- * session 9: 1 row 20.5 ms, 2 rows 24.5, 4 rows 19.1). A row's result does not depend
- * on M (checked for oneDNN's brgemm by test_batch_invariance), so padding
- * is lossless. */
+/* The M of a big matrix's (the output layer's) primitive for m rows: exact
+ * from 3 rows on, where it is compute-bound; 4 at 1-2 rows, where oneDNN
+ * 2.6's brgemm streams the weights slower than at 4 (docs/cpu-performance.md).
+ * A row's result does not depend on M (test_batch_invariance). */
 int64_t dnnl_bk_exact_m(int64_t m)
 {
     return m >= 1 && m <= 2 ? 4 : m;
@@ -249,31 +245,20 @@ static size_t dnnl_bk_lines(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-size_t dnnl_bk_row_work_bytes(const struct tide_backend *bk, int64_t m, int64_t k, int threads)
+/* Bytes of work a row kernel (the table's matmul or expert entry) needs. */
+static size_t dnnl_bk_work(dnnl_bk_work_fn *work, int64_t m, int64_t k, int threads)
 {
-    return bk->amx ? dnnl_bk_amx_work_bytes(m, k, threads) : 0;
+    return work ? work(m, k, threads) : 0;
 }
 
-void dnnl_bk_row_gemm(const struct tide_backend *bk, const uint16_t *const *x, int64_t m,
-                      const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
-                      void *work)
-{
-    if (bk->amx)
-        dnnl_bk_amx_gemm(x, m, segs, n_segs, k, threads, work);
-    else if (bk->own)
-        dnnl_bk_own_gemm(x, m, segs, n_segs, k, threads, bk->own_avx2);
-    else
-        dnnl_bk_raw_gemm(x, m, segs, n_segs, k, threads);
-}
-
-/* matmul on the row kernel (own or AMX): x and y rows where they are, any
+/* matmul on the table's row kernel: x and y rows where they are, any
  * stride. */
 static int dnnl_bk_matmul_rows(struct tide_backend *bk, const struct tide_tensor *x,
                                const struct dnnl_bk_mat *m, const struct tide_tensor *y)
 {
     const int64_t T = x->rows;
     const size_t bp = dnnl_bk_lines(2 * sizeof(void *) * (size_t)(T ? T : 1));
-    int rc = dnnl_bk_scratch(bk, bp + dnnl_bk_row_work_bytes(bk, T, m->k, bk->threads));
+    int rc = dnnl_bk_scratch(bk, bp + dnnl_bk_work(bk->kern.matmul_work, T, m->k, bk->threads));
     if (rc)
         return rc;
     const uint16_t **xr = bk->scratch;
@@ -283,7 +268,7 @@ static int dnnl_bk_matmul_rows(struct tide_backend *bk, const struct tide_tensor
         yr[t] = dnnl_bk_at(y, t, 0);
     }
     const struct dnnl_bk_raw_seg seg = {m->data, m->n, yr};
-    dnnl_bk_row_gemm(bk, xr, T, &seg, 1, m->k, bk->threads, (char *)bk->scratch + bp);
+    bk->kern.matmul(xr, T, &seg, 1, m->k, bk->threads, (char *)bk->scratch + bp);
     return TIDE_OK;
 }
 
@@ -296,7 +281,7 @@ int dnnl_bk_matmul(struct tide_backend *bk, const struct tide_tensor *x,
         return rc;
     const struct dnnl_bk_mat *m = &w->mat;
     dnnl_bk_enter(bk);
-    if (bk->own || bk->amx)
+    if (bk->kern.matmul)
         return dnnl_bk_matmul_rows(bk, x, m, y);
     const int64_t N = m->n, K = m->k;
     for (int64_t t0 = 0; t0 < x->rows; t0 += DNNL_BK_MAX_BUCKET) {
@@ -359,7 +344,7 @@ static size_t dnnl_bk_ffn_raw_bytes(const struct tide_backend *bk, int64_t m, in
     return dnnl_bk_lines(5 * sizeof(void *) * (size_t)m) +
            dnnl_bk_lines(2 * sizeof(float) * (size_t)(m * I)) +
            dnnl_bk_lines(sizeof(uint16_t) * (size_t)(m * I)) +
-           dnnl_bk_row_work_bytes(bk, m, H > I ? H : I, threads);
+           dnnl_bk_work(bk->kern.expert_work, m, H > I ? H : I, threads);
 }
 
 /* h = silu(g) * u, row by row: rows [0, m) of g, u (f32, strides lg, lu)
@@ -371,7 +356,7 @@ struct silu_job {
     int64_t lu;
     uint16_t *h;
     int64_t lh, m;
-    bool simd;
+    dnnl_bk_silu_fn *silu; /* the table's entry */
 };
 
 static void silu_rows(void *c, int64_t r0, int64_t r1)
@@ -379,21 +364,20 @@ static void silu_rows(void *c, int64_t r0, int64_t r1)
     const struct silu_job *j = c;
     for (int64_t r = r0; r < r1; r++) {
         if (r < j->m)
-            dnnl_bk_silu_mul_bf16(j->simd, j->g + r * j->lg, j->u + r * j->lu, j->h + r * j->lh,
-                                  j->lh);
+            j->silu(j->g + r * j->lg, j->u + r * j->lu, j->h + r * j->lh, j->lh);
         else
             memset(j->h + r * j->lh, 0, sizeof *j->h * (size_t)j->lh);
     }
 }
 
-/* expert_ffn of an inplace expert on the row kernel (amx_kernel.c,
- * raw_kernel.c or own_kernel.c), or of a quantized expert on quant_kernel.c
- * (any m): no gather, no padding, results written straight to out. `scratch` holds
+/* expert_ffn of an inplace expert on the table's expert entry, or of a
+ * quantized expert on its format's entry (any m): no gather, no padding,
+ * results written straight to out. `scratch` holds
  * dnnl_bk_ffn_raw_bytes(bk, m, H, I, threads); threads = 1 runs inline. */
 static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_expert *e,
                             const struct tide_tensor *x_all, const int32_t *rows,
                             const int32_t *dst_rows, int64_t m, const struct tide_tensor *out,
-                            void *scratch, int threads, bool simd)
+                            void *scratch, int threads)
 {
     const int64_t H = e->hidden, I = e->inter;
     size_t bp = dnnl_bk_lines(5 * sizeof(void *) * (size_t)m);
@@ -412,20 +396,20 @@ static void dnnl_bk_ffn_raw(const struct tide_backend *bk, const struct tide_exp
     }
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg gu[2] = {{&e->qgate, gr}, {&e->qup, ur}};
-        dnnl_bk_q_gemm(xr, m, gu, 2, H, threads, bk->q_isa);
+        bk->kern.quant[e->qfmt](xr, m, gu, 2, H, threads);
     } else {
         const struct dnnl_bk_raw_seg gu[2] = {{e->gate.data, I, gr}, {e->up.data, I, ur}};
-        dnnl_bk_row_gemm(bk, xr, m, gu, 2, H, threads, work);
+        bk->kern.expert(xr, m, gu, 2, H, threads, work);
     }
     /* Inline below 4096 elements (and on one thread: an expert batch's). */
-    const struct silu_job sj = {g, I, u, I, h, I, m, simd};
+    const struct silu_job sj = {g, I, u, I, h, I, m, bk->kern.silu_mul_bf16};
     dnnl_bk_par_for(threads > 1 && m * I >= 4096 ? threads : 1, m, silu_rows, (void *)&sj);
     if (e->qfmt != TIDE_QFMT_NONE) {
         const struct dnnl_bk_qseg d = {&e->qdown, yr};
-        dnnl_bk_q_gemm(hr, m, &d, 1, I, threads, bk->q_isa);
+        bk->kern.quant[e->qfmt](hr, m, &d, 1, I, threads);
     } else {
         const struct dnnl_bk_raw_seg d = {e->down.data, H, yr};
-        dnnl_bk_row_gemm(bk, hr, m, &d, 1, I, threads, work);
+        bk->kern.expert(hr, m, &d, 1, I, threads, work);
     }
 }
 
@@ -443,12 +427,11 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
          * summation order, so a row's bits do not depend on how many rows the
          * expert got (the KV path equals recompute). Switching to oneDNN above
          * some count, as an earlier version did at 64 rows, broke that. */
-        if (e->qfmt != TIDE_QFMT_NONE ||
-            (e->layout == DNNL_BK_RAW && (bk->own || bk->amx || bk->raw_kernel))) {
+        if (e->qfmt != TIDE_QFMT_NONE || (e->layout == DNNL_BK_RAW && bk->kern.expert)) {
             if ((rc = dnnl_bk_scratch(bk, dnnl_bk_ffn_raw_bytes(bk, m, H, I, bk->threads))))
                 return rc;
             dnnl_bk_ffn_raw(bk, e, x_all, rows + i0, dst_rows + i0, m, out, bk->scratch,
-                            bk->threads, bk->simd);
+                            bk->threads);
             continue;
         }
         int64_t mb = dnnl_bk_bucket(m);
@@ -479,7 +462,7 @@ static int dnnl_bk_ffn_run(struct tide_backend *bk, const struct tide_expert *e,
         if (rc)
             return rc;
         const int64_t ld = fused ? 2 * I : I, uo = fused ? I : mb * I;
-        const struct silu_job sj = {gu, ld, gu + uo, ld, hs, I, m, bk->simd};
+        const struct silu_job sj = {gu, ld, gu + uo, ld, hs, I, m, bk->kern.silu_mul_bf16};
         dnnl_bk_par_for(m * I >= 4096 ? bk->threads : 1, mb, silu_rows, (void *)&sj);
         rc = dnnl_bk_gemm(bk, &e->down, hs, mb, ys, op);
         if (rc)
@@ -567,7 +550,7 @@ static void spread_run(void *c, int tid, int nt)
         const int j = s->ord[i].j;
         dnnl_bk_ffn_raw(s->bk, s->experts[j], s->x_all, s->rows + s->offsets[j],
                         s->dst_rows + s->offsets[j], s->offsets[j + 1] - s->offsets[j], s->out,
-                        mine, 1, s->bk->simd);
+                        mine, 1);
         i = after;
     }
 }
@@ -593,7 +576,7 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
      * expert. The others (many rows, packed layout) run one by one on all
      * threads. */
     const int T = bk->threads;
-    const bool spread = T > 1 && (bk->own || bk->amx || (bk->raw_kernel && dnnl_bk_simd_on(bk)));
+    const bool spread = T > 1 && bk->kern.expert_spread;
     struct dnnl_bk_job *ord = malloc(sizeof *ord * (size_t)(n_experts + 1));
     int64_t max_m = 0, max_i = 0, max_h = 0;
     int n_spread = 0;
@@ -603,7 +586,7 @@ int dnnl_bk_expert_ffn_batch(struct tide_backend *bk, int n_experts,
     for (int j = 0; j < n_experts && !rc; j++) {
         const struct tide_expert *e = experts[j];
         const int64_t m = offsets[j + 1] - offsets[j];
-        /* Quantized experts always run on quant_kernel.c, on any CPU. */
+        /* Quantized experts always run on their format's entry, on any CPU. */
         const bool row = e->qfmt != TIDE_QFMT_NONE ? T > 1 : spread && e->layout == DNNL_BK_RAW;
         if (!m)
             continue;

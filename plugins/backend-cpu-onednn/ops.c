@@ -65,7 +65,7 @@ struct rmsnorm_job {
     int group;
     float eps;
     const struct tide_tensor *y;
-    bool simd;
+    dnnl_bk_rmsnorm_row_fn *row; /* the table's entry */
 };
 
 static void rmsnorm_rows(void *c, int64_t r0, int64_t r1)
@@ -73,8 +73,8 @@ static void rmsnorm_rows(void *c, int64_t r0, int64_t r1)
     const struct rmsnorm_job *j = c;
     const bool xb = j->x->dtype == TIDE_DTYPE_BF16, yb = j->y->dtype == TIDE_DTYPE_BF16;
     for (int64_t r = r0; r < r1; r++)
-        dnnl_bk_rmsnorm_row(j->simd, dnnl_bk_at(j->x, r, 0), xb, dnnl_bk_at(j->y, r, 0), yb,
-                            j->w->vec, j->x->cols, j->group, j->eps);
+        j->row(dnnl_bk_at(j->x, r, 0), xb, dnnl_bk_at(j->y, r, 0), yb, j->w->vec, j->x->cols,
+               j->group, j->eps);
 }
 
 int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
@@ -84,7 +84,7 @@ int dnnl_bk_rmsnorm(struct tide_backend *bk, const struct tide_tensor *x,
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-    const struct rmsnorm_job j = {x, w, group, eps, y, dnnl_bk_simd_on(bk)};
+    const struct rmsnorm_job j = {x, w, group, eps, y, bk->kern.rmsnorm_row};
     dnnl_bk_par_for(ops_threads(bk, x->rows * x->cols, DNNL_BK_PAR_MIN), x->rows, rmsnorm_rows,
                     (void *)&j);
     return TIDE_OK;
@@ -190,105 +190,28 @@ int dnnl_bk_rope(struct tide_backend *bk, const struct tide_tensor *x, int head_
     return TIDE_OK;
 }
 
-struct attention_job {
-    const struct tide_attn_args *a;
-    _Atomic int64_t next; /* the next (query, head) item: dynamic scheduling */
-    _Atomic int failed;
-};
-
-/* The plain loop: (query, head) items taken one at a time. */
-static void attention_items(void *c, int tid, int nt)
-{
-    (void)tid;
-    (void)nt;
-    struct attention_job *jb = c;
-    const struct tide_attn_args *a = jb->a;
-    const int64_t n = a->n, total = a->pos0 + a->n;
-    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
-    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
-    /* Per thread: scores over the visible keys, and the f32 output row. */
-    float *p = malloc(sizeof *p * (size_t)(total + hd));
-    if (!p) {
-        atomic_store(&jb->failed, 1);
-        return;
-    }
-    float *o = p + total;
-    for (int64_t it; (it = atomic_fetch_add(&jb->next, 1)) < n * a->n_heads;) {
-        const int64_t i = it / a->n_heads;
-        const int h = (int)(it % a->n_heads);
-        const int64_t pos = a->pos0 + i;
-        const int64_t vis_end = (pos / a->block + 1) * a->block;
-        const int64_t L = vis_end < total ? vis_end : total;
-        const float *q = (const float *)dnnl_bk_at(a->q, i, 0) + (int64_t)h * hd;
-        const int64_t kvo = (int64_t)(h / group) * hd;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < L; j++) {
-            const float *k = (const float *)dnnl_bk_at(a->k_cache, j, 0) + kvo;
-            /* In order, not vectorised: a reassociated sum is as exact but
-             * moves a bf16 rounding of the tiny e2e model just enough to
-             * flip a routing choice against the numpy reference. */
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++)
-                dot += q[d] * k[d];
-            p[j] = dot * a->scale;
-            mx = p[j] > mx ? p[j] : mx;
-        }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < L; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
-        for (int d = 0; d < hd; d++)
-            o[d] = 0.0f;
-        for (int64_t j = 0; j < L; j++) {
-            const float *v = (const float *)dnnl_bk_at(a->v_cache, j, 0) + kvo;
-            const float pj = p[j] / sum;
-#pragma omp simd
-            for (int d = 0; d < hd; d++)
-                o[d] += pj * v[d];
-        }
-        void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
-                    (size_t)h * (size_t)hd * tide_dtype_size(a->out->dtype);
-        for (int d = 0; d < hd; d++)
-            dnnl_bk_st(dst, ob, d, o[d]);
-    }
-    free(p);
-}
-
 int dnnl_bk_attention(struct tide_backend *bk, const struct tide_attn_args *a)
 {
     int rc = bkc_check_attention(&dnnl_bk_id, a);
     if (rc)
         return rc;
-    const int64_t n = a->n, total = a->pos0 + a->n;
-    const int hd = a->head_dim;
-    if (n == 0)
+    if (a->n == 0)
         return TIDE_OK;
     dnnl_bk_enter(bk);
-    if (dnnl_bk_simd_on(bk) && hd % 16 == 0)
-        return dnnl_bk_attention_simd(bk, a);
-    if (bk->simd_avx2 && hd % 8 == 0)
-        return dnnl_bk_attention_avx2(bk, a);
-    struct attention_job jb = {.a = a};
-    dnnl_bk_par(n * a->n_heads > 1 ? bk->threads : 1, attention_items, &jb);
-    if (atomic_load(&jb.failed)) {
-        tide_error(DNNL_BK_NAME ": attention: out of memory for %lld scores", (long long)total);
-        return TIDE_E_NOMEM;
-    }
-    return TIDE_OK;
+    return bk->kern.attention(bk, a);
 }
 
 struct swiglu_job {
     const struct tide_tensor *g, *u, *out;
-    bool simd;
+    dnnl_bk_silu_fn *silu; /* the table's entry */
 };
 
 static void swiglu_rows(void *c, int64_t r0, int64_t r1)
 {
     const struct swiglu_job *j = c;
     for (int64_t r = r0; r < r1; r++)
-        dnnl_bk_silu_mul_bf16(j->simd, dnnl_bk_at(j->g, r, 0), dnnl_bk_at(j->u, r, 0),
-                              dnnl_bk_at(j->out, r, 0), j->g->cols);
+        j->silu(dnnl_bk_at(j->g, r, 0), dnnl_bk_at(j->u, r, 0), dnnl_bk_at(j->out, r, 0),
+                j->g->cols);
 }
 
 int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
@@ -298,7 +221,7 @@ int dnnl_bk_swiglu(struct tide_backend *bk, const struct tide_tensor *g,
     if (rc)
         return rc;
     dnnl_bk_enter(bk);
-    const struct swiglu_job j = {g, u, out, bk->simd};
+    const struct swiglu_job j = {g, u, out, bk->kern.silu_mul_bf16};
     dnnl_bk_par_for(ops_threads(bk, g->rows * g->cols, DNNL_BK_PAR_MIN / 4), g->rows, swiglu_rows,
                     (void *)&j);
     return TIDE_OK;

@@ -1,8 +1,7 @@
 /* backend-cpu-onednn: the plugin descriptor, options, instance lifecycle,
- * memory and weights. Experts and slots live in experts.c, the matmuls and
- * the expert FFN in gemm.c (oneDNN), amx_kernel.c (AMX-BF16) and
- * raw_kernel.c (AVX512-BF16), the other ops in ops.c (OpenMP loops);
- * block-quantized experts run on quant_kernel.c.
+ * memory and weights. The kernel table (kernels.c) says which file computes
+ * what; experts and slots live in experts.c, the matmul and expert FFN ops
+ * in gemm.c, the other ops in ops.c.
  *
  * Every op runs inline on the calling thread and is complete on return, so
  * `sync` has nothing to wait for. */
@@ -17,45 +16,12 @@
 #include "tide/option.h"
 #include "tide/plugin.h"
 
-/* `expert_layout`, for routed experts (expert_create and slots):
- *  - inplace: the checkpoint's [N][K] rows are used where they are (the mmap),
- *    by amx_kernel.c, raw_kernel.c or own_kernel.c (the row kernel of `gemm`)
- *    at every token count, one summation order whatever the count (batch
- *    invariance); oneDNN on the raw layout
- *    (tag ba) only where neither kernel runs. No extra memory, nothing to do
- *    at load, and a promotion into a slot is a copy.
- *  - packed: gate and up are fused into one [2I,H] matrix and, with down,
- *    reordered into oneDNN's blocked layout (BA16a64b2a). A second host copy of
- *    every expert (6 MiB per LLaDA2.0-mini expert, 28.5 GiB for all 4864;
- *    186 GiB for flash), ~3 ms of packing per expert on first use, and a
- *    promotion into a slot is a reorder rather than a copy.
- *  - auto (default): inplace when this CPU has AVX512-BF16 (raw_kernel.c, or
- *    amx_kernel.c where it also has AMX-BF16), else packed: without that
- *    kernel oneDNN reads the raw layout at about half the speed of the packed
- *    one.
- * bench-expert-ffn (H=2048, I=512, 64 experts = 384 MiB cycled from DRAM, 2
- * threads, AMD EPYC Zen 5 VM shared with other jobs; layouts interleaved), us
- * per expert, inplace / packed, and the ratio to the STREAM triad measured
- * just before (two quiet runs: triad 48 GB/s, then 74 GB/s):
- *     1 token  132 / 129 (1.01 / 1.03)    98 /  91 (0.88 / 0.93)
- *     4 tokens 161 / 137 (0.81 / 0.95)   150 / 115 (0.56 / 0.74)
- *     8 tokens 167 / 158 (0.78 / 0.83)   144 / 148 (0.59 / 0.57)
- *    32 tokens 356 / 321                 377 / 350
- *    64 tokens 643 / 544                 683 / 600
- * Packed is faster by 0-30% (least at the 1-2 tokens most host experts get:
- * a 32-token block routes ~1.6 tokens to each of ~160 distinct experts per
- * layer), and costs a second copy of every expert, ~2.7-3.3 ms of packing
- * each on first use (~15 s over LLaDA2.0-mini's 4864 experts, stalling the
- * first steps) and 1.4-1.6 ms per slot promotion instead of 0.23 ms. Memory
- * and start-up decide: the default is inplace wherever its kernel runs.
- * Block-quantized experts (q8_0, q4_0, fp8: tide/quant.h) ignore this option:
- * they always keep their own compressed layout, the checkpoint's values and
- * scales in place (or a slot's copy of them), read by quant_kernel.c; oneDNN
- * 2.6 has no matmul for them (quant_kernel.c says why). The `simd` option
- * also switches quant_kernel.c between its vector code (AVX-512 where the CPU
- * has it, else AVX2; `quant` in the description) and its plain C twin (same
- * bits). (The one-line helps below feed docs/config.md, which a test
- * compares with `tide config doc`; they are left as they were.) */
+/* The options choose among the kernels the CPU runs (kernels.c): `gemm` the
+ * matmul and expert entries, `expert_layout` where bf16 experts live
+ * (inplace: the checkpoint's rows, no copy; packed: a oneDNN-blocked copy,
+ * slightly faster, twice the memory), `simd` vector entries or their plain
+ * C twins. docs/cpu-performance.md has the measurements behind the
+ * defaults; the helps feed docs/config.md (tools/update-config-doc.sh). */
 static const struct tide_option dnnl_bk_options[] = {
     {"threads", TIDE_OPT_INT, "0",
      "threads for oneDNN and the other ops (OpenMP); 0 = every core this process may use", NULL,
@@ -66,16 +32,18 @@ static const struct tide_option dnnl_bk_options[] = {
      "has AVX512-BF16, else packed",
      "auto|inplace|packed", NULL},
     {"gemm", TIDE_OPT_ENUM, "auto",
-     "matmul kernels: amx = amx_kernel.c for every matmul and inplace expert (AMX-BF16 tiles, "
-     "the checkpoint's rows read in place, no packed copies); onednn = oneDNN's bf16 matmuls "
-     "(and raw_kernel.c for inplace experts); own = own_kernel.c for every matmul (AVX2 or "
-     "plain C); each keeps one summation order per output whatever the row count; auto = amx "
-     "where the CPU has AMX-BF16, else onednn where it has a bf16 matmul (AVX512), else own",
+     "the matmul and expert entries of the kernel table: amx = rows_amx.c for every matmul and "
+     "inplace expert (AMX-BF16 tiles, the checkpoint's rows read in place, no packed copies); "
+     "onednn = oneDNN's bf16 matmuls (and rows_avx512bf16.c for inplace experts); own = the own "
+     "kernel for every matmul (rows_avx2.c, or rows_c.c without AVX2); each keeps one "
+     "summation order per output whatever the row count; auto = amx where the CPU has "
+     "AMX-BF16, else onednn where it has a bf16 matmul (AVX512), else own",
      "auto|amx|onednn|own", NULL},
     {"simd", TIDE_OPT_BOOL, "true",
-     "vector kernels: AVX-512 attention, exp/SiLU and the expert batch where the CPU has them, "
-     "else AVX2 attention; they give the same bits as the plain C loops, which false selects "
-     "(for checking)",
+     "vector entries of the kernel table (attention, rmsnorm, exp, SiLU, bf16 rows, quantized "
+     "experts, the expert batch): AVX-512 where the CPU has it, else AVX2 attention and "
+     "quantized experts; the same bits as their plain C twins, which false selects (for "
+     "checking)",
      NULL, NULL},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };
@@ -177,6 +145,72 @@ static const char *dnnl_bk_isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
+/* Index of `s` in names[n], or -1. */
+static int dnnl_bk_pick(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], s))
+            return i;
+    return -1;
+}
+
+/* Cap oneDNN below AMX, before its first use. oneDNN 2.6's AMX brgemm gives
+ * a row other bits when the call has another number of rows, so oneDNN
+ * dispatches to AVX512-BF16 at most (batch invariant) and AMX runs in
+ * rows_amx.c. The cap is process-wide; a cap the user set
+ * (ONEDNN_MAX_CPU_ISA) is kept unless it lets AMX in. */
+static int dnnl_bk_cap_isa(void)
+{
+    const char *isa_env = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!isa_env)
+        isa_env = getenv("DNNL_MAX_CPU_ISA");
+    if (!isa_env)
+        dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
+    if (dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx) {
+        tide_error(DNNL_BK_NAME ": oneDNN dispatches to AMX (%s%s), and its AMX matmuls are "
+                                "not batch invariant; set it to AVX512_CORE_BF16 or lower",
+                   isa_env ? "ONEDNN_MAX_CPU_ISA = "
+                           : "its ISA was fixed before this backend "
+                             "could cap it",
+                   isa_env ? isa_env : "");
+        return TIDE_E_UNSUPPORTED;
+    }
+    return TIDE_OK;
+}
+
+/* The CPU's flags for the kernel table, with oneDNN's bf16 matmul on eng;
+ * the reasons when the AVX-512 exp or that matmul is missing. */
+static unsigned dnnl_bk_flags(dnnl_engine_t eng, char *exp_why, size_t exp_len, char *bf16_why,
+                              size_t bf16_len)
+{
+    unsigned flags = dnnl_bk_cpu_flags(exp_why, exp_len);
+    if (dnnl_bk_has_bf16(eng, bf16_why, bf16_len))
+        flags |= DNNL_BK_CPU_ONEDNN_BF16;
+    return flags;
+}
+
+/* The description: oneDNN and the options as resolved, then the table. */
+static void dnnl_bk_set_desc(struct tide_backend *bk, const struct dnnl_bk_choice *c)
+{
+    const struct dnnl_bk_kernels *k = &bk->kern;
+    const dnnl_version_t *v = dnnl_version();
+    const char *gemm = !k->matmul                       ? "onednn"
+                       : k->matmul == dnnl_bk_rows_amx  ? "amx"
+                       : k->matmul == dnnl_bk_rows_avx2 ? "own (avx2)"
+                                                        : "own (plain C)";
+    const char *simd = k->attention == dnnl_bk_attention_avx512 ? "on"
+                       : k->attention == dnnl_bk_attention_avx2 ? "avx2"
+                                                                : "off";
+    char table[256];
+    snprintf(bk->desc, sizeof bk->desc,
+             "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s; kernels: %s",
+             v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
+             dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()), gemm,
+             k->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
+             c->layout == DNNL_BK_XL_AUTO ? " (auto)" : "", simd,
+             dnnl_bk_kernels_str(k, table, sizeof table));
+}
+
 /* ---- lifecycle ---------------------------------------------------------- */
 
 static void dnnl_bk_destroy(struct tide_backend *bk)
@@ -205,50 +239,26 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
     const char *gemm = args->opts ? tide_opts_str(args->opts, "gemm") : "auto";
     if (threads < 0 || threads > 4096)
         return dnnl_bk_inval("create", "threads = %lld is outside [0, 4096]", (long long)threads);
-    if (strcmp(layout, "auto") && strcmp(layout, "packed") && strcmp(layout, "inplace"))
+    struct dnnl_bk_choice choice = {.simd = args->opts ? tide_opts_bool(args->opts, "simd") : true};
+    static const char *const layouts[] = {"auto", "inplace", "packed"};
+    static const char *const gemms[] = {"auto", "amx", "onednn", "own"};
+    int li = dnnl_bk_pick(layouts, 3, layout), gi = dnnl_bk_pick(gemms, 4, gemm);
+    if (li < 0)
         return dnnl_bk_inval("create", "expert_layout = '%s', expected auto, inplace or packed",
                              layout);
-    if (strcmp(gemm, "auto") && strcmp(gemm, "amx") && strcmp(gemm, "onednn") &&
-        strcmp(gemm, "own"))
+    if (gi < 0)
         return dnnl_bk_inval("create", "gemm = '%s', expected auto, amx, onednn or own", gemm);
+    choice.layout = (enum dnnl_bk_xl)li;
+    choice.gemm = (enum dnnl_bk_gemm)gi;
 
-    /* oneDNN 2.6's AMX brgemm gives a row other bits when the call has
-     * another number of rows (test_backend_ops on a Xeon with AMX: matmuls of
-     * N = K = 4096 at 1-40 rows, N = 96, K = 200 at 1-512, packed experts),
-     * so oneDNN dispatches to AVX512-BF16 at most, whose brgemm does not
-     * (batch invariance); AMX runs in amx_kernel.c. The cap is process-wide
-     * and must come before oneDNN's first use; a later instance finds it set.
-     * A cap the user set (ONEDNN_MAX_CPU_ISA, e.g. AVX2 for a comparison) is
-     * left as it is, unless it lets AMX in. */
-    const char *isa_env = getenv("ONEDNN_MAX_CPU_ISA");
-    if (!isa_env)
-        isa_env = getenv("DNNL_MAX_CPU_ISA");
-    if (!isa_env)
-        dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
-    if (dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx) {
-        tide_error(DNNL_BK_NAME ": oneDNN dispatches to AMX (%s%s), and its AMX matmuls are "
-                                "not batch invariant; set it to AVX512_CORE_BF16 or lower",
-                   isa_env ? "ONEDNN_MAX_CPU_ISA = "
-                           : "its ISA was fixed before this backend "
-                             "could cap it",
-                   isa_env ? isa_env : "");
-        return TIDE_E_UNSUPPORTED;
-    }
+    if ((rc = dnnl_bk_cap_isa()))
+        return rc;
 
     struct tide_backend *bk = calloc(1, sizeof *bk);
     if (!bk)
         return TIDE_E_NOMEM;
     bk->role = args->role;
     bk->threads = threads ? (int)threads : omp_get_num_procs();
-    bk->raw_kernel = dnnl_bk_raw_available();
-    char simd_why[160];
-    const bool simd_can = dnnl_bk_simd_init(simd_why, sizeof simd_why);
-    bk->simd = args->opts ? tide_opts_bool(args->opts, "simd") : true;
-    bk->simd_avx2 = bk->simd && !simd_can && dnnl_bk_avx2_available();
-    bk->q_isa = bk->simd ? (int)dnnl_bk_q_isa_best() : DNNL_BK_Q_PLAIN;
-    if (bk->simd && !simd_can)
-        tide_info(DNNL_BK_NAME ": AVX-512 simd kernels off: %s%s", simd_why,
-                  bk->simd_avx2 ? "; attention runs on AVX2 (same bits as the plain loops)" : "");
     dnnl_status_t st = dnnl_engine_create(&bk->eng, dnnl_cpu, 0);
     if (st == dnnl_success)
         st = dnnl_stream_create(&bk->stream, bk->eng, dnnl_stream_default_flags);
@@ -256,51 +266,35 @@ static int dnnl_bk_create(const struct tide_backend_args *args, struct tide_back
         dnnl_bk_destroy(bk);
         return dnnl_bk_fail("create", "dnnl_engine_create/dnnl_stream_create", st);
     }
-    char bf16_why[128];
-    const bool onednn_bf16 = dnnl_bk_has_bf16(bk->eng, bf16_why, sizeof bf16_why);
-    if (!strcmp(gemm, "onednn") && !onednn_bf16) {
+    char exp_why[160], bf16_why[128];
+    const unsigned flags =
+        dnnl_bk_flags(bk->eng, exp_why, sizeof exp_why, bf16_why, sizeof bf16_why);
+    if (choice.gemm == DNNL_BK_GEMM_ONEDNN && !(flags & DNNL_BK_CPU_ONEDNN_BF16)) {
         tide_error(DNNL_BK_NAME ": gemm = onednn, but %s; set gemm = own (or auto)", bf16_why);
         dnnl_bk_destroy(bk);
         return TIDE_E_UNSUPPORTED;
     }
-    const bool amx_can = dnnl_bk_amx_available();
-    if (!strcmp(gemm, "amx") && !amx_can) {
+    if (choice.gemm == DNNL_BK_GEMM_AMX && !(flags & DNNL_BK_CPU_AMX)) {
         tide_error(DNNL_BK_NAME ": gemm = amx, but this CPU has no AMX-BF16 (or Linux refused "
                                 "the tile state); set gemm = onednn, own or auto");
         dnnl_bk_destroy(bk);
         return TIDE_E_UNSUPPORTED;
     }
-    bk->amx = amx_can && (!strcmp(gemm, "amx") || !strcmp(gemm, "auto"));
-    bk->own = !bk->amx && (!strcmp(gemm, "own") || !onednn_bf16);
-    bk->own_avx2 = bk->own && dnnl_bk_own_avx2();
-    if (bk->own && strcmp(gemm, "own"))
+    dnnl_bk_kernels_init(&bk->kern, flags, &choice);
+    const bool vec512 = (flags & DNNL_BK_CPU_AVX512) && (flags & DNNL_BK_CPU_AVX512_EXP);
+    if (choice.simd && (flags & DNNL_BK_CPU_AVX512) && !vec512)
+        tide_info(DNNL_BK_NAME ": AVX-512 simd kernels off: %s%s", exp_why,
+                  flags & DNNL_BK_CPU_AVX2
+                      ? "; attention runs on AVX2 (same bits as the plain loops)"
+                      : "");
+    const bool own = bk->kern.matmul == dnnl_bk_rows_avx2 || bk->kern.matmul == dnnl_bk_rows_c;
+    if (own && choice.gemm != DNNL_BK_GEMM_OWN)
         tide_info(DNNL_BK_NAME ": %s: every matmul runs on the backend's own %s kernel", bf16_why,
-                  bk->own_avx2 ? "AVX2" : "plain C");
-    /* The own kernel reads the raw layout only. */
-    if (bk->own && !strcmp(layout, "packed"))
+                  bk->kern.matmul == dnnl_bk_rows_avx2 ? "AVX2" : "plain C");
+    if (own && choice.layout == DNNL_BK_XL_PACKED)
         tide_info(DNNL_BK_NAME ": expert_layout = packed needs oneDNN's matmul (gemm = own "
                                "here): experts stay inplace");
-    bk->expert_layout = !bk->own && (!strcmp(layout, "packed") ||
-                                     (!strcmp(layout, "auto") && !bk->raw_kernel && !bk->amx))
-                            ? DNNL_BK_PACKED
-                            : DNNL_BK_RAW;
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(bk->desc, sizeof bk->desc,
-             "oneDNN %d.%d.%d, %d thread%s, isa %s, gemm %s, experts %s%s, simd %s, quant %s",
-             v->major, v->minor, v->patch, bk->threads, bk->threads == 1 ? "" : "s",
-             dnnl_bk_isa_name(dnnl_get_effective_cpu_isa()),
-             bk->amx        ? "amx"
-             : !bk->own     ? "onednn"
-             : bk->own_avx2 ? "own (avx2)"
-                            : "own (plain C)",
-             bk->expert_layout == DNNL_BK_PACKED ? "packed" : "inplace",
-             strcmp(layout, "auto") ? "" : " (auto)",
-             dnnl_bk_simd_on(bk) ? "on"
-             : bk->simd_avx2     ? "avx2"
-                                 : "off",
-             bk->q_isa == DNNL_BK_Q_AVX512 ? "avx512"
-             : bk->q_isa == DNNL_BK_Q_AVX2 ? "avx2"
-                                           : "plain");
+    dnnl_bk_set_desc(bk, &choice);
     *out = bk;
     return TIDE_OK;
 }
@@ -420,16 +414,15 @@ static int dnnl_bk_weight_matmul(struct tide_backend *bk, const struct tide_view
             tmp[i] = tide_f32_to_bf16(bkc_view_f32(src, i));
         rows = tmp;
     }
-    /* The own kernel reads the rows where they are; a converted copy is
-     * kept. The AMX kernel reads a copy of its own in 2 MiB pages (as much
-     * memory as oneDNN's packed copy): on a Xeon VM the page cache of the
-     * mapped checkpoint streamed the output layer at 13.7 GB/s in one state
-     * and 23 in another, where anonymous huge pages gave 26-28 (session 11
-     * of docs/cpu-performance.md); routed experts stay in place. */
-    int rc = bk->own || bk->amx ? dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_RAW,
-                                                   tmp != NULL || bk->amx, w->name)
-                                : dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols,
-                                                   DNNL_BK_PACKED, true, w->name);
+    /* A row kernel reads the rows where they are (a converted copy is
+     * kept); the AMX kernel reads a copy in 2 MiB pages, which streams
+     * faster than a mapped checkpoint's page cache (docs/cpu-performance.md);
+     * routed experts stay in place. */
+    const bool amx = bk->kern.matmul == dnnl_bk_rows_amx;
+    int rc = bk->kern.matmul ? dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_RAW,
+                                                tmp != NULL || amx, w->name)
+                             : dnnl_bk_mat_init(bk, &w->mat, rows, w->rows, w->cols, DNNL_BK_PACKED,
+                                                true, w->name);
     free(tmp);
     return rc;
 }
@@ -543,14 +536,27 @@ bool dnnl_bk_has_bf16(dnnl_engine_t eng, char *why, size_t why_len)
 }
 
 /* Can oneDNN run here at all? (Without its bf16 matmul the own kernel
- * serves every matmul, so that is not a refusal.) */
+ * serves every matmul, so that is not a refusal.) At debug level (`tide
+ * --verbose plugins`) it logs the kernel table of the default options. */
 static int dnnl_bk_probe(char *why, size_t why_len)
 {
+    /* The cap first (create's), unless the user set one: create judges that. */
+    const bool user_isa = getenv("ONEDNN_MAX_CPU_ISA") || getenv("DNNL_MAX_CPU_ISA");
+    const bool capped = !user_isa && dnnl_bk_cap_isa() == TIDE_OK;
     dnnl_engine_t eng = NULL;
     dnnl_status_t st = dnnl_engine_create(&eng, dnnl_cpu, 0);
     if (st != dnnl_success) {
         snprintf(why, why_len, "oneDNN cannot create a CPU engine: %s", dnnl_status2str(st));
         return TIDE_E_DEVICE;
+    }
+    if (capped) {
+        char exp_why[160], bf16_why[128], table[256];
+        const unsigned flags =
+            dnnl_bk_flags(eng, exp_why, sizeof exp_why, bf16_why, sizeof bf16_why);
+        struct dnnl_bk_kernels k;
+        dnnl_bk_kernels_init(&k, flags, &(struct dnnl_bk_choice){.simd = true});
+        tide_debug(DNNL_BK_NAME ": kernels (default options): %s",
+                   dnnl_bk_kernels_str(&k, table, sizeof table));
     }
     dnnl_engine_destroy(eng);
     return TIDE_OK;

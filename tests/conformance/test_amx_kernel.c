@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's AMX bf16 kernel (amx_kernel.c): batch invariance and
+/* backend-cpu-onednn's AMX bf16 kernel (rows_amx.c): batch invariance and
  * fidelity, for every token count, row count, row length and thread count.
  *
  *  - each token computed alone gives the bits it gets in the batch, and two
@@ -14,7 +14,7 @@
  * AMX (2026-12) neither that, nor pairs first, nor the exact sum of a chunk
  * rounded once matched more than half of the outputs. So the test pins the
  * invariances and the bound, not the bits of a plain restatement. Rows of k
- * not a multiple of 32 run raw_kernel.c, whose own test checks its order.
+ * not a multiple of 32 run rows_avx512bf16.c, whose own test checks its order.
  *
  * Exit 77 when the CPU lacks AMX-BF16 or Linux refuses the tile state. */
 #include <math.h>
@@ -47,8 +47,8 @@ static double ref_exact(const uint16_t *x, const uint16_t *w, int64_t k, double 
 /* One token on one thread. */
 static void amx_one(const uint16_t *const *x, const struct dnnl_bk_raw_seg *segs, int64_t k)
 {
-    void *work = malloc(dnnl_bk_amx_work_bytes(1, k, 1));
-    dnnl_bk_amx_gemm(x, 1, segs, 2, k, 1, work);
+    void *work = malloc(dnnl_bk_rows_amx_work(1, k, 1));
+    dnnl_bk_rows_amx(x, 1, segs, 2, k, 1, work);
     free(work);
 }
 
@@ -58,8 +58,8 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
 {
     struct kcase c;
     kcase_init(&c, m, n0, n1, k);
-    void *work = malloc(dnnl_bk_amx_work_bytes(m, k, threads));
-    dnnl_bk_amx_gemm(c.xr, m, c.segs, 2, k, threads, work);
+    void *work = malloc(dnnl_bk_rows_amx_work(m, k, threads));
+    dnnl_bk_rows_amx(c.xr, m, c.segs, 2, k, threads, work);
     free(work);
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)

@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's own bf16 kernel (own_kernel.c, the matmuls of every
+/* backend-cpu-onednn's own bf16 kernel (rows_avx2.c, the matmuls of every
  * CPU where oneDNN has no bf16 matmul) gives exactly the bits its summation
  * order promises, for every row count, weight-row count, row length, thread
  * count, and in both its AVX2 and plain C code.
@@ -49,7 +49,8 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     const uint16_t **xr = c.xr;
     float ***yp = c.yp;
     const int64_t *n = c.n;
-    dnnl_bk_own_gemm(xr, m, c.segs, 2, k, threads, avx2);
+    dnnl_bk_rows_fn *rows = avx2 ? dnnl_bk_rows_avx2 : dnnl_bk_rows_c;
+    rows(xr, m, c.segs, 2, k, threads, NULL);
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)
         for (int64_t t = 0; t < m; t++)
@@ -66,7 +67,7 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     float *alone = malloc(sizeof(float) * (size_t)(n0 > n1 ? n0 : n1));
     for (int64_t t = 0; t < m; t++) {
         const struct dnnl_bk_raw_seg one = {c.w[0], n0, &alone};
-        dnnl_bk_own_gemm(&xr[t], 1, &one, 1, k, 1, avx2);
+        rows(&xr[t], 1, &one, 1, k, 1, NULL);
         if (memcmp(alone, yp[0][t], sizeof(float) * (size_t)n0) && bad++ < 3)
             fprintf(stderr, "FAIL %s m %lld k %lld: row %lld alone differs from the batch\n",
                     avx2 ? "avx2" : "plain", (long long)m, (long long)k, (long long)t);
@@ -77,7 +78,7 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
 
 int main(void)
 {
-    const bool has_avx2 = dnnl_bk_own_avx2();
+    const bool has_avx2 = dnnl_bk_cpu_flags(NULL, 0) & DNNL_BK_CPU_AVX2;
     /* k: expert shapes (2048, 512), a tail of every length 1..7, tiny rows. */
     const int64_t ks[] = {2048, 512, 1000, 1001, 1003, 1007, 96, 9, 7, 1};
     /* Weight-row counts not multiples of the tile or of a thread's block. */

@@ -4,7 +4,7 @@
  *  - expert_ffn is compared with a reference in double on the rows
  *    tide_qview_row_f32 gives (h rounded to bf16 as the contract says),
  *    within 1e-3 of the largest output;
- *  - and bit for bit with the kernel's stated order (quant_kernel.c: the own
+ *  - and bit for bit with the kernel's stated order (quant_avx2.c: the own
  *    kernel's 8-lane fused multiply-add order on W = value * scale in f32),
  *    written out plainly here;
  *  - the AVX2 code (simd = true) and the plain code (simd = false) give
@@ -12,7 +12,7 @@
  *  - batch invariance: a row computed alone, in a call of 37 (and 300) rows,
  *    and through expert_ffn_batch among other experts gives identical bits;
  *  - slot_create_q + slot_load give the bits of expert_create;
- *  - the kernel itself (quant_kernel.c, compiled into this test): every code
+ *  - the kernel itself (quant_avx2.c, compiled into this test): every code
  *    path the CPU has (plain C, AVX2, AVX-512) against the stated order bit
  *    for bit, at 1..12, 16, 31 and 64 tokens, several K and N, all formats,
  *    fp8 with NaN codes (the same outputs NaN, every other output the same
@@ -444,14 +444,28 @@ static int64_t count_diff_nan(const float *a, const float *b, int64_t n)
     return d;
 }
 
+/* The quantized entries of the kernel table, plain first. */
+static dnnl_bk_quant_fn *const q_fns[] = {dnnl_bk_quant_c, dnnl_bk_quant_avx2,
+                                          dnnl_bk_quant_avx512};
+enum { Q_PLAIN, Q_AVX2, Q_AVX512 };
+
 static const char *isa_name(int isa)
 {
-    return isa == DNNL_BK_Q_AVX512 ? "avx512" : isa == DNNL_BK_Q_AVX2 ? "avx2" : "plain";
+    return isa == Q_AVX512 ? "avx512" : isa == Q_AVX2 ? "avx2" : "plain";
+}
+
+/* The last entry of q_fns this CPU runs. */
+static int q_best(void)
+{
+    const unsigned f = dnnl_bk_cpu_flags(NULL, 0);
+    if (!(f & DNNL_BK_CPU_AVX2))
+        return Q_PLAIN;
+    return DNNL_BK_Q_AVX512_ON && (f & DNNL_BK_CPU_AVX512) ? Q_AVX512 : Q_AVX2;
 }
 
 #define KP_MAX_T 64
 
-/* dnnl_bk_q_gemm on one [N,K] matrix of fmt, every path up to `best`:
+/* The quantized entries on one [N,K] matrix of fmt, every path up to `best`:
  * m tokens in one call (2 threads) and each token alone (1 thread) against
  * the stated order on tide_qview_row_f32's rows. nan: plant NaN codes
  * (fp8). Returns the outputs that differ. */
@@ -494,12 +508,12 @@ static int64_t check_kernel_one(int fmt, const int block[2], int64_t K, int64_t 
         yr[t] = y + t * N;
     }
     int64_t bad = 0;
-    for (int isa = DNNL_BK_Q_PLAIN; isa <= best; isa++) {
+    for (int isa = Q_PLAIN; isa <= best; isa++) {
         for (size_t c = 0; c < sizeof tokens / sizeof *tokens; c++) {
             const int mt = tokens[c];
             const struct dnnl_bk_qseg seg = {.w = &w, .y = yr};
             memset(y, 0xff, sizeof *y * (size_t)(KP_MAX_T * N));
-            dnnl_bk_q_gemm(xr, mt, &seg, 1, K, 2, isa);
+            q_fns[isa](xr, mt, &seg, 1, K, 2);
             int64_t d = count_diff_nan(y, ref, mt * N);
             if (d)
                 fprintf(stderr, "    %s K %lld N %lld%s, %s, %d tokens: %lld outputs differ\n",
@@ -512,7 +526,7 @@ static int64_t check_kernel_one(int fmt, const int block[2], int64_t K, int64_t 
         for (int t = 0; t < KP_MAX_T; t++) {
             float *ya[1] = {alone};
             const struct dnnl_bk_qseg seg = {.w = &w, .y = ya};
-            dnnl_bk_q_gemm(&xr[t], 1, &seg, 1, K, 1, isa);
+            q_fns[isa](&xr[t], 1, &seg, 1, K, 1);
             d += count_diff_nan(alone, y + t * N, N);
         }
         if (d)
@@ -545,10 +559,10 @@ static int64_t check_kernel_one(int fmt, const int block[2], int64_t K, int64_t 
 
 static void test_kernel_paths(void)
 {
-    const int best = dnnl_bk_q_isa_best();
-    fprintf(stderr, "  paths: plain%s%s\n", best >= DNNL_BK_Q_AVX2 ? ", avx2" : "",
-            best >= DNNL_BK_Q_AVX512 ? ", avx512" : "");
-    if (best < DNNL_BK_Q_AVX512)
+    const int best = q_best();
+    fprintf(stderr, "  paths: plain%s%s\n", best >= Q_AVX2 ? ", avx2" : "",
+            best >= Q_AVX512 ? ", avx512" : "");
+    if (best < Q_AVX512)
         fprintf(stderr, "  no AVX-512 path (the CPU lacks AVX512F/BW/VL, or built without it): "
                         "not checked\n");
     const int qb[2] = {1, 32}, fb[2] = {128, 128}, fb2[2] = {32, 64};

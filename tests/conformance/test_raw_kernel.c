@@ -1,4 +1,4 @@
-/* backend-cpu-onednn's raw bf16 kernel (raw_kernel.c) gives exactly the bits
+/* backend-cpu-onednn's raw bf16 kernel (rows_avx512bf16.c) gives exactly the bits
  * its summation order promises, for every token count, row count, row length
  * and thread count.
  *
@@ -59,7 +59,7 @@ static TARGET float ref_dot(const uint16_t *x, const uint16_t *w, int64_t k)
 /* One token on one thread. */
 static void raw_one(const uint16_t *const *x, const struct dnnl_bk_raw_seg *segs, int64_t k)
 {
-    dnnl_bk_raw_gemm(x, 1, segs, 2, k, 1);
+    dnnl_bk_rows_avx512bf16(x, 1, segs, 2, k, 1, NULL);
 }
 
 /* m tokens against two segments of n0 and n1 rows of length k (the gate/up
@@ -72,7 +72,7 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
     const uint16_t **xr = c.xr;
     float ***yp = c.yp;
     const int64_t *n = c.n;
-    dnnl_bk_raw_gemm(xr, m, c.segs, 2, k, threads);
+    dnnl_bk_rows_avx512bf16(xr, m, c.segs, 2, k, threads, NULL);
     int64_t bad = 0;
     for (int s = 0; s < 2; s++)
         for (int64_t t = 0; t < m; t++) {
@@ -96,7 +96,7 @@ static void check_case(int64_t m, int64_t n0, int64_t n1, int64_t k, int threads
 
 int main(void)
 {
-    if (!dnnl_bk_raw_available()) {
+    if (!(dnnl_bk_cpu_flags(NULL, 0) & DNNL_BK_CPU_AVX512BF16)) {
         printf("skipped: this CPU has no AVX512-BF16\n");
         return 77;
     }

@@ -1,5 +1,6 @@
-/* backend-cpu-onednn's rmsnorm row (simd.c): the AVX-512 path gives the bits
- * of the plain path, which sums in the order simd.c states, and both stay
+/* backend-cpu-onednn's rmsnorm row entries: the AVX-512 one (math_avx512.c)
+ * gives the bits of the plain one (math_c.c), which sums in the order
+ * math_c.c states, and both stay
  * within f32 rounding of a double reference. Covers f32 and bf16 input and
  * output, groups that are and are not multiples of the vector width, several
  * groups per row, and y aliasing x. On a CPU without AVX-512 only the plain
@@ -12,15 +13,6 @@
 #include "dnnl_bk.h"
 
 static int failures;
-
-/* simd.c's attention (not exercised here) takes scratch from the plugin
- * (plugin.c, not linked into this test): refuse it. */
-int dnnl_bk_scratch(struct tide_backend *bk, size_t bytes)
-{
-    (void)bk;
-    (void)bytes;
-    return TIDE_E_NOMEM;
-}
 
 static float rnd(unsigned *s)
 {
@@ -58,7 +50,7 @@ static void one_case(bool simd_ok, int64_t cols, int group, bool xb, bool yb, bo
     alias = alias && xb == yb;
     fill(x, xb, r, cols);
     void *out_p = alias ? x : yp;
-    dnnl_bk_rmsnorm_row(false, x, xb, out_p, yb, w, cols, group, eps);
+    dnnl_bk_rmsnorm_row_c(x, xb, out_p, yb, w, cols, group, eps);
     if (alias)
         memcpy(yp, x, (xb ? 2 : 4) * (size_t)cols);
     /* Against double: the scale within 1e-6 relative, each output within the
@@ -89,7 +81,7 @@ next:
     if (simd_ok) {
         fill(x, xb, r, cols);
         void *out_s = alias ? x : ys;
-        dnnl_bk_rmsnorm_row(true, x, xb, out_s, yb, w, cols, group, eps);
+        dnnl_bk_rmsnorm_row_avx512(x, xb, out_s, yb, w, cols, group, eps);
         if (memcmp(out_s, yp, (yb ? 2 : 4) * (size_t)cols) != 0 && failures++ < 10)
             fprintf(stderr, "FAIL cols %lld group %d x %s y %s%s: AVX-512 bits differ from plain\n",
                     (long long)cols, group, xb ? "bf16" : "f32", yb ? "bf16" : "f32",
@@ -105,7 +97,10 @@ next:
 int main(void)
 {
     char why[256] = "";
-    const bool simd_ok = dnnl_bk_simd_init(why, sizeof why);
+    const unsigned flags = dnnl_bk_cpu_flags(why, sizeof why);
+    const bool simd_ok = (flags & DNNL_BK_CPU_AVX512) && (flags & DNNL_BK_CPU_AVX512_EXP);
+    if (!(flags & DNNL_BK_CPU_AVX512))
+        snprintf(why, sizeof why, "this CPU lacks AVX-512 (F, DQ, BW, VL) or FMA");
     if (!simd_ok)
         printf("no AVX-512 path (%s): the plain path against double only\n", why);
     const int groups[] = {1, 7, 8, 16, 24, 100, 128, 2048};

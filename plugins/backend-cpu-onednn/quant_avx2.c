@@ -21,7 +21,7 @@
  *     same real number and rounds the same. The NaN codes 0x7f and 0xff
  *     decode to NaN, as in the reference: the AVX2 and AVX-512 code
  *     recompute a tile whose values hold one with the plain code.
- *   - y[t][j] = x[t] . W[j] in f32 in own_kernel.c's order: lane l (0..7)
+ *   - y[t][j] = x[t] . W[j] in f32 in rows_avx2.c's order: lane l (0..7)
  *     sums x[i] W[j][i] for i = l, l + 8, l + 16, ... < K, one fused
  *     multiply-add per i, i ascending; then the lanes are added as
  *     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). K is a multiple of
@@ -42,7 +42,7 @@
  * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
  * passes over them) are split among the threads.
  *
- * AVX-512 (AVX512F+BW+VL, chosen at run time; -DDNNL_BK_Q_AVX512_ON=0 leaves
+ * AVX-512 (AVX512F+BW+VL, chosen at run time; -DQK_AVX512_ON=0 leaves
  * it out) keeps the same order: two weight rows share a zmm, row r in lanes
  * 0-7 and row r+1 in lanes 8-15, the x values in both halves, so each
  * 512-bit fused multiply-add does per lane what two 256-bit ones did, and
@@ -53,7 +53,7 @@
  * rows at 1, 2, 3 and 4 tokens (up to 18 of the 32 registers accumulate). A row left over by the
  * pairs runs on the AVX2 tile (same bits). The fp8 NaN fallback is the
  * AVX2 code's. Above 4 tokens the AVX2 decoded-row path runs (a zmm
- * version measured slower on Zen 4: dnnl_bk_q_gemm). On Zen 4, whose
+ * version measured slower on Zen 4: qk_gemm). On Zen 4, whose
  * 512-bit operations take two passes through 256-bit units, the AVX-512
  * tiles gain at 1 token in q4_0 (the table) and little elsewhere
  * (docs/cpu-performance.md). test_quant_experts checks every path the CPU
@@ -81,9 +81,6 @@ static const int qk_nr[5] = {0, 8, 6, 4, 3};
 /* The AVX-512 tiles hold up to QK_NP_MAX pairs. */
 #define QK_UNROLL16 _Pragma("GCC unroll 16")
 
-#ifndef DNNL_BK_Q_AVX512_ON
-#define DNNL_BK_Q_AVX512_ON 1
-#endif
 #define QK_TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 /* AVX-512 tiles: weight rows are taken in pairs (row 2p in the low 8 lanes
  * of a zmm, row 2p+1 in the high 8), so tiles hold 2 * qk_np[tokens] rows:
@@ -93,17 +90,13 @@ static const int qk_nr[5] = {0, 8, 6, 4, 3};
 #define QK_NP_MAX 6
 static const int qk_np[5] = {0, 4, 6, 6, 4};
 
-enum dnnl_bk_q_isa dnnl_bk_q_isa_best(void)
-{
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
-        return DNNL_BK_Q_PLAIN;
-    if (DNNL_BK_Q_AVX512_ON && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-        return DNNL_BK_Q_AVX512;
-    return DNNL_BK_Q_AVX2;
-}
+/* The code paths of this file, all giving the same bits (table entries c,
+ * avx2, avx512). */
+enum qk_isa {
+    QK_PLAIN,  /* plain C */
+    QK_AVX2,   /* AVX2+FMA+F16C */
+    QK_AVX512, /* and AVX512F+BW+VL: two weight rows per zmm */
+};
 
 static inline float qk_bits(uint32_t u)
 {
@@ -649,7 +642,7 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
                      const struct dnnl_bk_qseg *s, int64_t r0, int64_t r1, int isa)
 {
     const struct dnnl_bk_qmat *w = s->w;
-    if (isa == DNNL_BK_Q_PLAIN) {
+    if (isa == QK_PLAIN) {
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < m; t++)
                 s->y[t][r] = qk_dot_scalar(x[t], w, r);
@@ -664,7 +657,7 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4), nr = qk_nr[mt];
         int64_t r = r0;
-        if (isa == DNNL_BK_Q_AVX512) {
+        if (isa == QK_AVX512) {
             const qk_tile_fn(*t512)[2] = qk_tiles512[w->fmt];
             for (; r + 2 * qk_np[mt] <= r1; r += 2 * qk_np[mt])
                 t512[mt][1](xf + t0, x + t0, w, r, s->y + t0, pf);
@@ -710,14 +703,14 @@ static void qk_job_blocks(void *c, int tid, int nt)
     }
 }
 
-void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+static void qk_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                     int n_segs, int64_t k, int threads, int isa)
 {
     /* x widened once per call: the same bits as the bf16 rows. */
     float *buf = NULL;
     const float **xf = NULL;
-    if (isa != DNNL_BK_Q_PLAIN && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
-        isa = DNNL_BK_Q_PLAIN; /* the plain code gives the same bits */
+    if (isa != QK_PLAIN && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
+        isa = QK_PLAIN; /* the plain code gives the same bits */
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + QK_RB - 1) / QK_RB;
@@ -726,8 +719,7 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
      * AVX2 tiles over them whatever isa is: on Zen 4 (512-bit operations
      * take two cycles) tiles of 4 tokens by 4 row pairs on zmm, which must
      * join two rows per load, measured 10% slower at 32 and 64 tokens. */
-    float *wbuf =
-        isa != DNNL_BK_Q_PLAIN && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
+    float *wbuf = isa != QK_PLAIN && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
     if (threads <= 1) {
         for (int i = 0; i < n_segs; i++)
             for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB) {
@@ -744,4 +736,22 @@ void dnnl_bk_q_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
     free(wbuf);
     free(buf);
     free(xf);
+}
+
+void dnnl_bk_quant_c(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+                     int n_segs, int64_t k, int threads)
+{
+    qk_gemm(x, m, segs, n_segs, k, threads, QK_PLAIN);
+}
+
+void dnnl_bk_quant_avx2(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+                        int n_segs, int64_t k, int threads)
+{
+    qk_gemm(x, m, segs, n_segs, k, threads, QK_AVX2);
+}
+
+void dnnl_bk_quant_avx512(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
+                          int n_segs, int64_t k, int threads)
+{
+    qk_gemm(x, m, segs, n_segs, k, threads, DNNL_BK_Q_AVX512_ON ? QK_AVX512 : QK_AVX2);
 }

@@ -19,7 +19,7 @@
  * the other rows or tokens of the tile, so a token's result does not depend
  * on how many tokens share the call or where it sits among them (batch
  * invariance, tests/conformance/test_amx_kernel.c). Rows whose length is not
- * a multiple of 32 run on raw_kernel.c instead (AVX512-BF16, which every AMX
+ * a multiple of 32 run on rows_avx512bf16.c instead (AVX512-BF16, which every AMX
  * CPU has): a choice made by k alone.
  *
  * Threads take blocks of 32 rows; each thread walks its rows a tile of 16
@@ -66,7 +66,9 @@ bool dnnl_bk_amx_available(void)
     if (s >= 0)
         return s == 1;
     unsigned a = 0, b = 0, c = 0, d = 0;
-    bool ok = dnnl_bk_raw_available();
+    __builtin_cpu_init();
+    bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512bf16");
     if (ok && __get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         ok = (d >> 22 & 1) && (d >> 24 & 1); /* AMX-BF16, AMX-TILE */
@@ -113,7 +115,7 @@ static size_t ak_tail_bytes(int64_t k)
     return ((size_t)(AK_ROWS * k) * sizeof(uint16_t) + 63) & ~(size_t)63;
 }
 
-size_t dnnl_bk_amx_work_bytes(int64_t m, int64_t k, int threads)
+size_t dnnl_bk_rows_amx_work(int64_t m, int64_t k, int threads)
 {
     return 64 + ak_pack_bytes(m, k) + (size_t)(threads > 1 ? threads : 1) * ak_tail_bytes(k);
 }
@@ -362,13 +364,13 @@ static void ak_job_run(void *c, int me, int nt)
            (uint16_t *)((char *)j->tails + (size_t)me * ak_tail_bytes(j->k)));
 }
 
-void dnnl_bk_amx_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+void dnnl_bk_rows_amx(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
                       int n_segs, int64_t k, int threads, void *work)
 {
     if (m <= 0)
         return;
     if (k % AK_KC) {
-        dnnl_bk_raw_gemm(x, m, segs, n_segs, k, threads);
+        dnnl_bk_rows_avx512bf16(x, m, segs, n_segs, k, threads, NULL);
         return;
     }
     int64_t blocks = 0;

@@ -1,13 +1,14 @@
-/* AVX-512 versions of the backend's element-wise math: exp, SiLU x up with
- * the bf16 rounding, and f32 -> bf16 rows. Each returns the same bits as the
- * plain C loop it replaces (dnnl_bk_math.h), so the `simd` option never
- * changes a token or a logit:
+/* AVX-512 (F, DQ, BW, VL) entries of the kernel table: exp, SiLU x up with
+ * the bf16 rounding, f32 -> bf16 rows, the rmsnorm row and the attention's
+ * scores and mixing. Each returns the same bits as its plain C twin
+ * (math_c.c, attn_c.c), so the `simd` option never changes a token or a
+ * logit:
  *  - exp is expf as glibc 2.27+ computes it on a CPU with FMA (the
  *    exp2f-table method: x/ln2 split into k/32 + r with one FMA, 2^(k/32) from
  *    a 32-entry table, a cubic in r, all in double, rounded once to float),
  *    evaluated 8 lanes at a time with the same fused operations. Inputs with
  *    |x| >= 88, where glibc takes its special paths, go to expf itself. At
- *    start-up (dnnl_bk_simd_init) the vector code is checked against this
+ *    start-up (dnnl_bk_avx512_exp_check) the vector code is checked against this
  *    process's expf on ~70k inputs spanning the range; any difference (another
  *    libm) turns the vector path off and logs why.
  *  - division, multiplication and the bf16 rounding (integer round to nearest
@@ -26,7 +27,6 @@
 
 /* 2^(i/32) as double bits, minus i << 47 (so adding k << 47 scales by 2^(k>>5)). */
 static double simd_tab[32];
-static bool simd_ok;
 
 /* The constants of the method: 32/ln2, 1.5 * 2^52 (round to integer by
  * addition), and the cubic's coefficients for 2^(r/32) - 1 ~ C2 r + C1 r^2 + C0 r^3. */
@@ -90,7 +90,8 @@ SIMD_TARGET static inline __m256i simd_bf16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-SIMD_TARGET static void simd_silu_mul_bf16(const float *g, const float *u, uint16_t *h, int64_t n)
+SIMD_TARGET void dnnl_bk_silu_mul_bf16_avx512(const float *g, const float *u, uint16_t *h,
+                                              int64_t n)
 {
     int64_t i = 0;
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -104,7 +105,7 @@ SIMD_TARGET static void simd_silu_mul_bf16(const float *g, const float *u, uint1
         h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
 }
 
-SIMD_TARGET static void simd_exp_sub(float *x, int64_t n, float m)
+SIMD_TARGET void dnnl_bk_exp_sub_avx512(float *x, int64_t n, float m)
 {
     int64_t i = 0;
     const __m512 mv = _mm512_set1_ps(m);
@@ -114,7 +115,7 @@ SIMD_TARGET static void simd_exp_sub(float *x, int64_t n, float m)
         x[i] = expf(x[i] - m);
 }
 
-SIMD_TARGET static void simd_to_bf16(const float *x, uint16_t *y, int64_t n)
+SIMD_TARGET void dnnl_bk_to_bf16_avx512(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -123,32 +124,7 @@ SIMD_TARGET static void simd_to_bf16(const float *x, uint16_t *y, int64_t n)
         y[i] = tide_f32_to_bf16(x[i]);
 }
 
-/* ---- rmsnorm ---------------------------------------------------------------
- * One order for the sum of squares, in both paths: element j of a group goes
- * to double lane j % 8 (squares of f32 values are exact in double), the
- * lanes then add as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)); the scale is
- * 1/sqrt(ss/group + eps) rounded to f32 and each output (x * scale) * w in
- * f32. A row's result depends on its own values alone. */
-static inline double rms_lanes(const double s[8])
-{
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
-static void rms_plain(const void *x, bool xb, void *y, bool yb, const float *w, int64_t cols,
-                      int group, float eps)
-{
-    for (int64_t g0 = 0; g0 < cols; g0 += group) {
-        double s[8] = {0};
-        for (int j = 0; j < group; j++) {
-            const double v = dnnl_bk_ld(x, xb, g0 + j);
-            s[j % 8] += v * v;
-        }
-        const float rr = (float)(1.0 / sqrt(rms_lanes(s) / group + (double)eps));
-        /* Element j is read before it is written, so y may alias x. */
-        for (int j = 0; j < group; j++)
-            dnnl_bk_st(y, yb, g0 + j, dnnl_bk_ld(x, xb, g0 + j) * rr * w[j]);
-    }
-}
+/* ---- rmsnorm: the order math_c.c states ---- */
 
 /* n <= 16 elements at p as f32 (bf16 widened), the rest 0. */
 SIMD_TARGET static inline __m512 rms_ld16(const void *p, bool bf16, int64_t j, int n)
@@ -160,8 +136,8 @@ SIMD_TARGET static inline __m512 rms_ld16(const void *p, bool bf16, int64_t j, i
     return _mm512_maskz_loadu_ps(m, (const float *)p + j);
 }
 
-SIMD_TARGET static void rms_simd(const void *x, bool xb, void *y, bool yb, const float *w,
-                                 int64_t cols, int group, float eps)
+SIMD_TARGET void dnnl_bk_rmsnorm_row_avx512(const void *x, bool xb, void *y, bool yb,
+                                            const float *w, int64_t cols, int group, float eps)
 {
     for (int64_t g0 = 0; g0 < cols; g0 += group) {
         __m512d acc = _mm512_setzero_pd();
@@ -172,7 +148,7 @@ SIMD_TARGET static void rms_simd(const void *x, bool xb, void *y, bool yb, const
         }
         double s[8];
         _mm512_storeu_pd(s, acc);
-        const float rr = (float)(1.0 / sqrt(rms_lanes(s) / group + (double)eps));
+        const float rr = (float)(1.0 / sqrt(dnnl_bk_rms_lanes(s) / group + (double)eps));
         const __m512 rv = _mm512_set1_ps(rr);
         for (int j = 0; j < group; j += 16) {
             const int n = group - j < 16 ? group - j : 16;
@@ -187,22 +163,13 @@ SIMD_TARGET static void rms_simd(const void *x, bool xb, void *y, bool yb, const
     }
 }
 
-void dnnl_bk_rmsnorm_row(bool simd, const void *x, bool xb, void *y, bool yb, const float *w,
-                         int64_t cols, int group, float eps)
-{
-    if (simd && simd_ok)
-        rms_simd(x, xb, y, yb, w, cols, group, eps);
-    else
-        rms_plain(x, xb, y, yb, w, cols, group, eps);
-}
-
 /* expf over 16 inputs by the vector path, for the start-up check. */
 SIMD_TARGET static void simd_exp_block(const float *x, float *y)
 {
     _mm512_storeu_ps(y, simd_exp16(_mm512_loadu_ps(x)));
 }
 
-bool dnnl_bk_simd_init(char *why, size_t why_len)
+bool dnnl_bk_avx512_exp_check(char *why, size_t why_len)
 {
     static int state = -1; /* -1 unknown, 0 off, 1 on */
     static char reason[160];
@@ -262,56 +229,20 @@ bool dnnl_bk_simd_init(char *why, size_t why_len)
         snprintf(reason, sizeof reason, "AVX-512, exp checked against expf on %d inputs", checked);
         state = 1;
     }
-    simd_ok = state == 1;
     snprintf(why, why_len, "%s", reason);
-    return simd_ok;
-}
-
-void dnnl_bk_silu_mul_bf16(bool simd, const float *g, const float *u, uint16_t *h, int64_t n)
-{
-    if (simd && simd_ok) {
-        simd_silu_mul_bf16(g, u, h, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        h[i] = tide_f32_to_bf16(dnnl_bk_silu_mul(g[i], u[i]));
-}
-
-void dnnl_bk_exp_sub(bool simd, float *x, int64_t n, float m)
-{
-    if (simd && simd_ok) {
-        simd_exp_sub(x, n, m);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        x[i] = expf(x[i] - m);
-}
-
-void dnnl_bk_to_bf16(bool simd, const float *x, uint16_t *y, int64_t n)
-{
-    if (simd && simd_ok) {
-        simd_to_bf16(x, y, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        y[i] = tide_f32_to_bf16(x[i]);
-}
-
-bool dnnl_bk_simd_on(const struct tide_backend *bk)
-{
-    return bk->simd && simd_ok;
+    return state == 1;
 }
 
 /* ---- attention ------------------------------------------------------------
- * Block-causal GQA attention with the plain loop's arithmetic (ops.c), done
+ * Block-causal GQA attention with the plain loop's arithmetic (attn_c.c), done
  * a vector of keys at a time: K is transposed per call into
  * kt[kv head][dim][key], so one vector holds the partial dot products of 16
  * (AVX-512) or 8 (AVX2, attn_avx2.c) keys, each lane summing q[d] * k[d] in
  * the order d = 0, 1, ... as the scalar loop does. The softmax sum stays a
  * sequential loop; exp, the mixing o += (p / sum) v (over dimensions, in key
  * order) and the bf16 rounding are the same operations vectorised (exp and
- * the rounding on the AVX-512 path only). dnnl_bk_attention_tiled is the
- * driver both paths share; each brings its scores and mixing kernels. */
+ * the rounding on the AVX-512 path only). dnnl_bk_attention_tiled (attn_c.c)
+ * is the driver both paths share; each brings its scores and mixing kernels. */
 
 #define SIMD_ATT_HEADS DNNL_BK_ATT_HEADS
 
@@ -373,137 +304,11 @@ SIMD_TARGET static void simd_mix(const float *p, float sum, int64_t len, const f
     }
 }
 
-struct transpose_job {
-    const struct tide_tensor *kc;
-    int hd;
-    int64_t total, ldk, jb;
-    float *kt;
-};
-
-/* Items it of (KV head g, 64-key band b), g = it / jb. */
-static void simd_transpose_items(void *c, int64_t i0, int64_t i1)
+int dnnl_bk_attention_avx512(struct tide_backend *bk, const struct tide_attn_args *a)
 {
-    const struct transpose_job *t = c;
-    const int hd = t->hd;
-    for (int64_t it = i0; it < i1; it++) {
-        const int g = (int)(it / t->jb);
-        const int64_t b = it % t->jb;
-        const int64_t j0 = b * 64, j1 = j0 + 64 < t->ldk ? j0 + 64 : t->ldk;
-        for (int64_t j = j0; j < j1; j++) {
-            const float *k = j < t->total ? (const float *)dnnl_bk_at(t->kc, j, 0) + g * hd : NULL;
-            for (int d = 0; d < hd; d++)
-                t->kt[((int64_t)g * hd + d) * t->ldk + j] = k ? k[d] : 0.0f;
-        }
-    }
-}
-
-/* kt[g][d][j] = k_cache[j][g*hd + d] for j < total, 0 for j in [total, ldk). */
-static void simd_transpose_k(const struct tide_tensor *kc, int nkv, int hd, int64_t total,
-                             int64_t ldk, float *kt, int threads)
-{
-    const int64_t jb = (total + 63) / 64;
-    const struct transpose_job t = {kc, hd, total, ldk, jb, kt};
-    dnnl_bk_par_for(total * nkv * hd >= 65536 ? threads : 1, nkv * jb, simd_transpose_items,
-                    (void *)&t);
-}
-
-struct tiled_job {
-    const struct tide_attn_args *a;
-    const struct dnnl_bk_att_kernels *kern;
-    const float *kt;
-    int64_t ldk;
-    _Atomic int64_t next; /* the next (query, KV head) item: dynamic scheduling */
-    _Atomic int failed;
-};
-
-static void simd_attention_items(void *c, int tid, int nt)
-{
-    (void)tid;
-    (void)nt;
-    struct tiled_job *jb = c;
-    const struct tide_attn_args *a = jb->a;
-    const struct dnnl_bk_att_kernels *kern = jb->kern;
-    const int64_t n = a->n, total = a->pos0 + a->n, ldk = jb->ldk;
-    const int hd = a->head_dim, nkv = a->n_kv_heads, group = a->n_heads / a->n_kv_heads;
-    const bool ob = a->out->dtype == TIDE_DTYPE_BF16;
-    const float *kt = jb->kt;
-    /* Per thread: scores of the group's heads over the visible keys, and one
-     * output row. */
-    float *p = malloc(sizeof *p * ((size_t)SIMD_ATT_HEADS * (size_t)ldk + (size_t)hd));
-    if (!p) {
-        atomic_store(&jb->failed, 1);
-        return;
-    }
-    float *o = p + (size_t)SIMD_ATT_HEADS * (size_t)ldk;
-    for (int64_t it; (it = atomic_fetch_add(&jb->next, 1)) < n * nkv;) {
-        const int64_t i = it / nkv;
-        const int g = (int)(it % nkv);
-        const int64_t pos = a->pos0 + i;
-        const int64_t vis_end = (pos / a->block + 1) * a->block;
-        const int64_t len = vis_end < total ? vis_end : total;
-        const float *vg = (const float *)dnnl_bk_at(a->v_cache, 0, 0) + (int64_t)g * hd;
-        for (int h0 = 0; h0 < group; h0 += SIMD_ATT_HEADS) {
-            const int nh = group - h0 < SIMD_ATT_HEADS ? group - h0 : SIMD_ATT_HEADS;
-            const float *q[SIMD_ATT_HEADS];
-            float *ph[SIMD_ATT_HEADS];
-            for (int h = 0; h < nh; h++) {
-                q[h] = (const float *)dnnl_bk_at(a->q, i, 0) + (int64_t)(g * group + h0 + h) * hd;
-                ph[h] = p + (size_t)h * (size_t)ldk;
-            }
-            kern->scores(q, nh, kt + (int64_t)g * hd * ldk, ldk, hd, len, a->scale, ph);
-            /* Each head's maximum and sum in key order, as the plain loop;
-             * the heads side by side, so that the additions of one wait on
-             * each other but not on another head's (4 chains of adds instead
-             * of one: the sums were a fifth of the attention core). */
-            float mx[SIMD_ATT_HEADS], sum[SIMD_ATT_HEADS];
-            for (int h = 0; h < nh; h++)
-                mx[h] = -INFINITY;
-            for (int64_t j = 0; j < len; j++)
-                for (int h = 0; h < nh; h++)
-                    mx[h] = ph[h][j] > mx[h] ? ph[h][j] : mx[h];
-            for (int h = 0; h < nh; h++) {
-                dnnl_bk_exp_sub(kern->vec_math, ph[h], len, mx[h]);
-                sum[h] = 0.0f;
-            }
-            for (int64_t j = 0; j < len; j++)
-                for (int h = 0; h < nh; h++)
-                    sum[h] += ph[h][j];
-            for (int h = 0; h < nh; h++) {
-                kern->mix(ph[h], sum[h], len, vg, a->v_cache->stride, hd, o);
-                const int head = g * group + h0 + h;
-                void *dst = (char *)dnnl_bk_at(a->out, i, 0) +
-                            (size_t)head * (size_t)hd * tide_dtype_size(a->out->dtype);
-                if (ob)
-                    dnnl_bk_to_bf16(kern->vec_math, o, dst, hd);
-                else
-                    memcpy(dst, o, sizeof *o * (size_t)hd);
-            }
-        }
-    }
-    free(p);
-}
-
-int dnnl_bk_attention_tiled(struct tide_backend *bk, const struct tide_attn_args *a,
-                            const struct dnnl_bk_att_kernels *kern)
-{
-    const int64_t n = a->n, total = a->pos0 + a->n, ldk = (total + 15) / 16 * 16;
-    const int hd = a->head_dim, nkv = a->n_kv_heads;
-    int rc = dnnl_bk_scratch(bk, sizeof(float) * (size_t)(nkv * hd) * (size_t)ldk);
-    if (rc)
-        return rc;
-    float *kt = bk->scratch;
-    simd_transpose_k(a->k_cache, nkv, hd, total, ldk, kt, bk->threads);
-    struct tiled_job jb = {.a = a, .kern = kern, .kt = kt, .ldk = ldk};
-    dnnl_bk_par(n * nkv > 1 ? bk->threads : 1, simd_attention_items, &jb);
-    if (atomic_load(&jb.failed)) {
-        tide_error(DNNL_BK_NAME ": attention: out of memory for %lld scores", (long long)total);
-        return TIDE_E_NOMEM;
-    }
-    return TIDE_OK;
-}
-
-int dnnl_bk_attention_simd(struct tide_backend *bk, const struct tide_attn_args *a)
-{
-    static const struct dnnl_bk_att_kernels k = {simd_scores, simd_mix, true};
+    static const struct dnnl_bk_att_kernels k = {simd_scores, simd_mix, dnnl_bk_exp_sub_avx512,
+                                                 dnnl_bk_to_bf16_avx512};
+    if (a->head_dim % 16)
+        return dnnl_bk_attention_c(bk, a);
     return dnnl_bk_attention_tiled(bk, a, &k);
 }

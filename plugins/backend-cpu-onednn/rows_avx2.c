@@ -1,5 +1,6 @@
-/* The backend's own bf16 matmul, for CPUs where oneDNN has no bf16 matmul
- * (oneDNN 2.6 wants AVX512 for bf16; an AVX2-only x86-64 host has none).
+/* The own bf16 row kernel on AVX2 (table entries matmul/expert = avx2), for
+ * CPUs where oneDNN has no bf16 matmul (oneDNN 2.6 wants AVX512 for bf16; an
+ * AVX2-only x86-64 host has none). Its plain C twin is rows_c.c.
  *
  * y[t][j] = sum_k bf16(x[t][k]) * bf16(w[j][k]), accumulated in f32, on the
  * checkpoint's own [N][K] rows (the `inplace` layout, no packing). bf16 to
@@ -12,7 +13,7 @@
  *   - the lanes are added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
  *   - the tail k = K8 .. K-1 is added by fused multiply-adds, k ascending.
  * So a row's result does not depend on how many rows share the call (batch
- * invariance), and the AVX2 code and the scalar code (any CPU; fmaf is the
+ * invariance), and this code and rows_c.c's (any CPU; fmaf is the
  * same correctly rounded fused multiply-add) give identical bits, which
  * tests/conformance/test_own_kernel.c checks against this order written out
  * plainly.
@@ -32,12 +33,6 @@
 
 #define OK_TARGET __attribute__((target("avx2,fma")))
 
-bool dnnl_bk_own_avx2(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 static inline float ok_bf16(uint16_t v)
 {
     union {
@@ -45,27 +40,6 @@ static inline float ok_bf16(uint16_t v)
         float f;
     } c = {.u = (uint32_t)v << 16};
     return c.f;
-}
-
-/* The lane sum of the stated order. */
-static inline float ok_lanes(const float l[8])
-{
-    const float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
-    return (a0 + a2) + (a1 + a3);
-}
-
-/* One output, scalar, in the stated order. */
-static float ok_dot_scalar(const uint16_t *x, const uint16_t *w, int64_t k)
-{
-    float l[8] = {0};
-    const int64_t k8 = k & ~(int64_t)7;
-    for (int64_t i = 0; i < k8; i += 8)
-        for (int j = 0; j < 8; j++)
-            l[j] = fmaf(ok_bf16(x[i + j]), ok_bf16(w[i + j]), l[j]);
-    float r = ok_lanes(l);
-    for (int64_t i = k8; i < k; i++)
-        r = fmaf(ok_bf16(x[i]), ok_bf16(w[i]), r);
-    return r;
 }
 
 static OK_TARGET inline __m256 ok_load8(const uint16_t *p)
@@ -160,17 +134,10 @@ static const ok_tile_fn ok_tiles[5][2] = {
     {ok_tile_4_1, ok_tile_4_3},
 };
 
-/* Rows [r0, r1) of one segment, for all m tokens (xf: the x rows widened,
- * for the AVX2 code). */
+/* Rows [r0, r1) of one segment, for all m tokens (xf: the x rows widened). */
 static void ok_block(const float *const *xf, const uint16_t *const *x, int64_t m,
-                     const struct dnnl_bk_raw_seg *s, int64_t k, int64_t r0, int64_t r1, bool avx2)
+                     const struct dnnl_bk_raw_seg *s, int64_t k, int64_t r0, int64_t r1)
 {
-    if (!avx2) {
-        for (int64_t r = r0; r < r1; r++)
-            for (int64_t t = 0; t < m; t++)
-                s->y[t][r] = ok_dot_scalar(x[t], s->w + r * k, k);
-        return;
-    }
     for (int64_t t0 = 0; t0 < m; t0 += 4) {
         const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
         int64_t r = r0;
@@ -214,7 +181,6 @@ struct ok_job {
     int64_t m;
     const struct dnnl_bk_raw_seg *segs;
     int64_t k;
-    bool avx2;
 };
 
 /* Blocks [b0, b1) of OK_RB rows, numbered through the segments in order. */
@@ -222,37 +188,33 @@ static void ok_job_blocks(void *c, int64_t b0, int64_t b1)
 {
     const struct ok_job *j = c;
     for (int64_t b = b0; b < b1; b++) {
-        int64_t rb = b;
-        int i = 0;
-        while (rb >= (j->segs[i].n + OK_RB - 1) / OK_RB)
-            rb -= (j->segs[i++].n + OK_RB - 1) / OK_RB;
-        const int64_t r0 = rb * OK_RB, r1 = r0 + OK_RB;
-        ok_block(j->xf, j->x, j->m, &j->segs[i], j->k, r0, r1 < j->segs[i].n ? r1 : j->segs[i].n,
-                 j->avx2);
+        int64_t r0, r1;
+        const struct dnnl_bk_raw_seg *s = dnnl_bk_seg_block(j->segs, b, OK_RB, &r0, &r1);
+        ok_block(j->xf, j->x, j->m, s, j->k, r0, r1);
     }
 }
 
-void dnnl_bk_own_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads, bool avx2)
+void dnnl_bk_rows_avx2(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
+                       int n_segs, int64_t k, int threads, void *work)
 {
     /* Widened rows: a row's bits are those of the bf16 row, so this changes
      * no result, only how often the conversion runs. */
     float *buf = NULL;
     const float **xf = NULL;
-    if (avx2 && m > 0 && !(xf = dnnl_bk_widen_rows(x, m, k, &buf)))
-        avx2 = false; /* the plain code gives the same bits */
+    if (m <= 0)
+        return;
+    if (!(xf = dnnl_bk_widen_rows(x, m, k, &buf))) {
+        dnnl_bk_rows_c(x, m, segs, n_segs, k, threads, work); /* the same bits */
+        return;
+    }
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + OK_RB - 1) / OK_RB;
-    if (threads <= 1) {
-        for (int i = 0; i < n_segs; i++)
-            for (int64_t r0 = 0; r0 < segs[i].n; r0 += OK_RB)
-                ok_block(xf, x, m, &segs[i], k, r0, r0 + OK_RB < segs[i].n ? r0 + OK_RB : segs[i].n,
-                         avx2);
-    } else {
-        const struct ok_job j = {xf, x, m, segs, k, avx2};
+    const struct ok_job j = {xf, x, m, segs, k};
+    if (threads <= 1)
+        ok_job_blocks((void *)&j, 0, blocks);
+    else
         dnnl_bk_par_for(threads, blocks, ok_job_blocks, (void *)&j);
-    }
     free(buf);
     free(xf);
 }

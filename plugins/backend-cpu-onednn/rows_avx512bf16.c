@@ -39,13 +39,6 @@
 #define RK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define RK_INLINE static inline __attribute__((always_inline)) RK_TARGET
 
-bool dnnl_bk_raw_available(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512bf16");
-}
-
 /* Lane i of the result is the sum of the 16 lanes of v[i]: pairs of vectors
  * are interleaved and added, halving their count at each step, so 16 sums cost
  * 45 instructions instead of 16 separate reductions. */
@@ -182,9 +175,8 @@ RK_INLINE void rk_rows(const int mt, const int nr, const uint16_t *const *x, con
  * rows wb[0..nr) into cb.. of yb, each output summed exactly as rk_tile sums
  * it (one accumulator, chunks in order, the masked tail last, rk_hsum16).
  * The two groups lie far apart, so a core reads two streams from DRAM at
- * once: with the memory slow (high latency), one stream is limited by the
- * cache misses a core keeps in flight (one thread read 12.8 GB/s from one
- * stream and 24.9 from two, session 10 of docs/cpu-performance.md).
+ * once: one stream is limited by the misses a core keeps in flight (two
+ * nearly doubled one thread's bandwidth: docs/cpu-performance.md).
  * mt * nr <= 8. */
 RK_INLINE void rk_tile2(const int mt, const int nr, const uint16_t *const *x, const uint16_t *wa,
                         const uint16_t *wb, int64_t k, float *const *ya, int64_t ca,
@@ -381,12 +373,9 @@ static void rk_span(const uint16_t *const *x, int mt, const struct dnnl_bk_raw_s
         one(x + t0, s->w + r * k, k, s->y + t0, r);
 }
 
-/* Tokens up to which rows of K >= RK_ROWS_MIN_K run in pairs (rk_rows2).
- * One thread, us per expert (H 2048, I 512), against one stream: 1 token
- * 271-280 against 309-328, 2 tokens 274-295 against 282-296, but 4 tokens
- * 290-300 against 232-291, so 3-4 tokens walk one stream; the tiles of
- * shorter rows (down) pair at every count (8 tokens: 341-347 against
- * 379-402). Session 10 of docs/cpu-performance.md. */
+/* Tokens up to which rows of K >= RK_ROWS_MIN_K run in pairs (rk_rows2):
+ * two streams win at 1-2 tokens and lose at 3-4; the tiles of shorter rows
+ * (down) pair at every count (docs/cpu-performance.md). */
 #ifndef RK_ROWS2_MAX_MT
 #define RK_ROWS2_MAX_MT 2
 #endif
@@ -412,17 +401,6 @@ static void rk_block(const uint16_t *const *x, int64_t m, int64_t k,
         }
         rk_span(x, mt, s, k, r, r1, t0);
     }
-}
-
-const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *segs, int64_t i,
-                                                int64_t rows, int64_t *r0, int64_t *r1)
-{
-    int j = 0;
-    while (i >= (segs[j].n + rows - 1) / rows)
-        i -= (segs[j++].n + rows - 1) / rows;
-    *r0 = i * rows;
-    *r1 = *r0 + rows < segs[j].n ? *r0 + rows : segs[j].n;
-    return &segs[j];
 }
 
 /* Block number i of the segments: its segment and rows [*r0, *r1). */
@@ -460,9 +438,11 @@ static void rk_job_pairs(void *c, int64_t i0, int64_t i1)
         rk_pair_at(j->x, j->m, j->segs, j->k, j->blocks, i);
 }
 
-void dnnl_bk_raw_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_raw_seg *segs,
-                      int n_segs, int64_t k, int threads)
+void dnnl_bk_rows_avx512bf16(const uint16_t *const *x, int64_t m,
+                             const struct dnnl_bk_raw_seg *segs, int n_segs, int64_t k, int threads,
+                             void *work)
 {
+    (void)work;
     int64_t blocks = 0;
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].n + DNNL_BK_RAW_RB - 1) / DNNL_BK_RAW_RB;
