@@ -101,7 +101,10 @@ class Result(Structure):
                 ("offload", OffloadStats), ("gen_length", c_int64), ("block_length", c_int),
                 ("steps_per_block", c_int), ("threshold", c_double), ("temperature", c_double),
                 ("top_k", c_int), ("top_p", c_double), ("seed", c_int64), ("chat", c_bool),
-                ("edits", c_int64), ("model_forwards", c_int64)]
+                ("edits", c_int64), ("model_forwards", c_int64),
+                # API version 5: DIP and attention cost (docs/dip.md)
+                ("context_tokens", c_int64), ("inserted_tokens", c_int64),
+                ("attended", c_int64), ("computed", c_int64)]
 
 
 class EngineInfo(Structure):

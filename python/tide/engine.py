@@ -55,6 +55,13 @@ def _sets(config: Dict) -> List[str]:
     return out
 
 
+def _dip_counters(r) -> Dict[str, int]:
+    """The API-version-5 counters of a C result, when the library fills them."""
+    names = ("context_tokens", "inserted_tokens", "attended", "computed")
+    end = getattr(type(r), "computed").offset + ctypes.sizeof(ctypes.c_int64)
+    return {n: getattr(r, n) for n in names} if r.size >= end else {}
+
+
 def _cstrings(items: Sequence[str]):
     arr = (c_char_p * max(len(items), 1))()
     for i, s in enumerate(items):
@@ -107,6 +114,10 @@ class Result:
     params: Dict[str, object] = field(default_factory=dict)
     edits: int = 0  # tokens replaced by other tokens (editing decoders such as llada21)
     model_forwards: int = 0  # forward calls of the model it took part in (shared in a batch)
+    context_tokens: int = 0  # the prompt at the start, DIP's up-front examples included
+    inserted_tokens: int = 0  # tokens that joined the prompt during generation (DIP)
+    attended: int = 0  # key positions attended, summed over the passes
+    computed: int = 0  # positions computed, summed over the passes
 
     @property
     def generated_tokens(self) -> int:
@@ -386,6 +397,7 @@ class Engine:
                 prefill_seconds=r.prefill_seconds, unknown_ids=r.unknown_ids,
                 offload=OffloadStats._from(r.offload), edits=r.edits,
                 model_forwards=r.model_forwards,
+                **_dip_counters(r),
                 params=dict(gen_length=r.gen_length, block_length=r.block_length,
                             steps=r.steps_per_block, threshold=r.threshold,
                             temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
