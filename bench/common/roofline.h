@@ -157,43 +157,55 @@ static void roof_cpu_name(char *out, size_t n)
 
 #define ROOF_TARGET __attribute__((target("avx512f,avx512bf16")))
 
+/* Independent accumulator chains of each peak loop. A loop reaches an
+ * instruction's throughput only with at least latency x (instructions per
+ * cycle) chains; with fewer it measures the latency instead. Documented
+ * (docs/cpu-performance.md, "Compute peaks"): an FMA has latency 4 at 2 per
+ * cycle (8 chains) on Intel cores with two FMA units and on Zen 2-4;
+ * VDPBF16PS has latency 6-8 at 1 per 2 cycles on Sapphire Rapids (4
+ * chains). 20 zmm chains leave 12 of the 32 registers free; 12 ymm chains
+ * and the two operands fill AVX2's 16. */
+#define ROOF_CHAINS_ZMM 20
+#define ROOF_CHAINS_YMM 12
+#define ROOF_CHAINS_AMX 6 /* tiles 0-5; 6 and 7 hold the operands */
+
 static bool roof_has_bf16(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
 
-/* iters x 20 independent VDPBF16PS (64 FLOP each); returns a lane so the
- * work is not optimised away. */
+/* iters x ROOF_CHAINS_ZMM independent VDPBF16PS (64 FLOP each); returns a
+ * lane so the work is not optimised away. */
 ROOF_TARGET static float roof_bf16_loop(long iters)
 {
-    __m512 acc[20];
-    for (int i = 0; i < 20; i++)
+    __m512 acc[ROOF_CHAINS_ZMM];
+    for (int i = 0; i < ROOF_CHAINS_ZMM; i++)
         acc[i] = _mm512_set1_ps((float)i);
     const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x0001);
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 20
-        for (int i = 0; i < 20; i++)
+        for (int i = 0; i < ROOF_CHAINS_ZMM; i++)
             acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
     __m512 s = acc[0];
-    for (int i = 1; i < 20; i++)
+    for (int i = 1; i < ROOF_CHAINS_ZMM; i++)
         s = _mm512_add_ps(s, acc[i]);
     return _mm512_reduce_add_ps(s);
 }
 
-/* iters x 20 independent 16-lane FMAs (32 FLOP each). */
+/* iters x ROOF_CHAINS_ZMM independent 16-lane FMAs (32 FLOP each). */
 ROOF_TARGET static float roof_f32_loop(long iters)
 {
-    __m512 acc[20];
-    for (int i = 0; i < 20; i++)
+    __m512 acc[ROOF_CHAINS_ZMM];
+    for (int i = 0; i < ROOF_CHAINS_ZMM; i++)
         acc[i] = _mm512_set1_ps((float)i);
     const __m512 a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(1e-9f);
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 20
-        for (int i = 0; i < 20; i++)
+        for (int i = 0; i < ROOF_CHAINS_ZMM; i++)
             acc[i] = _mm512_fmadd_ps(acc[i], a, b);
     __m512 s = acc[0];
-    for (int i = 1; i < 20; i++)
+    for (int i = 1; i < ROOF_CHAINS_ZMM; i++)
         s = _mm512_add_ps(s, acc[i]);
     return _mm512_reduce_add_ps(s);
 }
@@ -206,21 +218,20 @@ static bool roof_has_avx2(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-/* iters x 12 independent 8-lane FMAs (16 FLOP each): 12 accumulators and the
- * two operands fill AVX2's 16 registers, and 12 chains cover an FMA latency
- * of 4-5 cycles on two FMA pipes. */
+/* iters x ROOF_CHAINS_YMM independent 8-lane FMAs (16 FLOP each): 12
+ * chains cover an FMA latency of 4-5 cycles on two FMA pipes (8-10). */
 ROOF_TARGET_AVX2 static float roof_f32_loop_avx2(long iters)
 {
-    __m256 acc[12];
-    for (int i = 0; i < 12; i++)
+    __m256 acc[ROOF_CHAINS_YMM];
+    for (int i = 0; i < ROOF_CHAINS_YMM; i++)
         acc[i] = _mm256_set1_ps((float)i);
     const __m256 a = _mm256_set1_ps(1.0000001f), b = _mm256_set1_ps(1e-9f);
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 12
-        for (int i = 0; i < 12; i++)
+        for (int i = 0; i < ROOF_CHAINS_YMM; i++)
             acc[i] = _mm256_fmadd_ps(acc[i], a, b);
     __m256 s = acc[0];
-    for (int i = 1; i < 12; i++)
+    for (int i = 1; i < ROOF_CHAINS_YMM; i++)
         s = _mm256_add_ps(s, acc[i]);
     float l[8];
     _mm256_storeu_ps(l, s);
@@ -287,6 +298,14 @@ ROOF_TARGET_AMX static float roof_amx_loop(long iters)
     return out[0];
 }
 
+/* FLOP of one iteration of the peak loop roof_peak2 runs. */
+static inline double roof_peak_iter_flop(bool amx, bool avx512, bool bf16)
+{
+    return amx       ? ROOF_CHAINS_AMX * 16384.0
+           : !avx512 ? ROOF_CHAINS_YMM * 16.0
+                     : ROOF_CHAINS_ZMM * (bf16 ? 64.0 : 32.0);
+}
+
 /* The kind of peak roof_peak2 measures on this CPU. */
 static const char *roof_peak_kind(bool bf16)
 {
@@ -333,9 +352,7 @@ static double roof_peak2(int threads, bool bf16, double *per_cpu)
         best_cpu = dc < best_cpu && rep > 0 ? dc : best_cpu;
     }
     (void)sink;
-    const double per_iter = amx       ? 6.0 * 16384.0
-                            : !avx512 ? 12.0 * 16.0
-                                      : 20.0 * (bf16 ? 64.0 : 32.0);
+    const double per_iter = roof_peak_iter_flop(amx, avx512, bf16);
     const double flops = (double)threads * (double)iters * per_iter;
     if (per_cpu)
         *per_cpu = flops / best_cpu / 1e9;
@@ -345,6 +362,110 @@ static double roof_peak2(int threads, bool bf16, double *per_cpu)
 static inline double roof_peak(int threads, bool bf16)
 {
     return roof_peak2(threads, bf16, NULL);
+}
+
+/* iters x 16 dependent 64-bit adds: 16 cycles an iteration on every x86
+ * core (an add's latency is 1 cycle; the count and the branch run beside
+ * the chain), so it counts core cycles, not the TSC's. */
+static inline unsigned long roof_clock_loop(long iters)
+{
+    unsigned long x = 0;
+    __asm__ volatile("1:\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "dec %1\n\t"
+                     "jnz 1b"
+                     : "+r"(x), "+r"(iters)
+                     :
+                     : "cc");
+    return x;
+}
+
+static inline double roof_thread_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* FLOP per cycle per core of roof_peak2's loop, the figure to check against
+ * the instruction's documented throughput: on each of `threads` threads,
+ * the dependent add chain (cycles) and then the peak loop, both timed by
+ * the thread's own CPU clock, so the time a thread waits for a core on a
+ * shared machine counts in neither, and a CPU clock that runs at a fixed
+ * fraction of the real one cancels. Best of 5 rounds of the threads' mean;
+ * *ghz (may be NULL): the core clock those rounds saw, cycles per thread
+ * CPU-second (only as right as that clock). 0 where no peak is measured. */
+static inline double roof_flop_per_cycle(int threads, bool bf16, double *ghz)
+{
+    const bool avx512 = roof_has_bf16(), amx = bf16 && roof_has_amx();
+    if (ghz)
+        *ghz = 0.0;
+    if (!avx512 && !roof_has_avx2())
+        return 0.0;
+    const long clock_iters = 1000000; /* 16M cycles */
+    const long iters = amx ? 50000 : avx512 ? 500000 : 750000;
+    const double per_iter = roof_peak_iter_flop(amx, avx512, bf16);
+    double best = 0.0, best_ghz = 0.0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 6; rep++) {
+        double sum = 0.0, sum_ghz = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : sum, sum_ghz)
+        {
+            const double t0 = roof_thread_cpu_now();
+            const unsigned long x = roof_clock_loop(clock_iters);
+            const double t1 = roof_thread_cpu_now();
+            const float v = amx       ? roof_amx_loop(iters)
+                            : !avx512 ? roof_f32_loop_avx2(iters)
+                            : bf16    ? roof_bf16_loop(iters)
+                                      : roof_f32_loop(iters);
+            const double t2 = roof_thread_cpu_now();
+            const double hz = 16.0 * (double)clock_iters / (t1 - t0);
+            sum += (double)iters * per_iter / (t2 - t1) / hz;
+            sum_ghz += hz / 1e9;
+#pragma omp atomic
+            sink += v + (float)(x & 1);
+        }
+        if (rep > 0 && sum / threads > best)
+            best = sum / threads, best_ghz = sum_ghz / threads;
+    }
+    (void)sink;
+    if (ghz)
+        *ghz = best_ghz;
+    return best;
+}
+
+/* What roof_peak2(threads, bf16, ...) runs on this CPU: the instruction,
+ * its independent chains and FLOP per instruction. */
+struct roof_peak_loop {
+    const char *insn;
+    int chains, flop;
+};
+
+static inline struct roof_peak_loop roof_peak_loop_of(bool bf16)
+{
+    if (bf16 && roof_has_amx())
+        return (struct roof_peak_loop){"TDPBF16PS (AMX tiles)", ROOF_CHAINS_AMX, 16384};
+    if (roof_has_bf16())
+        return bf16 ? (struct roof_peak_loop){"VDPBF16PS zmm", ROOF_CHAINS_ZMM, 64}
+                    : (struct roof_peak_loop){"VFMADD231PS zmm", ROOF_CHAINS_ZMM, 32};
+    if (roof_has_avx2())
+        return (struct roof_peak_loop){"VFMADD231PS ymm", ROOF_CHAINS_YMM, 16};
+    return (struct roof_peak_loop){"none", 0, 0};
+}
+
+/* One header line per peak: the instruction, its chains, FLOP per
+ * instruction, the GFLOP/s measured and roof_flop_per_cycle's figure. */
+static inline void roof_print_peak(const char *label, bool bf16, double gflops, int threads)
+{
+    const struct roof_peak_loop l = roof_peak_loop_of(bf16);
+    double ghz;
+    const double fpc = roof_flop_per_cycle(threads, bf16, &ghz);
+    printf("# peak %s: %s, %d independent chains, %d FLOP each: %.0f GFLOP/s, %.1f "
+           "FLOP/cycle/core (cycles from a dependent add chain, %.2f GHz per thread CPU-second)\n",
+           label, l.insn, l.chains, l.flop, gflops, fpc, ghz);
 }
 
 /* How this process maps the files whose names end in `suffix` (the

@@ -467,6 +467,8 @@ int main(int argc, char **argv)
     printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
            "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
            threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);
+    roof_print_peak("bf16", true, lim.bf16, threads);
+    roof_print_peak("f32", false, lim.f32, threads);
     printf("# per CPU-second x threads: triad %.1f GB/s, peak bf16 %.0f GFLOP/s, f32 %.0f "
            "GFLOP/s\n",
            lim.triad_cpu, lim.bf16_cpu, lim.f32_cpu);

@@ -4,9 +4,15 @@
  * triad and the bf16 peak measured in the same run. The same source builds
  * against the system's oneDNN 2.x (bench-onednn-matmul) and, with
  * -DTIDE_BENCH_ONEDNN3=PREFIX, against a oneDNN 3.x (bench-onednn-matmul-3),
- * so bench/onednn-matmul/run.sh can time the two side by side.
+ * so the two can be timed side by side (docs/cpu-performance.md, "oneDNN 2.6
+ * vs 3.x"). --dtype f32 times oneDNN's f32 matmul instead (f32 weights: twice
+ * the bytes, but what oneDNN computes on CPUs without a bf16 matmul); --own
+ * (the 2.x build) times the backend's own AVX2 row kernel (rows_avx2.c, the
+ * `matmul=avx2` entry) on the same shape, weights in the checkpoint's [N][K]
+ * rows.
  *
  *   bench-onednn-matmul [--threads N] [--reps R] [--shape NAME|N,K] [--rows LIST]
+ *                       [--dtype bf16|f32] [--own]
  */
 #include <math.h>
 #include <stdint.h>
@@ -14,8 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bm_shape.h"
 #include "common/roofline.h"
 #include "oneapi/dnnl/dnnl.h"
+#ifdef BM_OWN
+#include "dnnl_bk.h"
+#endif
+
+/* The data type of the source and weights (the destination is f32). */
+static dnnl_data_type_t bm_dt = dnnl_bf16;
 
 #if DNNL_VERSION_MAJOR >= 3
 typedef dnnl_memory_desc_t bm_md; /* a handle */
@@ -70,9 +83,8 @@ static int bm_prim(struct bm *b, int64_t m, dnnl_primitive_t *prim, bm_md *src, 
                    bool first)
 {
     bm_md wmd;
-    if (bm_md_init(src, m, b->k, dnnl_bf16, dnnl_ab) ||
-        bm_md_init(dst, m, b->n, dnnl_f32, dnnl_ab) ||
-        bm_md_init(&wmd, b->k, b->n, dnnl_bf16, dnnl_format_tag_any))
+    if (bm_md_init(src, m, b->k, bm_dt, dnnl_ab) || bm_md_init(dst, m, b->n, dnnl_f32, dnnl_ab) ||
+        bm_md_init(&wmd, b->k, b->n, bm_dt, dnnl_format_tag_any))
         return -1;
     dnnl_primitive_desc_t pd;
 #if DNNL_VERSION_MAJOR >= 3
@@ -106,20 +118,24 @@ static int bm_prim(struct bm *b, int64_t m, dnnl_primitive_t *prim, bm_md *src, 
 static int bm_pack(struct bm *b)
 {
     bm_md raw;
-    if (bm_md_init(&raw, b->k, b->n, dnnl_bf16, dnnl_ba))
+    if (bm_md_init(&raw, b->k, b->n, bm_dt, dnnl_ba))
         return -1;
     dnnl_memory_t rm;
     CHECK(dnnl_memory_create(&rm, BM_MD(raw), b->eng, DNNL_MEMORY_ALLOCATE));
     void *p;
     CHECK(dnnl_memory_get_data_handle(rm, &p));
     uint16_t *h = p;
+    float *hf = p;
     uint32_t s = 12345;
     for (int64_t i = 0; i < b->n * b->k; i++) {
         s = s * 1664525u + 1013904223u;
         float f = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.1f;
         uint32_t u;
         memcpy(&u, &f, 4);
-        h[i] = (uint16_t)(u >> 16);
+        if (bm_dt == dnnl_f32)
+            hf[i] = f;
+        else
+            h[i] = (uint16_t)(u >> 16);
     }
     CHECK(dnnl_memory_create(&b->w, BM_MD(b->w_any), b->eng, DNNL_MEMORY_ALLOCATE));
     dnnl_primitive_desc_t rpd;
@@ -151,7 +167,7 @@ static int bm_time(struct bm *b, int64_t m, int reps, int threads, double *best,
     CHECK(dnnl_memory_create(&dm, BM_MD(dst), b->eng, DNNL_MEMORY_ALLOCATE));
     void *p;
     CHECK(dnnl_memory_get_data_handle(sm, &p));
-    memset(p, 0x3f, (size_t)(m * b->k) * 2);
+    memset(p, 0x3f, (size_t)(m * b->k) * (bm_dt == dnnl_f32 ? 4 : 2));
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, b->w}, {DNNL_ARG_DST, dm}};
     double *t = malloc(sizeof *t * (size_t)reps), *c = malloc(sizeof *c * (size_t)reps);
     for (int r = -1; r < reps; r++) {
@@ -183,6 +199,48 @@ static int bm_time(struct bm *b, int64_t m, int reps, int threads, double *best,
     return 0;
 }
 
+#ifdef BM_OWN
+/* The own AVX2 kernel (dnnl_bk_rows_avx2) at m rows on w ([N][K] bf16 rows):
+ * best and median wall ms of reps calls after one warm call, *cpu_ms the
+ * median call's CPU time / threads, as bm_time. */
+static int bm_own_time(const uint16_t *w, int64_t n, int64_t k, int64_t m, int reps, int threads,
+                       double *best, double *median, double *cpu_ms)
+{
+    uint16_t *xs = malloc(sizeof *xs * (size_t)(m * k));
+    float *ys = malloc(sizeof *ys * (size_t)(m * n));
+    const uint16_t **x = malloc(sizeof *x * (size_t)m);
+    float **y = malloc(sizeof *y * (size_t)m);
+    double *t = malloc(sizeof *t * (size_t)reps), *c = malloc(sizeof *c * (size_t)reps);
+    if (!xs || !ys || !x || !y || !t || !c)
+        return -1;
+    memset(xs, 0x3f, sizeof *xs * (size_t)(m * k));
+    for (int64_t i = 0; i < m; i++)
+        x[i] = xs + i * k, y[i] = ys + i * n;
+    const struct dnnl_bk_raw_seg seg = {w, n, y};
+    dnnl_bk_pool_hot(true); /* workers spin between calls, as inside a forward */
+    for (int r = -1; r < reps; r++) {
+        const double t0 = roof_now(), c0 = roof_cpu_now();
+        dnnl_bk_rows_avx2(x, m, &seg, 1, k, threads, NULL);
+        if (r >= 0) {
+            t[r] = 1e3 * (roof_now() - t0);
+            c[r] = 1e3 * (roof_cpu_now() - c0) / threads;
+        }
+    }
+    dnnl_bk_pool_hot(false);
+    for (int i = 1; i < reps; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double v = t[j];
+            t[j] = t[j - 1], t[j - 1] = v;
+            v = c[j], c[j] = c[j - 1], c[j - 1] = v;
+        }
+    *best = t[0];
+    *median = t[reps / 2];
+    *cpu_ms = c[reps / 2];
+    free(t), free(c), free(x), free(y), free(xs), free(ys);
+    return 0;
+}
+#endif
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench-onednn-matmul [--threads N] [--reps R] [--shape NAME|N,K] "
@@ -191,13 +249,16 @@ static void usage(FILE *f)
                "  2048), dense-up (10240 x 2048: gate and up of the dense FFN), dense-down\n"
                "  (2048 x 5120); or N,K. Default: output, rows 1,2,4,8,16,32,64, 2 threads,\n"
                "  best and median of 5 calls. Prints ms, GFLOP/s and the ratio to the same\n"
-               "  run's roofline (weight bytes / STREAM triad, FLOPs / bf16 peak).\n");
+               "  run's roofline (weight bytes / STREAM triad, FLOPs / bf16 peak).\n"
+               "  --dtype f32: oneDNN's f32 matmul (f32 source and weights); --own (oneDNN\n"
+               "  2.x build): the backend's own AVX2 bf16 kernel, not oneDNN.\n");
 }
 
 int main(int argc, char **argv)
 {
     roof_openmp_env(argv);
     int threads = 2, reps = 5;
+    bool own = false;
     int64_t n = 157184, k = 2048;
     char rows_text[256] = "1,2,4,8,16,32,64", shape[64] = "output";
     for (int i = 1; i < argc; i++) {
@@ -211,6 +272,12 @@ int main(int argc, char **argv)
             reps = atoi(v), i++;
         } else if (!strcmp(a, "--rows") && v) {
             snprintf(rows_text, sizeof rows_text, "%s", v), i++;
+        } else if (!strcmp(a, "--dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f32"))) {
+            bm_dt = strcmp(v, "f32") ? dnnl_bf16 : dnnl_f32, i++;
+#ifdef BM_OWN
+        } else if (!strcmp(a, "--own")) {
+            own = true;
+#endif
         } else if (!strcmp(a, "--shape") && v) {
             snprintf(shape, sizeof shape, "%s", v), i++;
         } else {
@@ -218,20 +285,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    static const struct {
-        const char *name;
-        int64_t n, k;
-    } shapes[] = {{"output", 157184, 2048},
-                  {"qkv", 2560, 2048},
-                  {"dense-up", 10240, 2048},
-                  {"dense-down", 2048, 5120}};
-    bool known = false;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (!strcmp(shape, shapes[i].name))
-            n = shapes[i].n, k = shapes[i].k, known = true;
-    long long nn, kk;
-    if (!known && sscanf(shape, "%lld,%lld", &nn, &kk) == 2 && nn > 0 && kk > 0)
-        n = nn, k = kk, known = true;
+    static const struct bm_shape shapes[] = {{"output", 157184, 2048},
+                                             {"qkv", 2560, 2048},
+                                             {"dense-up", 10240, 2048},
+                                             {"dense-down", 2048, 5120}};
+    const bool known = bm_shape_parse(shape, shapes, sizeof shapes / sizeof shapes[0], &n, &k);
     if (!known || threads < 1 || reps < 1) {
         usage(stderr);
         return 2;
@@ -240,22 +298,36 @@ int main(int argc, char **argv)
     char cpu[128];
     roof_cpu_name(cpu, sizeof cpu);
     const dnnl_version_t *ver = dnnl_version();
-    printf("# bench-onednn-matmul: oneDNN %d.%d.%d (%s), bf16 x bf16 -> f32, N %lld x K %lld "
-           "(%s), %d threads\n",
-           ver->major, ver->minor, ver->patch, ver->hash, (long long)n, (long long)k, shape,
-           threads);
+    const char *dts = bm_dt == dnnl_f32 ? "f32 x f32 -> f32" : "bf16 x bf16 -> f32";
+    if (own)
+        printf("# bench-onednn-matmul: the own AVX2 kernel (rows_avx2.c, matmul=avx2), bf16 x "
+               "bf16 -> f32, N %lld x K %lld (%s), %d threads\n",
+               (long long)n, (long long)k, shape, threads);
+    else
+        printf("# bench-onednn-matmul: oneDNN %d.%d.%d (%s), %s, N %lld x K %lld (%s), %d "
+               "threads\n",
+               ver->major, ver->minor, ver->patch, ver->hash, dts, (long long)n, (long long)k,
+               shape, threads);
     printf("# CPU: %s\n", cpu);
     struct bm b = {.n = n, .k = k};
-    if (dnnl_engine_create(&b.eng, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&b.strm, b.eng, dnnl_stream_default_flags) != dnnl_success)
-        return 1;
-    dnnl_primitive_t p16;
-    bm_md s16, d16;
-    if (bm_prim(&b, 16, &p16, &s16, &d16, true) || bm_pack(&b))
-        return 1;
-    dnnl_primitive_destroy(p16);
-    bm_md_free(s16);
-    bm_md_free(d16);
+    uint16_t *own_w = NULL;
+    if (own) {
+        if (!roof_has_avx2() || !(own_w = malloc(sizeof *own_w * (size_t)(n * k))))
+            return 1;
+        for (int64_t i = 0; i < n * k; i++)
+            own_w[i] = (uint16_t)(0x3c00 + (i * 7919) % 509); /* small bf16 values */
+    } else {
+        if (dnnl_engine_create(&b.eng, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&b.strm, b.eng, dnnl_stream_default_flags) != dnnl_success)
+            return 1;
+        dnnl_primitive_t p16;
+        bm_md s16, d16;
+        if (bm_prim(&b, 16, &p16, &s16, &d16, true) || bm_pack(&b))
+            return 1;
+        dnnl_primitive_destroy(p16);
+        bm_md_free(s16);
+        bm_md_free(d16);
+    }
     struct roof_triad tr;
     if (roof_triad_init(&tr, (size_t)32 << 20, threads))
         return 1;
@@ -265,17 +337,24 @@ int main(int argc, char **argv)
     printf("# same run: STREAM triad %.1f GB/s (%.1f per CPU-second x threads), bf16 peak (%s) "
            "%.0f GFLOP/s (%.0f per CPU-second x threads)\n",
            triad, triad_cpu, roof_peak_kind(true), peak, peak_cpu);
+    roof_print_peak("bf16", true, peak, threads);
     printf("%6s %10s %10s %10s %9s %9s %9s %9s\n", "rows", "best ms", "median ms", "cpu ms",
            "GFLOP/s", "roof ms", "achieved", "cpu ach.");
-    const double bytes = (double)n * (double)k * 2;
+    const double bytes = (double)n * (double)k * (bm_dt == dnnl_f32 && !own ? 4 : 2);
     char *save = NULL;
     for (char *t = strtok_r(rows_text, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         const int64_t m = atoll(t);
         if (m < 1)
             continue;
         double best, med, cpu_ms;
+#ifdef BM_OWN
+        if (own ? bm_own_time(own_w, n, k, m, reps, threads, &best, &med, &cpu_ms)
+                : bm_time(&b, m, reps, threads, &best, &med, &cpu_ms))
+            return 1;
+#else
         if (bm_time(&b, m, reps, threads, &best, &med, &cpu_ms))
             return 1;
+#endif
         const double flop = 2.0 * (double)m * (double)n * (double)k;
         const double roof = 1e3 * fmax(bytes / (triad * 1e9), flop / (peak * 1e9));
         const double roof_cpu = 1e3 * fmax(bytes / (triad_cpu * 1e9), flop / (peak_cpu * 1e9));
@@ -284,6 +363,10 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     roof_triad_free(&tr);
+    if (own) {
+        free(own_w);
+        return 0;
+    }
     dnnl_memory_destroy(b.w);
     bm_md_free(b.w_any);
     dnnl_stream_destroy(b.strm);
