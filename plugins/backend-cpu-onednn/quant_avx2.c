@@ -33,12 +33,16 @@
  * tests/conformance/test_quant_experts.c checks each against that order
  * written out plainly on tide_qview_row_f32's rows.
  *
- * AVX2 tiles are up to 4 tokens by 3 to 8 weight rows: each chunk of weights
- * is decoded once per tile, so at 1-4 tokens the weights are read once.
- * Above 4 tokens a row block is decoded once into f32 rows (the same
- * products, in the thread's buffer, which stays in L2) and tiles of 4 tokens
- * by 3 rows run over them: the same operations in the same order, so the
- * same bits, without decoding the weights again for every 4 tokens.
+ * AVX2 tiles are up to 6 tokens by 2 to 8 weight rows (7-8 tokens: two
+ * tiles of 4): each chunk of weights is decoded once per tile into
+ * registers, with the tile's scales converted once per 8 chunks (F16C, 8 at
+ * a time), so at 1-6 tokens the weights are read and decoded once. q4_0
+ * nibbles n are widened unshifted and scaled as n s - 8 s by one fused
+ * multiply-subtract (exact: n s and 8 s are, and (n - 8) s is an f32).
+ * Above 8 tokens a row block is decoded once into f32 rows (the same
+ * products, in the thread's buffer, which stays in L2) and tiles of 4
+ * tokens by 3 rows run over them: the same operations in the same order,
+ * so the same bits, without decoding the weights again for every 4 tokens.
  * Row blocks of QK_RB weight rows (kept in cache while every tile of tokens
  * passes over them) are split among the threads.
  *
@@ -72,7 +76,17 @@
  * of dependent fused multiply-adds (the stated order), so at few tokens many
  * rows are needed to cover the FMA latency. */
 #define QK_NR_MAX 8
-static const int qk_nr[5] = {0, 8, 6, 4, 3};
+#define QK_MT_MAX 6
+static const int qk_nr[QK_MT_MAX + 1] = {0, 8, 6, 4, 3, 2, 2};
+/* Tokens up to which the tiles decode the weights in registers (above 6, in
+ * tiles of 4); above it a row block is decoded once into f32 rows. */
+#define QK_DIRECT_MAX 8
+/* Tiles of at most 2 rows load each x vector once for all their rows (the
+ * loads, not the fused multiply-adds, bound them); wider tiles take x from
+ * memory in each multiply-add. */
+#define QK_XR(mt, nr) ((mt) >= 2 && (nr) <= 2)
+/* Chunks of 32 columns whose scales a tile converts at once. */
+#define QK_SG 8
 
 #define QK_TARGET __attribute__((target("avx2,fma,f16c")))
 #define QK_INLINE __attribute__((always_inline)) inline
@@ -211,49 +225,152 @@ static QK_TARGET QK_INLINE __m256 qk_dec8(int fmt, const uint8_t *q, int g)
     return _mm256_cvtph_ps(h);
 }
 
-/* mt (1..4) tokens by nr (1..QK_NR_MAX) weight rows j0 .. j0+nr-1 of w.
- * xf: the x rows widened to f32; x: the same bf16 rows, for the plain code.
- * The weights `pf` rows ahead are prefetched. */
+/* The scales of rows j0 .. j0+nr-1 for the nc (<= QK_SG) chunks from
+ * column i0, as the kernel multiplies them, into sc[r][c]: converted once
+ * per tile and group of chunks, then broadcast from memory. */
+static QK_TARGET QK_INLINE void qk_tile_scales(int fmt, int nr, const struct dnnl_bk_qmat *w,
+                                               int64_t j0, int64_t i0, int nc,
+                                               float sc[QK_NR_MAX][QK_SG])
+{
+    if (fmt == TIDE_QFMT_FP8) {
+        const float *fs = w->s;
+        for (int r = 0; r < nr; r++) {
+            const float *row = fs + (j0 + r) / w->br * w->sld;
+            for (int c = 0; c < nc; c++)
+                sc[r][c] = row[(i0 + 32 * c) / w->bc] * 256.0f;
+        }
+        return;
+    }
+    /* q8_0, q4_0: one f16 scale per chunk (bc = 32, br = 1). */
+    const uint16_t *hs = (const uint16_t *)w->s + j0 * w->sld + i0 / 32;
+    for (int r = 0; r < nr; r++, hs += w->sld) {
+        if (nc == QK_SG)
+            _mm256_store_ps(sc[r], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hs)));
+        else
+            for (int c = 0; c < nc; c++)
+                sc[r][c] = _cvtsh_ss(hs[c]);
+    }
+}
+
+/* The four groups of 8 values of the 32-value chunk at p, as f32, unscaled
+ * (fp8: times 2^-8, NaN codes not handled). */
+static QK_TARGET QK_INLINE void qk_dec32(int fmt, const uint8_t *p, __m256 d[4])
+{
+    if (fmt == TIDE_QFMT_Q8_0) {
+        for (int g = 0; g < 4; g++)
+            d[g] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * g))));
+    } else if (fmt == TIDE_QFMT_Q4_0) {
+        /* Byte i holds value i + 8 (low nibble) and i + 24 (high nibble):
+         * d holds the nibbles, unshifted (qk_tile subtracts 8 x scale). */
+        const __m256i m15 = _mm256_set1_epi32(15);
+        for (int h = 0; h < 2; h++) {
+            const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
+            d[h] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m15));
+            d[h + 2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        }
+    } else {
+        /* As qk_dec8, 16 values per step. */
+        const __m256i m = _mm256_set1_epi16((short)0xbf80);
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_and_si256(
+                _mm256_slli_epi16(
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * h))), 7),
+                m);
+            d[2 * h] = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+            d[2 * h + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+        }
+    }
+}
+
+/* Values g*8 .. g*8+7 of the 32-value chunk at p as qk_dec32 gives them
+ * (q4_0: the nibbles, unshifted). */
+static QK_TARGET QK_INLINE __m256 qk_dec8n(int fmt, const uint8_t *p, int g)
+{
+    if (fmt != TIDE_QFMT_Q4_0)
+        return qk_dec8(fmt, p, g);
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * (g & 1))));
+    return _mm256_cvtepi32_ps(g < 2 ? _mm256_and_si256(b, _mm256_set1_epi32(15))
+                                    : _mm256_srli_epi32(b, 4));
+}
+
+/* One weight vector: decoded values d times the scale s (q4_0: d - 8 times
+ * s as n s - 8 s, s8 = 8 s: exact, since n s and 8 s are, so the one
+ * rounding of the fused multiply-subtract gives the product's bits). */
+static QK_TARGET QK_INLINE __m256 qk_scaled(int fmt, __m256 d, __m256 s, __m256 s8)
+{
+    return fmt == TIDE_QFMT_Q4_0 ? _mm256_fmsub_ps(d, s, s8) : _mm256_mul_ps(d, s);
+}
+
+/* mt (1..QK_MT_MAX) tokens by nr (1..QK_NR_MAX) weight rows j0 .. j0+nr-1
+ * of w. xf: the x rows widened to f32; x: the same bf16 rows, for the plain
+ * code. Each chunk of a row is decoded once into registers and used for
+ * every token; the weights `pf` rows ahead are prefetched. */
 static QK_TARGET QK_INLINE void qk_tile(int fmt, int mt, int nr, const float *const *xf,
                                         const uint16_t *const *x, const struct dnnl_bk_qmat *w,
                                         int64_t j0, float *const *y, int64_t pf)
 {
-    __m256 acc[4][QK_NR_MAX];
+    __m256 acc[QK_MT_MAX][QK_NR_MAX];
     QK_UNROLL
     for (int t = 0; t < mt; t++)
         QK_UNROLL
     for (int r = 0; r < nr; r++)
         acc[t][r] = _mm256_setzero_ps();
-    const int64_t k = w->k, rb = qk_row_bytes(w), bc = w->bc;
-    const int chunk_bytes = fmt == TIDE_QFMT_Q4_0 ? 16 : 32;
-    const uint8_t *q0 = (const uint8_t *)w->q + j0 * rb;
-    /* Scale rows: the rows of a tile share one when br > 1 (fp8), else
-     * they are consecutive (q8_0, q4_0: br = 1). */
-    const int64_t s0 = j0 / w->br * w->sld;
+    const int64_t k = w->k, rb = qk_row_bytes(w);
+    const int cb = fmt == TIDE_QFMT_Q4_0 ? 16 : 32; /* bytes of a chunk */
+    const uint8_t *q = (const uint8_t *)w->q + j0 * rb;
+    float sc[QK_NR_MAX][QK_SG] __attribute__((aligned(32)));
     __m256i nan = _mm256_setzero_si256();
-    int64_t off = 0; /* bytes of a row's values before chunk i */
-    for (int64_t c0 = 0, b = 0; c0 < k; c0 += bc, b++) {
-        const int64_t c1 = c0 + bc < k ? c0 + bc : k;
-        for (int64_t i = c0; i < c1; i += 32, off += chunk_bytes) {
-            QK_UNROLL
+    for (int64_t i0 = 0; i0 < k; i0 += 32 * QK_SG) {
+        const int nc = k - i0 >= 32 * QK_SG ? QK_SG : (int)((k - i0) / 32);
+        qk_tile_scales(fmt, nr, w, j0, i0, nc, sc);
+        for (int c = 0; c < nc; c++) {
+            const int64_t i = i0 + 32 * c, off = i / 32 * cb;
+            if ((off & 63) == 0) /* one prefetch per 64-byte line */
+                QK_UNROLL
+            for (int r = 0; r < nr; r++)
+                _mm_prefetch((const char *)(q + (r + pf) * rb + off), DNNL_BK_RAW_PF_HINT);
+            if (fmt == TIDE_QFMT_FP8)
+                QK_UNROLL
             for (int r = 0; r < nr; r++) {
-                const uint8_t *q = q0 + r * rb + off;
-                if ((off & 63) == 0) /* one prefetch per 64-byte line */
-                    _mm_prefetch((const char *)((uintptr_t)q + (uintptr_t)(pf * rb)),
-                                 DNNL_BK_RAW_PF_HINT);
-                __m256 s;
-                if (fmt == TIDE_QFMT_FP8) {
-                    const int64_t si = (j0 + r) / w->br * w->sld + b;
-                    s = _mm256_set1_ps(((const float *)w->s)[si] * 256.0f);
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
-                    const __m256i m7 = _mm256_set1_epi8(0x7f);
-                    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7));
-                } else {
-                    s = _mm256_set1_ps(_cvtsh_ss(((const uint16_t *)w->s)[s0 + r * w->sld + b]));
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + r * rb + off));
+                const __m256i m7 = _mm256_set1_epi8(0x7f);
+                nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7), m7));
+            }
+            if (QK_XR(mt, nr)) {
+                /* Few rows: each x vector loaded once for all of them. */
+                __m256 sv[QK_NR_MAX], s8[QK_NR_MAX];
+                QK_UNROLL
+                for (int r = 0; r < nr; r++) {
+                    sv[r] = _mm256_broadcast_ss(&sc[r][c]);
+                    s8[r] = _mm256_mul_ps(sv[r], _mm256_set1_ps(8.0f));
                 }
                 QK_UNROLL
                 for (int g = 0; g < 4; g++) {
-                    const __m256 wv = _mm256_mul_ps(qk_dec8(fmt, q, g), s);
+                    __m256 wv[QK_NR_MAX];
+                    QK_UNROLL
+                    for (int r = 0; r < nr; r++)
+                        wv[r] = qk_scaled(fmt, qk_dec8n(fmt, q + r * rb + off, g), sv[r], s8[r]);
+                    QK_UNROLL
+                    for (int t = 0; t < mt; t++) {
+                        const __m256 xv = _mm256_loadu_ps(xf[t] + i + 8 * g);
+                        QK_UNROLL
+                        for (int r = 0; r < nr; r++)
+                            acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+                    }
+                }
+                continue;
+            }
+            QK_UNROLL
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *p = q + r * rb + off;
+                const __m256 s = _mm256_broadcast_ss(&sc[r][c]);
+                const __m256 s8 = _mm256_mul_ps(s, _mm256_set1_ps(8.0f));
+                __m256 d[4];
+                qk_dec32(fmt, p, d);
+                QK_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    const __m256 wv = qk_scaled(fmt, d[g], s, s8);
                     QK_UNROLL
                     for (int t = 0; t < mt; t++)
                         acc[t][r] =
@@ -263,11 +380,9 @@ static QK_TARGET QK_INLINE void qk_tile(int fmt, int mt, int nr, const float *co
         }
     }
     if (fmt == TIDE_QFMT_FP8 && !_mm256_testz_si256(nan, nan)) {
-        QK_UNROLL
         for (int t = 0; t < mt; t++)
-            QK_UNROLL
-        for (int r = 0; r < nr; r++)
-            y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
+            for (int r = 0; r < nr; r++)
+                y[t][j0 + r] = qk_dot_scalar(x[t], w, j0 + r);
         return;
     }
     QK_UNROLL
@@ -296,28 +411,29 @@ typedef void (*qk_tile_fn)(const float *const *xf, const uint16_t *const *x,
     QK_TILE(fmt, name, 3, 1, 1)                                                                    \
     QK_TILE(fmt, name, 3, 4, n)                                                                    \
     QK_TILE(fmt, name, 4, 1, 1)                                                                    \
-    QK_TILE(fmt, name, 4, 3, n)
+    QK_TILE(fmt, name, 4, 3, n)                                                                    \
+    QK_TILE(fmt, name, 5, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 5, 2, n)                                                                    \
+    QK_TILE(fmt, name, 6, 1, 1)                                                                    \
+    QK_TILE(fmt, name, 6, 2, n)
 QK_TILES(TIDE_QFMT_Q8_0, q8)
 QK_TILES(TIDE_QFMT_Q4_0, q4)
 QK_TILES(TIDE_QFMT_FP8, f8)
 
+#define QK_TILES_OF(name)                                                                          \
+    {                                                                                              \
+        {NULL, NULL}, {qk_tile_##name##_1_1, qk_tile_##name##_1_n},                                \
+            {qk_tile_##name##_2_1, qk_tile_##name##_2_n},                                          \
+            {qk_tile_##name##_3_1, qk_tile_##name##_3_n},                                          \
+            {qk_tile_##name##_4_1, qk_tile_##name##_4_n},                                          \
+            {qk_tile_##name##_5_1, qk_tile_##name##_5_n},                                          \
+            {qk_tile_##name##_6_1, qk_tile_##name##_6_n},                                          \
+    }
 /* [format][tokens][1 or qk_nr[tokens] rows] */
-static const qk_tile_fn qk_tiles[TIDE_QFMT_COUNT][5][2] = {
-    [TIDE_QFMT_Q8_0] = {{NULL, NULL},
-                        {qk_tile_q8_1_1, qk_tile_q8_1_n},
-                        {qk_tile_q8_2_1, qk_tile_q8_2_n},
-                        {qk_tile_q8_3_1, qk_tile_q8_3_n},
-                        {qk_tile_q8_4_1, qk_tile_q8_4_n}},
-    [TIDE_QFMT_Q4_0] = {{NULL, NULL},
-                        {qk_tile_q4_1_1, qk_tile_q4_1_n},
-                        {qk_tile_q4_2_1, qk_tile_q4_2_n},
-                        {qk_tile_q4_3_1, qk_tile_q4_3_n},
-                        {qk_tile_q4_4_1, qk_tile_q4_4_n}},
-    [TIDE_QFMT_FP8] = {{NULL, NULL},
-                       {qk_tile_f8_1_1, qk_tile_f8_1_n},
-                       {qk_tile_f8_2_1, qk_tile_f8_2_n},
-                       {qk_tile_f8_3_1, qk_tile_f8_3_n},
-                       {qk_tile_f8_4_1, qk_tile_f8_4_n}},
+static const qk_tile_fn qk_tiles[TIDE_QFMT_COUNT][QK_MT_MAX + 1][2] = {
+    [TIDE_QFMT_Q8_0] = QK_TILES_OF(q8),
+    [TIDE_QFMT_Q4_0] = QK_TILES_OF(q4),
+    [TIDE_QFMT_FP8] = QK_TILES_OF(f8),
 };
 
 /* Weight row j of w as f32 into out[k]: each value times its scale, the
@@ -654,8 +770,11 @@ static void qk_block(const float *const *xf, const uint16_t *const *x, int64_t m
     int64_t pf = (DNNL_BK_RAW_PF_BYTES + rb - 1) / rb;
     pf = pf > 2 * QK_NP_MAX ? pf : 2 * QK_NP_MAX;
     const qk_tile_fn(*tiles)[2] = qk_tiles[w->fmt];
-    for (int64_t t0 = 0; t0 < m; t0 += 4) {
-        const int mt = (int)(m - t0 < 4 ? m - t0 : 4), nr = qk_nr[mt];
+    /* Tokens per tile: all of them up to QK_MT_MAX, else 4 (AVX-512: up
+     * to 4 tokens reach here). */
+    const int step = m <= QK_MT_MAX && isa != QK_AVX512 ? (int)m : 4;
+    for (int64_t t0 = 0; t0 < m; t0 += step) {
+        const int mt = (int)(m - t0 < step ? m - t0 : step), nr = qk_nr[mt];
         int64_t r = r0;
         if (isa == QK_AVX512) {
             const qk_tile_fn(*t512)[2] = qk_tiles512[w->fmt];
@@ -719,7 +838,9 @@ static void qk_gemm(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qs
      * AVX2 tiles over them whatever isa is: on Zen 4 (512-bit operations
      * take two cycles) tiles of 4 tokens by 4 row pairs on zmm, which must
      * join two rows per load, measured 10% slower at 32 and 64 tokens. */
-    float *wbuf = isa != QK_PLAIN && m > 4 ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k)) : NULL;
+    float *wbuf = isa != QK_PLAIN && m > (isa == QK_AVX512 ? 4 : QK_DIRECT_MAX)
+                      ? malloc(sizeof *wbuf * (size_t)(nt * QK_RB * k))
+                      : NULL;
     if (threads <= 1) {
         for (int i = 0; i < n_segs; i++)
             for (int64_t r0 = 0; r0 < segs[i].w->n; r0 += QK_RB) {
