@@ -72,10 +72,10 @@ typedef void dnnl_bk_qdecoded_fn(const float *const *xf, int64_t m, const struct
 
 /* One instruction set's code, as the driver runs it. */
 struct dnnl_bk_qpath {
-    dnnl_bk_qblock_fn *block;     /* any m */
-    dnnl_bk_qdecoded_fn *decoded; /* above `direct` tokens when not NULL */
-    int64_t direct;               /* tokens up to which block runs */
-    bool widen;                   /* block takes xf (AVX2: dnnl_bk_widen_rows) */
+    dnnl_bk_qblock_fn *block;        /* any m */
+    dnnl_bk_qdecoded_fn *decoded;    /* above `direct` tokens when not NULL */
+    int64_t direct[TIDE_QFMT_COUNT]; /* [format]: tokens up to which block runs */
+    bool widen;                      /* block takes xf (AVX2: dnnl_bk_widen_rows) */
 };
 
 /* The path's entry (dnnl_bk_quant_fn): each segment cut into blocks of

@@ -282,7 +282,11 @@ static void qk_block512(const float *const *xf, const uint16_t *const *x, int64_
 /* Above 4 tokens the AVX2 decoded rows: on Zen 4 (512-bit operations take
  * two cycles) tiles of 4 tokens by 4 row pairs on zmm, which must join two
  * rows per load, measured 10% slower at 32 and 64 tokens. */
-static const struct dnnl_bk_qpath qk_path_avx512 = {qk_block512, dnnl_bk_qdecoded_avx2, 4, true};
+static const struct dnnl_bk_qpath qk_path_avx512 = {
+    qk_block512,
+    dnnl_bk_qdecoded_avx2,
+    {[TIDE_QFMT_Q8_0] = 4, [TIDE_QFMT_Q4_0] = 4, [TIDE_QFMT_FP8] = 4},
+    true};
 
 void dnnl_bk_quant_avx512(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                           int n_segs, int64_t k, int threads)

@@ -92,7 +92,7 @@ static void qk_block_c(const float *const *xf, const uint16_t *const *x, int64_t
             s->y[t][r] = dnnl_bk_qdot_c(x[t], s->w, r);
 }
 
-static const struct dnnl_bk_qpath qk_path_c = {qk_block_c, NULL, 0, false};
+static const struct dnnl_bk_qpath qk_path_c = {qk_block_c, NULL, {0}, false};
 
 struct qk_job {
     const struct dnnl_bk_qpath *p;
@@ -132,7 +132,7 @@ static void qk_job_blocks(void *c, int tid, int nt)
 void dnnl_bk_quant_run(const struct dnnl_bk_qpath *p, const uint16_t *const *x, int64_t m,
                        const struct dnnl_bk_qseg *segs, int n_segs, int64_t k, int threads)
 {
-    if (m <= 0)
+    if (m <= 0 || n_segs <= 0)
         return;
     /* x widened once per call: the same bits as the bf16 rows. */
     float *buf = NULL;
@@ -143,8 +143,10 @@ void dnnl_bk_quant_run(const struct dnnl_bk_qpath *p, const uint16_t *const *x, 
     for (int i = 0; i < n_segs; i++)
         blocks += (segs[i].w->n + DNNL_BK_QRB - 1) / DNNL_BK_QRB;
     const int nt = threads < 1 ? 1 : threads < blocks ? threads : (int)blocks;
-    float *wbuf =
-        p->decoded && m > p->direct ? malloc(sizeof *wbuf * (size_t)(nt * DNNL_BK_QRB * k)) : NULL;
+    /* Every segment of a call has one format (an expert's matrices). */
+    float *wbuf = p->decoded && m > p->direct[segs[0].w->fmt]
+                      ? malloc(sizeof *wbuf * (size_t)(nt * DNNL_BK_QRB * k))
+                      : NULL;
     const struct qk_job j = {p, xf, x, m, segs, k, wbuf, blocks};
     if (nt <= 1)
         qk_job_blocks((void *)&j, 0, 1);
