@@ -6,7 +6,7 @@
  * a time), so at 1-6 tokens the weights are read and decoded once. q4_0
  * nibbles n are widened unshifted and scaled as n s - 8 s by one fused
  * multiply-subtract (exact: n s and 8 s are, and (n - 8) s is an f32).
- * Above 8 tokens a row block is decoded once into f32 rows (the same
+ * Above 8 tokens (fp8: 6) a row block is decoded once into f32 rows (the same
  * products, in the thread's buffer, which stays in L2) and tiles of 4
  * tokens by 3 rows run over them: the same operations in the same order,
  * so the same bits, without decoding the weights again for every 4 tokens.
@@ -32,9 +32,10 @@
 #define QK_MT_MAX 6
 static const int qk_nr[QK_MT_MAX + 1] = {0, 8, 6, 4, 3, 2, 2};
 /* Tokens up to which the tiles decode the weights in registers (above 6, in
- * tiles of 4); above it a row block is decoded once into f32 rows. fp8,
- * whose decode costs most (vcvtph2ps), gains from the decoded rows from 7
- * tokens on (Zen 3: 3.0 against 2.5 GB/s per thread at 8 tokens). */
+ * tiles of 4); above it a row block is decoded once into f32 rows. fp8
+ * keeps the decoded rows from 7 tokens on, as before the direct tiles,
+ * which measured no faster there (Zen 3: 2.6 and 2.5 GB/s per thread at 7
+ * and 8 tokens either way). */
 #define QK_DIRECT_MAX     8
 #define QK_DIRECT_MAX_FP8 6
 /* Tiles of at most 2 rows load each x vector once for all their rows (the
