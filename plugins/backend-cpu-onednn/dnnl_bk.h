@@ -63,7 +63,7 @@ struct tide_weight {
 };
 
 /* A block-quantized matrix W[N,K] (tide/quant.h) for y = x W^T, read by
- * quant_avx2.c where it lies: the checkpoint's values and scales (aliased),
+ * the quant_*.c kernels where it lies: the checkpoint's values and scales (aliased),
  * or the memory of a slot (own). */
 struct dnnl_bk_qmat {
     int fmt;       /* enum tide_qfmt, never NONE */

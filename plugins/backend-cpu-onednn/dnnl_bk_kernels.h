@@ -50,7 +50,7 @@ const struct dnnl_bk_raw_seg *dnnl_bk_seg_block(const struct dnnl_bk_raw_seg *se
 typedef size_t dnnl_bk_work_fn(int64_t m, int64_t k, int threads);
 /* A quantized row kernel: as dnnl_bk_rows_fn on quantized matrices, with
  * W[j][i] = value * scale rounded once to f32 (tide_qview_row_f32) and the
- * order quant_avx2.c states; every segment has the same k. */
+ * order quant_c.c states; every segment has the same k. */
 typedef void dnnl_bk_quant_fn(const uint16_t *const *x, int64_t m, const struct dnnl_bk_qseg *segs,
                               int n_segs, int64_t k, int threads);
 /* The attention op (checked arguments, n > 0). */
@@ -66,7 +66,7 @@ typedef void dnnl_bk_exp_sub_fn(float *x, int64_t n, float m);
 /* y[i] = tide_f32_to_bf16(x[i]). */
 typedef void dnnl_bk_to_bf16_fn(const float *x, uint16_t *y, int64_t n);
 
-/* 0 leaves quant_avx2.c's AVX-512 tiles out of the table (for comparison). */
+/* 0 leaves quant_avx512.c's tiles out of the table (for comparison). */
 #ifndef DNNL_BK_Q_AVX512_ON
 #define DNNL_BK_Q_AVX512_ON 1
 #endif
@@ -153,8 +153,8 @@ dnnl_bk_rows_fn dnnl_bk_rows_avx512bf16;
 dnnl_bk_rows_fn dnnl_bk_rows_amx;
 dnnl_bk_work_fn dnnl_bk_rows_amx_work;
 
-/* quant_avx2.c: plain C, AVX2 (DNNL_BK_CPU_AVX2) and AVX-512 (and
- * DNNL_BK_CPU_AVX512; built with DNNL_BK_Q_AVX512_ON, the default). */
+/* quant_c.c (any CPU), quant_avx2.c (DNNL_BK_CPU_AVX2) and quant_avx512.c
+ * (and DNNL_BK_CPU_AVX512; built with DNNL_BK_Q_AVX512_ON, the default). */
 dnnl_bk_quant_fn dnnl_bk_quant_c;
 dnnl_bk_quant_fn dnnl_bk_quant_avx2;
 dnnl_bk_quant_fn dnnl_bk_quant_avx512;

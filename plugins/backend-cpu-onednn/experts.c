@@ -11,7 +11,7 @@
  * compressed layout, whatever `expert_layout` says: expert_create aliases the
  * checkpoint's values and scales (no copy), a slot of slot_create_q owns
  * room for one expert's values and scales and slot_load copies them in.
- * quant_avx2.c reads them as they are. */
+ * the quant_*.c kernels read them as they are. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +59,7 @@ static void dnnl_bk_qmat_shape(struct dnnl_bk_qmat *m, int fmt, const int block[
     m->s_bytes = (size_t)(ss[0] * ss[1]) * tide_dtype_size(tide_qfmt_scale_dtype(fmt));
 }
 
-/* Can quant_avx2.c run (fmt, block) on [n,k]? TIDE_OK or TIDE_E_INVAL
+/* Can the quant_*.c kernels run (fmt, block) on [n,k]? TIDE_OK or TIDE_E_INVAL
  * (logged, naming `what`). */
 static int dnnl_bk_qfits(const char *op, const char *what, int fmt, const int block[2], int64_t n,
                          int64_t k)
@@ -77,7 +77,7 @@ static int dnnl_bk_qfits(const char *op, const char *what, int fmt, const int bl
 }
 
 /* gate, up [inter,hidden] and down [hidden,inter], each a view of (fmt,
- * block) that quant_avx2.c can run. */
+ * block) that the quant_*.c kernels can run. */
 static int dnnl_bk_check_qviews(const char *op, int fmt, const int block[2],
                                 const struct tide_view *gate, const struct tide_view *up,
                                 const struct tide_view *down, int64_t hidden, int64_t inter)

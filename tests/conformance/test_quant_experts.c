@@ -4,7 +4,7 @@
  *  - expert_ffn is compared with a reference in double on the rows
  *    tide_qview_row_f32 gives (h rounded to bf16 as the contract says),
  *    within 1e-3 of the largest output;
- *  - and bit for bit with the kernel's stated order (quant_avx2.c: the own
+ *  - and bit for bit with the kernel's stated order (quant_c.c: the own
  *    kernel's 8-lane fused multiply-add order on W = value * scale in f32),
  *    written out plainly here;
  *  - the AVX2 code (simd = true) and the plain code (simd = false) give
@@ -12,12 +12,13 @@
  *  - batch invariance: a row computed alone, in a call of 37 (and 300) rows,
  *    and through expert_ffn_batch among other experts gives identical bits;
  *  - slot_create_q + slot_load give the bits of expert_create;
- *  - the kernel itself (quant_avx2.c, compiled into this test): every code
- *    path the CPU has (plain C, AVX2, AVX-512) against the stated order bit
- *    for bit, at 1..12, 16, 31 and 64 tokens, several K and N, all formats,
- *    fp8 with NaN codes (the same outputs NaN, every other output the same
- *    bits); each token alone equals the batch (batch invariance). The
- *    AVX-512 part is skipped, with a note, on a CPU without it;
+ *  - the kernel itself (quant_c.c, quant_avx2.c, quant_avx512.c, compiled
+ *    into this test): every code path the CPU has (plain C, AVX2, AVX-512)
+ *    against the stated order bit for bit, at 1..12, 16, 31 and 64 tokens,
+ *    several K and N, all formats, fp8 with NaN codes (the same outputs
+ *    NaN, every other output the same bits); each token alone equals the
+ *    batch (batch invariance). The AVX-512 part is skipped, with a note, on
+ *    a CPU without it;
  *  - bad views are refused, each error naming the tensor at fault: a wrong
  *    scale shape, a wrong value dtype, formats mixed within an expert, a
  *    slot of another format, fp8 column blocks that are not a multiple of 32.
