@@ -227,10 +227,9 @@ static inline int32_t dc_sample(const float *logits, int V, const struct dc_samp
 }
 
 /* R9 for every row a step decides on, the rows spread over threads: a row's
- * pick is a pass over the vocabulary (157184 logits for LLaDA2), and one
- * thread took 3.2 ms of a 80 ms forward for 16 rows (2 threads, Xeon VM);
- * a plain pick is spread by parts of rows (dc_greedy_part), whole rows left
- * a thread idle on the step's last rows (1.6 ms). The results are those of
+ * pick is a pass over the whole vocabulary, too long for one thread; a plain
+ * pick is spread by parts of rows (dc_greedy_part) so no thread idles on a
+ * step's last rows (docs/cpu-performance.md, appendix). The results are those of
  * dc_sample row by row, in row order: the uniforms are drawn first, one per
  * row in row order, and each row's result depends on that row alone.
  * Threads: OpenMP's current count (the CPU backend sets its own), at most
