@@ -207,7 +207,8 @@ struct bench_row {
     int batch;  /* sequences decoded at once */
     long point; /* of the --sweep grid */
     int repeat; /* 0 .. repeats-1: each repeat is its own row */
-    /* Attention cost, for the DIP comparison (docs/dip.md; batch 1 only):
+    /* Attention cost, for the DIP comparison (docs/dip.md; with batches,
+     * time is the whole set's wall time, as in the main table):
      * requests, their passes, the key positions those attended, the prompt
      * tokens at the start and the tokens that joined during generation. */
     bool dip;
@@ -388,14 +389,14 @@ static void bench_dip_table(FILE *f, enum bench_fmt fmt, const struct bench_row 
             "joined during generation; time%s\n",
             md ? "**" : "", md ? "**" : "");
     if (md)
-        fputs("| policy | budget | repeat | requests | forwards | ctx tokens / forward | computed "
-              "/ forward | prompt tokens | joined later | ms / request | sweep point |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        fputs("| policy | budget | batch | repeat | requests | forwards | ctx tokens / forward | "
+              "computed / forward | prompt tokens | joined later | ms / request | sweep point |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
               f);
     else
-        fprintf(f, "%-16s %6s %3s %8s %9s %11s %11s %9s %9s %12s  %s\n", "policy", "budget", "rep",
-                "requests", "forwards", "ctx/forward", "computed/fw", "prompt", "joined",
-                "ms/request", "sweep point");
+        fprintf(f, "%-16s %6s %5s %3s %8s %9s %11s %11s %9s %9s %12s  %s\n", "policy", "budget",
+                "batch", "rep", "requests", "forwards", "ctx/forward", "computed/fw", "prompt",
+                "joined", "ms/request", "sweep point");
     for (int i = 0; i < n; i++) {
         const struct bench_row *r = &rows[i];
         if (!r->dip || !r->requests)
@@ -406,13 +407,14 @@ static void bench_dip_table(FILE *f, enum bench_fmt fmt, const struct bench_row 
         const double fw = r->forwards ? (double)r->forwards : 1.0;
         const double ctx = (double)r->attended / fw, comp = (double)r->computed / fw;
         if (md)
-            fprintf(f, "| %s | %d | %d | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",
-                    r->policy, r->budget, r->repeat + 1, (long long)r->requests,
+            fprintf(f,
+                    "| %s | %d | %d | %d | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n",
+                    r->policy, r->budget, r->batch, r->repeat + 1, (long long)r->requests,
                     (double)r->forwards / q, ctx, comp, (double)r->prompt_tokens / q,
                     (double)r->inserted / q, 1e3 * r->seconds / q, label);
         else
-            fprintf(f, "%-16s %6d %3d %8lld %9.1f %11.1f %11.1f %9.1f %9.1f %12.1f  %s\n",
-                    r->policy, r->budget, r->repeat + 1, (long long)r->requests,
+            fprintf(f, "%-16s %6d %5d %3d %8lld %9.1f %11.1f %11.1f %9.1f %9.1f %12.1f  %s\n",
+                    r->policy, r->budget, r->batch, r->repeat + 1, (long long)r->requests,
                     (double)r->forwards / q, ctx, comp, (double)r->prompt_tokens / q,
                     (double)r->inserted / q, 1e3 * r->seconds / q, label);
     }
@@ -501,6 +503,13 @@ static void bq_done(void *user, const struct tide_request *req, int status, stru
     if (status == TIDE_OK && res) {
         q->r->tokens += res->n_ids;
         q->r->steps += res->steps;
+        q->r->dip = q->b->e->dip != NULL;
+        q->r->requests++;
+        q->r->forwards += res->forwards;
+        q->r->attended += res->attended;
+        q->r->computed += res->computed;
+        q->r->prompt_tokens += res->context_tokens;
+        q->r->inserted += res->inserted_tokens;
         bench_check(q->b, q->r, i, res->ids, res->n_ids);
     }
     tide_result_free(res);
