@@ -487,7 +487,9 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
     }
     /* Against the targets: memory-bound counts (<= 8 tokens) by the triad,
      * compute-bound ones (>= 64) by the peak; the dispatcher's call is the batch. */
-    printf("# targets: >= 0.90 of the triad at 1-8 tokens, >= 0.70 of the bf16 peak at >= 64\n");
+    printf("# targets: >= 0.90 of the triad at 1-8 tokens, >= 0.70 of the bf16 peak at >= 64;\n"
+           "# (roofline R): the peak's flops take longer than the triad's bytes, so R of the\n"
+           "# triad is the most this CPU allows\n");
     for (int l = 0; l < n_runs; l++)
         for (int b = 0; b < 2; b++) {
             if (b && !runs[l].has_batch)
@@ -498,9 +500,15 @@ static int bench(struct bench_run *runs, int n_runs, const struct bench_cfg *bc,
                 if (b && n > BENCH_BATCH_MAX)
                     continue;
                 const double us = median(runs[l].us[b][i], bc->reps);
-                if (n <= 8)
+                if (n <= 8) {
                     printf(" %d: %.2f of triad", n, median(runs[l].ratio[b][i], bc->reps));
-                else if (peak > 0)
+                    /* The most the roofline allows: the triad's time over
+                     * the longer of it and the flops at the peak. */
+                    const double tm = runs[l].bytes / (1e9 * median(triad[i], bc->reps)),
+                                 tc = peak > 0 ? 2.0 * n * 3.0 * mat / (1e9 * peak) : 0;
+                    if (tc > tm)
+                        printf(" (roofline %.2f)", tm / tc);
+                } else if (peak > 0)
                     printf(" %d: %.2f of peak", n, 2.0 * n * 3.0 * mat / (1e-6 * us) / 1e9 / peak);
             }
             printf("\n");

@@ -266,20 +266,14 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--threads") && v) {
-            threads = atoi(v), i++;
-        } else if (!strcmp(a, "--reps") && v) {
-            reps = atoi(v), i++;
-        } else if (!strcmp(a, "--rows") && v) {
-            snprintf(rows_text, sizeof rows_text, "%s", v), i++;
+        } else if (bm_common_arg(a, v, &threads, &reps, rows_text, shape)) {
+            i++;
         } else if (!strcmp(a, "--dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f32"))) {
             bm_dt = strcmp(v, "f32") ? dnnl_bf16 : dnnl_f32, i++;
 #ifdef BM_OWN
         } else if (!strcmp(a, "--own")) {
             own = true;
 #endif
-        } else if (!strcmp(a, "--shape") && v) {
-            snprintf(shape, sizeof shape, "%s", v), i++;
         } else {
             usage(stderr);
             return 2;

@@ -266,14 +266,8 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--threads") && v) {
-            w.threads = atoi(v), i++;
-        } else if (!strcmp(a, "--reps") && v) {
-            w.reps = atoi(v), i++;
-        } else if (!strcmp(a, "--rows") && v) {
-            snprintf(rows_text, sizeof rows_text, "%s", v), i++;
-        } else if (!strcmp(a, "--shape") && v) {
-            snprintf(shape, sizeof shape, "%s", v), i++;
+        } else if (bm_common_arg(a, v, &w.threads, &w.reps, rows_text, shape)) {
+            i++;
         } else {
             usage(stderr);
             return 2;

@@ -1,11 +1,13 @@
-/* Shape arguments of the oneDNN benchmarks: a name from the benchmark's
- * table or "N,K". Header-only, included once by each. */
+/* What the oneDNN benchmarks' command lines share: the options every one
+ * takes, and the shape, a name from the benchmark's table or "N,K".
+ * Header-only, included once by each. */
 #ifndef TIDE_BENCH_BM_SHAPE_H
 #define TIDE_BENCH_BM_SHAPE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct bm_shape {
@@ -29,6 +31,27 @@ static inline bool bm_shape_parse(const char *text, const struct bm_shape *table
         return true;
     }
     return false;
+}
+
+/* The options every benchmark takes, --threads N, --reps R, --rows LIST
+ * and --shape S, each with a value v (NULL when none follows). Returns 2
+ * when a is one of them and set, 0 when it is not (or lacks its value). */
+static inline int bm_common_arg(const char *a, const char *v, int *threads, int *reps,
+                                char rows[256], char shape[64])
+{
+    if (!v)
+        return 0;
+    if (!strcmp(a, "--threads"))
+        *threads = atoi(v);
+    else if (!strcmp(a, "--reps"))
+        *reps = atoi(v);
+    else if (!strcmp(a, "--rows"))
+        snprintf(rows, 256, "%s", v);
+    else if (!strcmp(a, "--shape"))
+        snprintf(shape, 64, "%s", v);
+    else
+        return 0;
+    return 2;
 }
 
 #endif
