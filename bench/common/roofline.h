@@ -2,7 +2,7 @@
  * a STREAM triad (memory bandwidth) and peak arithmetic (bf16 dot products
  * with AMX's TDPBF16PS where the CPU has it, else VDPBF16PS; f32 with FMA),
  * on the same OpenMP thread count as the code measured. Header-only: each
- * benchmark includes it once. */
+ * benchmark includes it once, and uses what it needs (all static inline). */
 #ifndef TIDE_BENCH_ROOFLINE_H
 #define TIDE_BENCH_ROOFLINE_H
 
@@ -24,7 +24,7 @@
  * benchmark links OpenMP itself, whose runtime has read the environment
  * before main, so when the defaults were missing the program runs itself
  * again with them set. Returns only when the environment is final. */
-static void roof_openmp_env(char **argv)
+static inline void roof_openmp_env(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return;
@@ -33,7 +33,7 @@ static void roof_openmp_env(char **argv)
     /* exec failed: run on with the runtime's defaults */
 }
 
-static double roof_now(void)
+static inline double roof_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -44,7 +44,7 @@ static double roof_now(void)
  * other jobs, wall time includes the time our threads wait for a core; CPU
  * time does not, so CPU-time ratios estimate what an idle machine would do
  * (closely for compute-bound work; memory-bound work still shares the DRAM). */
-static double roof_cpu_now(void)
+static inline double roof_cpu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -62,7 +62,7 @@ struct roof_triad {
  * kernel gives them: the triad measures the memory's limit, not the TLB's
  * (with 4 KiB pages it came out 4-38% lower on the Zen 4 VM of
  * docs/cpu-performance.md, session 9). */
-static double *roof_triad_alloc(size_t n)
+static inline double *roof_triad_alloc(size_t n)
 {
     const size_t huge = (size_t)2 << 20, bytes = (sizeof(double) * n + huge - 1) / huge * huge;
     double *p = aligned_alloc(huge, bytes);
@@ -74,7 +74,7 @@ static double *roof_triad_alloc(size_t n)
 }
 
 /* 0, or -1 when out of memory. */
-static int roof_triad_init(struct roof_triad *t, size_t n, int threads)
+static inline int roof_triad_init(struct roof_triad *t, size_t n, int threads)
 {
     t->a = roof_triad_alloc(n);
     t->b = roof_triad_alloc(n);
@@ -93,7 +93,7 @@ static int roof_triad_init(struct roof_triad *t, size_t n, int threads)
     return 0;
 }
 
-static void roof_triad_free(struct roof_triad *t)
+static inline void roof_triad_free(struct roof_triad *t)
 {
     free(t->a);
     free(t->b);
@@ -102,7 +102,7 @@ static void roof_triad_free(struct roof_triad *t)
 
 /* Best of 5 passes in GB/s, with STREAM's byte count (3 x 8 bytes per
  * element). *per_cpu (may be NULL): the same per CPU-second x threads. */
-static double roof_triad_run2(struct roof_triad *t, double *per_cpu)
+static inline double roof_triad_run2(struct roof_triad *t, double *per_cpu)
 {
     const long long ln = (long long)t->n;
     double *a = t->a;
@@ -130,7 +130,7 @@ static inline double roof_triad_run(struct roof_triad *t)
 /* This CPU's name (/proc/cpuinfo "model name"; "unknown CPU" elsewhere) and
  * its vector extensions that matter here, for the header of every table:
  * hosts change between sessions, and a hypervisor may hide extensions. */
-static void roof_cpu_name(char *out, size_t n)
+static inline void roof_cpu_name(char *out, size_t n)
 {
     snprintf(out, n, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -169,7 +169,7 @@ static void roof_cpu_name(char *out, size_t n)
 #define ROOF_CHAINS_YMM 12
 #define ROOF_CHAINS_AMX 6 /* tiles 0-5; 6 and 7 hold the operands */
 
-static bool roof_has_bf16(void)
+static inline bool roof_has_bf16(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
@@ -212,7 +212,7 @@ ROOF_TARGET static float roof_f32_loop(long iters)
 
 #define ROOF_TARGET_AVX2 __attribute__((target("avx2,fma")))
 
-static bool roof_has_avx2(void)
+static inline bool roof_has_avx2(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -242,7 +242,7 @@ ROOF_TARGET_AVX2 static float roof_f32_loop_avx2(long iters)
 
 /* AMX-BF16 and AMX-TILE (CPUID 7.0:EDX bits 22, 24), and Linux's leave to
  * use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18). */
-static bool roof_has_amx(void)
+static inline bool roof_has_amx(void)
 {
     unsigned a, b, c, d;
     if (!roof_has_bf16() || __get_cpuid_max(0, NULL) < 7)
@@ -307,7 +307,7 @@ static inline double roof_peak_iter_flop(bool amx, bool avx512, bool bf16)
 }
 
 /* The kind of peak roof_peak2 measures on this CPU. */
-static const char *roof_peak_kind(bool bf16)
+static inline const char *roof_peak_kind(bool bf16)
 {
     if (bf16 && roof_has_amx())
         return "TDPBF16PS (AMX)";
@@ -323,7 +323,7 @@ static const char *roof_peak_kind(bool bf16)
  * on widened bf16 values (0 without AVX2: nothing is measured). *per_cpu
  * (may be NULL) gets the same in GFLOP per CPU-second times threads: the
  * peak of an idle machine. */
-static double roof_peak2(int threads, bool bf16, double *per_cpu)
+static inline double roof_peak2(int threads, bool bf16, double *per_cpu)
 {
     if (per_cpu)
         *per_cpu = 0.0;

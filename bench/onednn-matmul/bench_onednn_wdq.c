@@ -283,7 +283,6 @@ int main(int argc, char **argv)
         return 2;
     }
     omp_set_num_threads(w.threads);
-    (void)roof_peak_kind; /* roofline.h's; no peak here */
     char cpu[128];
     roof_cpu_name(cpu, sizeof cpu);
     const dnnl_version_t *ver = dnnl_version();
