@@ -323,6 +323,52 @@ static BM_TARGET void mix_q4_0(const uint8_t *p, long iters)
                      : BM_CLOBBER);
 }
 
+static BM_TARGET void mix_q4_0_magic(const uint8_t *p, long iters)
+{
+    __asm__ volatile("1:\n\t"
+                     "vpmovzxbd 0(%0), %%ymm8\n\t"
+                     "vpand %%ymm12, %%ymm8, %%ymm9\n\t"
+                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
+                     "vpaddd %%ymm13, %%ymm8, %%ymm8\n\t"
+                     "vpaddd %%ymm13, %%ymm9, %%ymm9\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
+                     "vpmovzxbd 16(%0), %%ymm10\n\t"
+                     "vpand %%ymm12, %%ymm10, %%ymm11\n\t"
+                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
+                     "vpaddd %%ymm13, %%ymm10, %%ymm10\n\t"
+                     "vpaddd %%ymm13, %%ymm11, %%ymm11\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
+                     "vpmovzxbd 32(%0), %%ymm8\n\t"
+                     "vpand %%ymm12, %%ymm8, %%ymm9\n\t"
+                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
+                     "vpaddd %%ymm13, %%ymm8, %%ymm8\n\t"
+                     "vpaddd %%ymm13, %%ymm9, %%ymm9\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
+                     "vpmovzxbd 48(%0), %%ymm10\n\t"
+                     "vpand %%ymm12, %%ymm10, %%ymm11\n\t"
+                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
+                     "vpaddd %%ymm13, %%ymm10, %%ymm10\n\t"
+                     "vpaddd %%ymm13, %%ymm11, %%ymm11\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
+                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
+                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
+                     "dec %1\n\t"
+                     "jnz 1b"
+                     : "+r"(p), "+r"(iters)
+                     :
+                     : BM_CLOBBER);
+}
+
 static BM_TARGET void mix_fp8(const uint8_t *p, long iters)
 {
     __asm__ volatile("1:\n\t"
@@ -391,6 +437,8 @@ static const struct bm_mix bm_mixes[] = {
     {"i32", 0, mix_i32, "int32 values (no widening): vmovdqu, vcvtdq2ps, vmulps, FMA"},
     {"q4_0", 0.5, mix_q4_0,
      "q4_0 (quant_avx2.c): vpmovzxbd m64, vpand | vpsrld, vcvtdq2ps, vfmsub, FMA"},
+    {"q4_0 magic", 0.5, mix_q4_0_magic,
+     "q4_0, nibbles masked in place + 1.5x2^23: vpmovzxbd m64, vpand x2, vpaddd, vfmsub, FMA"},
     {"fp8", 1, mix_fp8,
      "fp8 (quant_avx2.c): vpmovsxbw m128, vpsllw, vpand, vcvtph2ps x2, vmulps, FMA"},
 };

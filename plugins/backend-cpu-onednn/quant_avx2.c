@@ -15,10 +15,10 @@
  * driver). A tile whose fp8 values hold a NaN code is recomputed with the
  * plain twin. test_quant_experts checks this file against the stated order.
  *
- * On Zen 3 (2 vCPUs, docs/cpu-performance.md) the decode keeps them below
- * the triad at 1-2 tokens (q8_0 about 0.8 of it in CPU time, q4_0 and fp8
- * about 0.5), and from 4 tokens on the fused multiply-adds and the loads
- * that feed them bound them (1 + m and m + 1 per 8 weights at m tokens). */
+ * On Zen 3 the decode bounds them at 1-2 tokens (its instruction mix,
+ * bench-decode-mix: 1.4 cycles per 8 weights for q8_0, 1.5 for q4_0, 2.4
+ * for fp8) and the fused multiply-adds from 4 tokens on
+ * (docs/cpu-performance.md). */
 #include <immintrin.h>
 #include <stdlib.h>
 
