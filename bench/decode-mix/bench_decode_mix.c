@@ -39,385 +39,79 @@ static BM_TARGET void bm_constants(void)
                      : "xmm12", "xmm13", "xmm14", "xmm15");
 }
 
-static BM_TARGET void mix_fma(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm0\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm1\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm2\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm3\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm4\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm5\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm6\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm13, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
+/* A mix: its loop body is PAIR(i, t, u, a, b) for the pairs i = 0..3 of
+ * weight vectors (temporaries ymm t and u, accumulators ymm a and b). */
+#define BM_MIX(name, PAIR)                                                                         \
+    static BM_TARGET void mix_##name(const uint8_t *p, long iters)                                 \
+    {                                                                                              \
+        __asm__ volatile("1:\n\t" PAIR(0, 8, 9, 0, 1) PAIR(1, 10, 11, 2, 3) PAIR(2, 8, 9, 4, 5)    \
+                             PAIR(3, 10, 11, 6, 7) "dec %1\n\t"                                    \
+                                                   "jnz 1b"                                        \
+                         : "+r"(p), "+r"(iters)                                                    \
+                         :                                                                         \
+                         : BM_CLOBBER);                                                            \
+    }
+#define BM_FMA(t, a) "vfmadd231ps %%ymm14, %%ymm" #t ", %%ymm" #a "\n\t"
 
-static BM_TARGET void mix_mul_fma(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vmulps %%ymm15, %%ymm13, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
+#define P_FMA(i, t, u, a, b) BM_FMA(13, a) BM_FMA(13, b)
+#define P_MUL_FMA(i, t, u, a, b)                                                                   \
+    "vmulps %%ymm15, %%ymm13, %%ymm" #t "\n\t" BM_FMA(t, a) "vmulps %%ymm15, %%ymm13, %%ymm" #u    \
+                                                            "\n\t" BM_FMA(u, b)
+/* bf16: 16 values, 32 bytes, per pair */
+#define P_BF16(i, t, u, a, b)                                                                      \
+    "vpmovzxwd " #i "*32(%0), %%ymm" #t "\n\t"                                                     \
+    "vpslld $16, %%ymm" #t ", %%ymm" #t                                                            \
+    "\n\t" BM_FMA(t, a) "vpmovzxwd " #i "*32+16(%0), %%ymm" #u "\n\t"                              \
+                        "vpslld $16, %%ymm" #u ", %%ymm" #u "\n\t" BM_FMA(u, b)
+/* q8_0 one vector: widen, then `conv` (convert and scale) */
+#define V_Q8(off, t, a, conv) "vpmovsxbd " off "(%0), %%ymm" #t "\n\t" conv(t) BM_FMA(t, a)
+#define C_CVT_MUL(t)                                                                               \
+    "vcvtdq2ps %%ymm" #t ", %%ymm" #t "\n\t"                                                       \
+    "vmulps %%ymm15, %%ymm" #t ", %%ymm" #t "\n\t"
+#define C_MAGIC(t)                                                                                 \
+    "vpaddd %%ymm12, %%ymm" #t ", %%ymm" #t "\n\t"                                                 \
+    "vfmsub213ps %%ymm13, %%ymm15, %%ymm" #t "\n\t"
+#define C_CVT(t)                    "vcvtdq2ps %%ymm" #t ", %%ymm" #t "\n\t"
+#define P_Q8(i, t, u, a, b)         V_Q8(#i "*16", t, a, C_CVT_MUL) V_Q8(#i "*16+8", u, b, C_CVT_MUL)
+#define P_Q8_MAGIC(i, t, u, a, b)   V_Q8(#i "*16", t, a, C_MAGIC) V_Q8(#i "*16+8", u, b, C_MAGIC)
+#define P_Q8_NOSCALE(i, t, u, a, b) V_Q8(#i "*16", t, a, C_CVT) V_Q8(#i "*16+8", u, b, C_CVT)
+#define P_I32(i, t, u, a, b)                                                                       \
+    "vmovdqu " #i "*64(%0), %%ymm" #t "\n\t" C_CVT_MUL(t)                                          \
+        BM_FMA(t, a) "vmovdqu " #i "*64+32(%0), %%ymm" #u "\n\t" C_CVT_MUL(u) BM_FMA(u, b)
+/* q4_0: 16 values, 8 bytes, per pair (low and high nibbles) */
+#define V_FMSUB_FMA(t, a) "vfmsub213ps %%ymm13, %%ymm15, %%ymm" #t "\n\t" BM_FMA(t, a)
+#define P_Q4(i, t, u, a, b)                                                                        \
+    "vpmovzxbd " #i "*8(%0), %%ymm" #t "\n\t"                                                      \
+    "vpsrld $4, %%ymm" #t ", %%ymm" #u "\n\t"                                                      \
+    "vpand %%ymm12, %%ymm" #t ", %%ymm" #t "\n\t" C_CVT(t) C_CVT(u) V_FMSUB_FMA(t, a)              \
+        V_FMSUB_FMA(u, b)
+#define P_Q4_MAGIC(i, t, u, a, b)                                                                  \
+    "vpmovzxbd " #i "*8(%0), %%ymm" #t "\n\t"                                                      \
+    "vpand %%ymm12, %%ymm" #t ", %%ymm" #u "\n\t"                                                  \
+    "vpand %%ymm12, %%ymm" #t ", %%ymm" #t "\n\t"                                                  \
+    "vpaddd %%ymm13, %%ymm" #t ", %%ymm" #t "\n\t"                                                 \
+    "vpaddd %%ymm13, %%ymm" #u ", %%ymm" #u "\n\t" V_FMSUB_FMA(t, a) V_FMSUB_FMA(u, b)
+/* fp8: 16 values, 16 bytes, per pair */
+#define P_FP8(i, t, u, a, b)                                                                       \
+    "vpmovsxbw " #i "*16(%0), %%ymm" #t "\n\t"                                                     \
+    "vpsllw $7, %%ymm" #t ", %%ymm" #t "\n\t"                                                      \
+    "vpand %%ymm12, %%ymm" #t ", %%ymm" #t "\n\t"                                                  \
+    "vextracti128 $1, %%ymm" #t ", %%xmm" #u "\n\t"                                                \
+    "vcvtph2ps %%xmm" #t ", %%ymm" #t "\n\t"                                                       \
+    "vcvtph2ps %%xmm" #u ", %%ymm" #u "\n\t"                                                       \
+    "vmulps %%ymm15, %%ymm" #t ", %%ymm" #t "\n\t"                                                 \
+    "vmulps %%ymm15, %%ymm" #u ", %%ymm" #u "\n\t" BM_FMA(t, a) BM_FMA(u, b)
 
-static BM_TARGET void mix_bf16(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovzxwd 0(%0), %%ymm8\n\t"
-                     "vpslld $16, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vpmovzxwd 32(%0), %%ymm9\n\t"
-                     "vpslld $16, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovzxwd 64(%0), %%ymm10\n\t"
-                     "vpslld $16, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vpmovzxwd 96(%0), %%ymm11\n\t"
-                     "vpslld $16, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovzxwd 128(%0), %%ymm8\n\t"
-                     "vpslld $16, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vpmovzxwd 160(%0), %%ymm9\n\t"
-                     "vpslld $16, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovzxwd 192(%0), %%ymm10\n\t"
-                     "vpslld $16, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vpmovzxwd 224(%0), %%ymm11\n\t"
-                     "vpslld $16, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_q8_0(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovsxbd 0(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vpmovsxbd 8(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovsxbd 16(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vpmovsxbd 24(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovsxbd 32(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vpmovsxbd 40(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovsxbd 48(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vpmovsxbd 56(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_q8_0_magic(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovsxbd 0(%0), %%ymm8\n\t"
-                     "vpaddd %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vpmovsxbd 8(%0), %%ymm9\n\t"
-                     "vpaddd %%ymm12, %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovsxbd 16(%0), %%ymm10\n\t"
-                     "vpaddd %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vpmovsxbd 24(%0), %%ymm11\n\t"
-                     "vpaddd %%ymm12, %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovsxbd 32(%0), %%ymm8\n\t"
-                     "vpaddd %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vpmovsxbd 40(%0), %%ymm9\n\t"
-                     "vpaddd %%ymm12, %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovsxbd 48(%0), %%ymm10\n\t"
-                     "vpaddd %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vpmovsxbd 56(%0), %%ymm11\n\t"
-                     "vpaddd %%ymm12, %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_q8_0_no_scale(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovsxbd 0(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vpmovsxbd 8(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovsxbd 16(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vpmovsxbd 24(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovsxbd 32(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vpmovsxbd 40(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovsxbd 48(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vpmovsxbd 56(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_i32(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vmovdqu 0(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vmovdqu 32(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vmovdqu 64(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vmovdqu 96(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vmovdqu 128(%0), %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vmovdqu 160(%0), %%ymm9\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vmovdqu 192(%0), %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vmovdqu 224(%0), %%ymm11\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_q4_0(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovzxbd 0(%0), %%ymm8\n\t"
-                     "vpsrld $4, %%ymm8, %%ymm9\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovzxbd 16(%0), %%ymm10\n\t"
-                     "vpsrld $4, %%ymm10, %%ymm11\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovzxbd 32(%0), %%ymm8\n\t"
-                     "vpsrld $4, %%ymm8, %%ymm9\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm8, %%ymm8\n\t"
-                     "vcvtdq2ps %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovzxbd 48(%0), %%ymm10\n\t"
-                     "vpsrld $4, %%ymm10, %%ymm11\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm10, %%ymm10\n\t"
-                     "vcvtdq2ps %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_q4_0_magic(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovzxbd 0(%0), %%ymm8\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm9\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vpaddd %%ymm13, %%ymm8, %%ymm8\n\t"
-                     "vpaddd %%ymm13, %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovzxbd 16(%0), %%ymm10\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm11\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vpaddd %%ymm13, %%ymm10, %%ymm10\n\t"
-                     "vpaddd %%ymm13, %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovzxbd 32(%0), %%ymm8\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm9\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vpaddd %%ymm13, %%ymm8, %%ymm8\n\t"
-                     "vpaddd %%ymm13, %%ymm9, %%ymm9\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm8\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovzxbd 48(%0), %%ymm10\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm11\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vpaddd %%ymm13, %%ymm10, %%ymm10\n\t"
-                     "vpaddd %%ymm13, %%ymm11, %%ymm11\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm10\n\t"
-                     "vfmsub213ps %%ymm13, %%ymm15, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
-
-static BM_TARGET void mix_fp8(const uint8_t *p, long iters)
-{
-    __asm__ volatile("1:\n\t"
-                     "vpmovsxbw 0(%0), %%ymm8\n\t"
-                     "vpsllw $7, %%ymm8, %%ymm8\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vextracti128 $1, %%ymm8, %%xmm9\n\t"
-                     "vcvtph2ps %%xmm8, %%ymm8\n\t"
-                     "vcvtph2ps %%xmm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm0\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm1\n\t"
-                     "vpmovsxbw 16(%0), %%ymm10\n\t"
-                     "vpsllw $7, %%ymm10, %%ymm10\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vextracti128 $1, %%ymm10, %%xmm11\n\t"
-                     "vcvtph2ps %%xmm10, %%ymm10\n\t"
-                     "vcvtph2ps %%xmm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm2\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm3\n\t"
-                     "vpmovsxbw 32(%0), %%ymm8\n\t"
-                     "vpsllw $7, %%ymm8, %%ymm8\n\t"
-                     "vpand %%ymm12, %%ymm8, %%ymm8\n\t"
-                     "vextracti128 $1, %%ymm8, %%xmm9\n\t"
-                     "vcvtph2ps %%xmm8, %%ymm8\n\t"
-                     "vcvtph2ps %%xmm9, %%ymm9\n\t"
-                     "vmulps %%ymm15, %%ymm8, %%ymm8\n\t"
-                     "vmulps %%ymm15, %%ymm9, %%ymm9\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm8, %%ymm4\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm9, %%ymm5\n\t"
-                     "vpmovsxbw 48(%0), %%ymm10\n\t"
-                     "vpsllw $7, %%ymm10, %%ymm10\n\t"
-                     "vpand %%ymm12, %%ymm10, %%ymm10\n\t"
-                     "vextracti128 $1, %%ymm10, %%xmm11\n\t"
-                     "vcvtph2ps %%xmm10, %%ymm10\n\t"
-                     "vcvtph2ps %%xmm11, %%ymm11\n\t"
-                     "vmulps %%ymm15, %%ymm10, %%ymm10\n\t"
-                     "vmulps %%ymm15, %%ymm11, %%ymm11\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm10, %%ymm6\n\t"
-                     "vfmadd231ps %%ymm14, %%ymm11, %%ymm7\n\t"
-                     "dec %1\n\t"
-                     "jnz 1b"
-                     : "+r"(p), "+r"(iters)
-                     :
-                     : BM_CLOBBER);
-}
+BM_MIX(fma, P_FMA)
+BM_MIX(mul_fma, P_MUL_FMA)
+BM_MIX(bf16, P_BF16)
+BM_MIX(q8_0, P_Q8)
+BM_MIX(q8_0_magic, P_Q8_MAGIC)
+BM_MIX(q8_0_no_scale, P_Q8_NOSCALE)
+BM_MIX(i32, P_I32)
+BM_MIX(q4_0, P_Q4)
+BM_MIX(q4_0_magic, P_Q4_MAGIC)
+BM_MIX(fp8, P_FP8)
 
 struct bm_mix {
     const char *name;
