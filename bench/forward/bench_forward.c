@@ -37,6 +37,7 @@
 #include "core_options.h"
 #include "engine.h"
 #include "loader.h"
+#include "loop.h"
 #include "decoder-common/sample.h"
 #include "tide/log.h"
 #include "tide/plugin.h"
@@ -127,6 +128,9 @@ struct bf_run {
     int32_t *rows;
     /* The decoders' picks (dc_sample_rows, greedy): their rows and results. */
     struct dc_rows picks;
+    /* The engine's hooks, as its loop uses them: a forward and the picks
+     * after it are one round, the picks run on the backend's threads. */
+    struct tide_loop_env env;
     const float **prow;
     double fwd_s, prob_s;     /* summed over timed steps */
     double fwd_cpu, prob_cpu; /* CPU seconds of the forwards (all threads), probabilities */
@@ -179,11 +183,16 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
         for (int i = 0; i < L; i++)
             if (r->canvas[r->b0 + i] == r->mask)
                 r->rows[n++] = i;
+        if (r->env.round_begin)
+            r->env.round_begin(r->env.user);
         double t0 = roof_now(), c0 = roof_cpu_now();
         int rc = tide_model_forward1(r->mo, r->e->model, r->canvas + r->b0, L, r->b0,
                                      use_rows ? r->rows : NULL, use_rows ? n : L, r->logits);
-        if (rc)
+        if (rc) {
+            if (r->env.round_end)
+                r->env.round_end(r->env.user);
             return rc;
+        }
         double t1 = roof_now(), c1 = roof_cpu_now();
         int best_row = -1;
         int32_t best_id = 0;
@@ -204,6 +213,8 @@ static int bf_block(struct bf_run *r, const struct bf_cfg *c, bool timed, bool u
             }
         }
         double t2 = roof_now(), c2 = roof_cpu_now();
+        if (r->env.round_end)
+            r->env.round_end(r->env.user);
         r->canvas[r->b0 + best_row] = best_id;
         if (timed && r->prof && (rc = bf_record(r, n)))
             return rc;
@@ -420,6 +431,9 @@ int main(int argc, char **argv)
         rc = TIDE_E_NOMEM;
         goto done;
     }
+    tide_engine_loop_env(r.e, NULL, &r.env);
+    r.picks.par = r.env.parallel;
+    r.picks.par_user = r.env.user;
     /* The prompt: fixed ids spread over the vocabulary; the partial tail
      * block (if any) is part of the decoded block, as in the generator. */
     for (int64_t i = 0; i < r.b0; i++)
@@ -461,9 +475,11 @@ int main(int argc, char **argv)
            "forward; logits for %s rows; probabilities %s\n",
            c.prompt, c.block, c.repeats, (long long)r.forwards,
            (double)r.rows_out / (double)r.forwards, use_rows ? "the masked" : "all",
-           c.plain_probs
-               ? "plain (libm exp, double)"
-               : "dc_sample_rows (greedy: dc_greedy_pick per row, rows over the threads)");
+           c.plain_probs ? "plain (libm exp, double)"
+           : r.env.parallel
+               ? "dc_sample_rows (greedy: dc_greedy_pick per row, rows over the backend's "
+                 "threads, as the engine runs them; a forward and its picks are one round)"
+               : "dc_sample_rows (greedy: dc_greedy_pick per row, rows over OpenMP threads)");
     printf("# same run, %d threads: STREAM triad %.1f GB/s (%.1f before, %.1f after); peak bf16 "
            "%.0f GFLOP/s, f32 %.0f GFLOP/s\n",
            threads, lim.triad, triad0, triad1, lim.bf16, lim.f32);
