@@ -178,8 +178,12 @@ static void ok_block(const float *const *xf, const uint16_t *const *x, int64_t m
     /* Only the first tile of tokens prefetches: the later ones find the
      * block's rows in L2, and on Zen 3 a prefetch per line costs a tile of
      * 4 tokens about a tenth of its speed. */
-    for (int64_t t0 = 0; t0 < m; t0 += 4) {
-        const int mt = (int)(m - t0 < 4 ? m - t0 : 4);
+    /* Tiles of tokens as even as 4 allows (17: 4, 4, 3, 3, 3, not 4, 4, 4,
+     * 4, 1): a tile of 1 token holds too few chains of multiply-adds to
+     * cover their latency. */
+    const int64_t tiles = (m + 3) / 4;
+    for (int64_t j = 0, t0 = 0; j < tiles; j++) {
+        const int mt = (int)(m / tiles + (j < m % tiles));
         int64_t r = r0;
         for (; r + OK_NR <= r1; r += OK_NR)
             ok_tiles[mt][1](xf + t0, x + t0, s->w + r * k, k, s->y + t0, r,
@@ -187,6 +191,7 @@ static void ok_block(const float *const *xf, const uint16_t *const *x, int64_t m
         for (; r < r1; r++)
             ok_tiles[mt][0](xf + t0, x + t0, s->w + r * k, k, s->y + t0, r,
                             t0 ? 0 : ok_pf_rows(k, 1));
+        t0 += mt;
     }
 }
 
