@@ -11,6 +11,7 @@
  *
  * x86-64 with AVX2, FMA and F16C; elsewhere it says so and exits 77. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,17 +182,30 @@ int main(int argc, char **argv)
 {
     double seconds = 1.0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc && atof(argv[i + 1]) > 0) {
-            seconds = atof(argv[++i]);
-        } else {
-            fprintf(!strcmp(argv[i], "--help") ? stdout : stderr,
-                    "usage: %s [--seconds S]\n"
-                    "  cycles per 8 weights of the expert kernels' AVX2 instruction mixes at one\n"
-                    "  token (L1-resident weights, 8 independent accumulators), and the GB/s of\n"
-                    "  weights one core could decode at that rate. S: time per mix (1).\n",
-                    argv[0]);
-            return strcmp(argv[i], "--help") ? 2 : 0;
+        const bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+        if (!strcmp(argv[i], "--seconds")) {
+            char *end = NULL;
+            const double v = i + 1 < argc ? strtod(argv[i + 1], &end) : 0;
+            if (!end || *end || !(v > 0) || v > 3600) {
+                fprintf(stderr,
+                        "bench-decode-mix: --seconds '%s': expected seconds per mix, "
+                        "a number above 0 and at most 3600\n",
+                        i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            seconds = v;
+            i++;
+            continue;
         }
+        if (!help)
+            fprintf(stderr, "bench-decode-mix: unknown argument '%s'\n", argv[i]);
+        fprintf(help ? stdout : stderr,
+                "usage: %s [--seconds S]\n"
+                "  cycles per 8 weights of the expert kernels' AVX2 instruction mixes at one\n"
+                "  token (L1-resident weights, 8 independent accumulators), and the GB/s of\n"
+                "  weights one core could decode at that rate. S: time per mix (1).\n",
+                argv[0]);
+        return help ? 0 : 2;
     }
     char cpu[128];
     roof_cpu_name(cpu, sizeof cpu);
