@@ -390,6 +390,17 @@ static inline double roof_thread_cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* This thread's core clock in Hz: roof_clock_loop over 16M cycles, timed
+ * by the thread's own CPU clock (the time it waits for a core counts not). */
+static inline double roof_thread_hz(void)
+{
+    const long iters = 1000000;
+    const double t0 = roof_thread_cpu_now();
+    (void)roof_clock_loop(iters); /* its asm is volatile: it runs */
+    const double t1 = roof_thread_cpu_now();
+    return 16.0 * (double)iters / (t1 - t0);
+}
+
 /* FLOP per cycle per core of roof_peak2's loop, the figure to check against
  * the instruction's documented throughput: on each of `threads` threads,
  * the dependent add chain (cycles) and then the peak loop, both timed by
@@ -405,7 +416,6 @@ static inline double roof_flop_per_cycle(int threads, bool bf16, double *ghz)
         *ghz = 0.0;
     if (!avx512 && !roof_has_avx2())
         return 0.0;
-    const long clock_iters = 1000000; /* 16M cycles */
     const long iters = amx ? 50000 : avx512 ? 500000 : 750000;
     const double per_iter = roof_peak_iter_flop(amx, avx512, bf16);
     double best = 0.0, best_ghz = 0.0;
@@ -414,19 +424,16 @@ static inline double roof_flop_per_cycle(int threads, bool bf16, double *ghz)
         double sum = 0.0, sum_ghz = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : sum, sum_ghz)
         {
-            const double t0 = roof_thread_cpu_now();
-            const unsigned long x = roof_clock_loop(clock_iters);
-            const double t1 = roof_thread_cpu_now();
+            const double hz = roof_thread_hz(), t1 = roof_thread_cpu_now();
             const float v = amx       ? roof_amx_loop(iters)
                             : !avx512 ? roof_f32_loop_avx2(iters)
                             : bf16    ? roof_bf16_loop(iters)
                                       : roof_f32_loop(iters);
             const double t2 = roof_thread_cpu_now();
-            const double hz = 16.0 * (double)clock_iters / (t1 - t0);
             sum += (double)iters * per_iter / (t2 - t1) / hz;
             sum_ghz += hz / 1e9;
 #pragma omp atomic
-            sink += v + (float)(x & 1);
+            sink += v;
         }
         if (rep > 0 && sum / threads > best)
             best = sum / threads, best_ghz = sum_ghz / threads;

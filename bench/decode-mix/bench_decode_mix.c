@@ -58,6 +58,13 @@ static BM_TARGET void bm_constants(void)
 #define P_MUL_FMA(i, t, u, a, b)                                                                   \
     "vmulps %%ymm15, %%ymm13, %%ymm" #t "\n\t" BM_FMA(t, a) "vmulps %%ymm15, %%ymm13, %%ymm" #u    \
                                                             "\n\t" BM_FMA(u, b)
+/* bf16 as rows_avx2.c widens it: a 16-byte broadcast, then one byte
+ * shuffle (its control here ymm12; the cost does not depend on it) */
+#define P_BF16_SHUF(i, t, u, a, b)                                                                 \
+    "vbroadcasti128 " #i "*32(%0), %%ymm" #t "\n\t"                                                \
+    "vpshufb %%ymm12, %%ymm" #t ", %%ymm" #t                                                       \
+    "\n\t" BM_FMA(t, a) "vbroadcasti128 " #i "*32+16(%0), %%ymm" #u "\n\t"                         \
+                        "vpshufb %%ymm12, %%ymm" #u ", %%ymm" #u "\n\t" BM_FMA(u, b)
 /* bf16: 16 values, 32 bytes, per pair */
 #define P_BF16(i, t, u, a, b)                                                                      \
     "vpmovzxwd " #i "*32(%0), %%ymm" #t "\n\t"                                                     \
@@ -105,7 +112,8 @@ static BM_TARGET void bm_constants(void)
 
 BM_MIX(fma, P_FMA)
 BM_MIX(mul_fma, P_MUL_FMA)
-BM_MIX(bf16, P_BF16)
+BM_MIX(bf16, P_BF16_SHUF)
+BM_MIX(bf16_widen, P_BF16)
 BM_MIX(q8_0, P_Q8)
 BM_MIX(q8_0_magic, P_Q8_MAGIC)
 BM_MIX(q8_0_no_scale, P_Q8_NOSCALE)
@@ -124,7 +132,9 @@ struct bm_mix {
 static const struct bm_mix bm_mixes[] = {
     {"fma", 0, mix_fma, "register FMA only (the floor)"},
     {"mul+fma", 0, mix_mul_fma, "scale multiply + FMA (no decode)"},
-    {"bf16", 2, mix_bf16, "bf16 (rows_avx2.c): vpmovzxwd m128, vpslld, FMA"},
+    {"bf16", 2, mix_bf16, "bf16 (rows_avx2.c): vbroadcasti128, vpshufb, FMA"},
+    {"bf16 widen", 2, mix_bf16_widen,
+     "bf16 widened (rows_avx2.c before): vpmovzxwd m128, vpslld, FMA"},
     {"q8_0", 1, mix_q8_0, "q8_0 (quant_avx2.c): vpmovsxbd m64, vcvtdq2ps, vmulps, FMA"},
     {"q8_0 magic", 1, mix_q8_0_magic, "q8_0, bits + 1.5x2^23: vpmovsxbd m64, vpaddd, vfmsub, FMA"},
     {"q8_0 no scale", 1, mix_q8_0_no_scale,
@@ -138,16 +148,12 @@ static const struct bm_mix bm_mixes[] = {
      "fp8 (quant_avx2.c): vpmovsxbw m128, vpsllw, vpand, vcvtph2ps x2, vmulps, FMA"},
 };
 
-/* Core cycles per second of this thread: a dependent add chain (16M
- * cycles) on its CPU clock, the best of 5. */
+/* This thread's core clock: the best of 5 roof_thread_hz. */
 static double bm_hz(void)
 {
-    const long iters = 1000000;
     double best = 0;
     for (int r = 0; r < 5; r++) {
-        const double t0 = roof_thread_cpu_now();
-        roof_clock_loop(iters);
-        const double hz = 16.0 * iters / (roof_thread_cpu_now() - t0);
+        const double hz = roof_thread_hz();
         best = hz > best ? hz : best;
     }
     return best;
