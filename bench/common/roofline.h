@@ -391,7 +391,8 @@ static inline double roof_thread_cpu_now(void)
 }
 
 /* This thread's core clock in Hz: roof_clock_loop over 16M cycles, timed
- * by the thread's own CPU clock (the time it waits for a core counts not). */
+ * by the thread's own CPU clock (time spent waiting for a core does not
+ * count). */
 static inline double roof_thread_hz(void)
 {
     const long iters = 1000000;

@@ -34,13 +34,13 @@ static inline bool bm_shape_parse(const char *text, const struct bm_shape *table
 }
 
 /* The options every benchmark takes, --threads N, --reps R, --rows LIST
- * and --shape S, each with a value v (NULL when none follows). Returns 2
- * when a is one of them and set, 0 when it is not (or lacks its value). */
-static inline int bm_common_arg(const char *a, const char *v, int *threads, int *reps,
-                                char rows[256], char shape[64])
+ * and --shape S, each with a value v (NULL when none follows): true when a
+ * is one of them and v was taken, false when it is not or lacks its value. */
+static inline bool bm_common_arg(const char *a, const char *v, int *threads, int *reps,
+                                 char rows[256], char shape[64])
 {
     if (!v)
-        return 0;
+        return false;
     if (!strcmp(a, "--threads"))
         *threads = atoi(v);
     else if (!strcmp(a, "--reps"))
@@ -50,8 +50,8 @@ static inline int bm_common_arg(const char *a, const char *v, int *threads, int 
     else if (!strcmp(a, "--shape"))
         snprintf(shape, 64, "%s", v);
     else
-        return 0;
-    return 2;
+        return false;
+    return true;
 }
 
 #endif
